@@ -1,0 +1,69 @@
+// Private pieces shared by the engine's translation units.
+#pragma once
+
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/runtime/engine.h"
+
+namespace ced {
+
+// Backend memory freed on scope exit.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(Backend* backend, size_t count_floats)
+      : backend_(backend),
+        data_(static_cast<float*>(backend->Alloc(count_floats * sizeof(float)))) {}
+  ~DeviceBuffer() { backend_->Free(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  float* get() const { return data_; }
+  bool ok() const { return data_ != nullptr; }
+
+ private:
+  Backend* backend_;
+  float* data_;
+};
+
+struct Engine::Sequence {
+  SeqId id = 0;
+  int capacity = 0;
+  std::vector<int> blocks;
+  int local_slot = -1;
+  int num_tokens = 0;
+  int replay_start = 0;
+  bool prefilled = false;
+  bool replay_done = false;
+  std::vector<float> h_e;  // host f32 [num_tokens - replay_start, d] while a replay is pending
+};
+
+struct Engine::Batch {
+  struct Segment {
+    Sequence* seq = nullptr;
+    int begin = 0;  // first position
+    int n = 0;      // positions
+    int row0 = 0;   // first row in the batch
+  };
+  std::vector<Segment> segments;
+  int rows = 0;
+  std::vector<int32_t> positions;  // per row
+
+  void Add(Sequence* seq, int begin, int n) {
+    segments.push_back({seq, begin, n, rows});
+    for (int i = 0; i < n; ++i) positions.push_back(begin + i);
+    rows += n;
+  }
+};
+
+struct Engine::DeviceWeights {
+  struct Layer {
+    const float *attn_norm = nullptr, *wq = nullptr, *local_k = nullptr, *local_v = nullptr,
+                *global_k = nullptr, *global_v = nullptr, *wo = nullptr, *ffn_norm = nullptr,
+                *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+  };
+  const float *embed = nullptr, *encoder_norm = nullptr, *final_norm = nullptr,
+              *lm_head = nullptr;
+  std::vector<Layer> layers;
+};
+
+}  // namespace ced

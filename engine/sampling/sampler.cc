@@ -1,0 +1,215 @@
+#include "engine/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace ced {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+struct Candidate {
+  float weight;  // unnormalized probability
+  int id;
+};
+
+// Total order: more probable first, ties to the lower id.
+bool MoreProbable(const Candidate& a, const Candidate& b) {
+  return a.weight > b.weight || (a.weight == b.weight && a.id < b.id);
+}
+
+// Lowest id among the largest logits; -1 when every logit is NaN.
+int Argmax(const float* logits, int n) {
+  int best = -1;
+  for (int i = 0; i < n; ++i) {
+    if (std::isnan(logits[i])) continue;
+    if (best < 0 || logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+double Mass(const Candidate* begin, const Candidate* end) {
+  double total = 0;
+  for (const Candidate* x = begin; x != end; ++x) total += x->weight;
+  return total;
+}
+
+uint32_t WeightBits(float w) {
+  uint32_t u;
+  std::memcpy(&u, &w, sizeof(u));
+  return u;  // monotonic in w for w >= 0
+}
+
+// The least probable member of the nucleus of `c` (any order): the smallest
+// most-probable prefix with mass >= threshold. Large lists are first
+// bucketed by the top 16 bits of the weight (about 1% wide) so that only the
+// bucket holding the cutoff is sorted: linear time.
+Candidate NucleusCutoff(std::vector<Candidate>* c, double threshold) {
+  double acc = 0;  // mass more probable than the candidates left in *c
+  if (c->size() > 4096) {
+    std::vector<double> mass(1 << 16, 0.0);
+    for (const Candidate& x : *c) mass[WeightBits(x.weight) >> 16] += x.weight;
+    uint32_t bucket = 0;
+    bool found = false;
+    for (uint32_t b = mass.size(); b-- > 0;) {
+      if (mass[b] == 0) continue;
+      if (acc + mass[b] >= threshold) {
+        bucket = b;
+        found = true;
+        break;
+      }
+      acc += mass[b];
+    }
+    // Rounding kept the mass just short: keep everything.
+    if (!found) return *std::max_element(c->begin(), c->end(), MoreProbable);
+    // Keep the cutoff bucket, in its current order (often already sorted:
+    // ties in id order).
+    c->erase(std::remove_if(
+                 c->begin(), c->end(),
+                 [bucket](const Candidate& x) { return (WeightBits(x.weight) >> 16) != bucket; }),
+             c->end());
+  }
+  if (!std::is_sorted(c->begin(), c->end(), MoreProbable)) {
+    std::sort(c->begin(), c->end(), MoreProbable);
+  }
+  for (const Candidate& x : *c) {
+    acc += x.weight;
+    if (acc >= threshold) return x;
+  }
+  return c->back();  // rounding kept the mass just short: keep everything
+}
+
+// Applies top-k, then top-p, to the weights `w`. Returns false when nothing is
+// filtered out; otherwise sets `cutoff`: the kept tokens are those at least as
+// probable as it in the MoreProbable order (a set independent of how it was
+// found).
+bool FindCutoff(const std::vector<float>& w, const SamplingParams& p, Candidate* cutoff) {
+  const int vocab_size = static_cast<int>(w.size());
+  const bool top_k = p.top_k > 0 && p.top_k < vocab_size;
+  const bool top_p = p.top_p < 1.0f;
+  if (!top_k && !top_p) return false;
+  double total = 0;
+  float floor = 0.0f;
+  if (!top_k) {
+    // The nucleus lies within {w >= floor}: the rest holds less than
+    // (1 - top_p) of the mass, so what is above the floor reaches top_p.
+    for (float x : w) total += x;
+    floor = static_cast<float>((1.0 - p.top_p) * total / vocab_size * (1.0 - 1e-6));
+  }
+  std::vector<Candidate> c;
+  for (int i = 0; i < vocab_size; ++i) {
+    if (w[i] > 0 && w[i] >= floor) c.push_back({w[i], i});
+  }
+  bool filtered = false;
+  if (top_k) {
+    if (static_cast<size_t>(p.top_k) < c.size()) {
+      std::nth_element(c.begin(), c.begin() + (p.top_k - 1), c.end(), MoreProbable);
+      c.resize(p.top_k);
+      *cutoff = c.back();
+      filtered = true;
+    }
+    total = Mass(c.data(), c.data() + c.size());
+  }
+  if (top_p) {
+    *cutoff = NucleusCutoff(&c, static_cast<double>(p.top_p) * total);
+    filtered = true;
+  }
+  return filtered;
+}
+
+}  // namespace
+
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature must be finite and >= 0, got ", p.temperature));
+  }
+  if (p.top_k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", p.top_k));
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
+  }
+  return absl::OkStatus();
+}
+
+double SamplingUniform(uint64_t seed, uint64_t step) {
+  const uint64_t z = SplitMix64(SplitMix64(seed) ^ SplitMix64(~step));
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+int SampleToken(const float* logits, int vocab_size, const SamplingParams& p, uint64_t step) {
+  if (vocab_size <= 0) return 0;
+  const int best = Argmax(logits, vocab_size);
+  if (best < 0) return 0;
+  const float max_logit = logits[best];
+  if (max_logit == -std::numeric_limits<float>::infinity()) return 0;
+  if (p.temperature == 0.0f || p.top_k == 1) return best;
+
+  // Unnormalized probabilities; 0 for NaN, -inf and underflow.
+  std::vector<float> w(vocab_size, 0.0f);
+  if (std::isinf(max_logit)) {  // +inf: only the +inf logits can be chosen
+    for (int i = 0; i < vocab_size; ++i) w[i] = logits[i] == max_logit ? 1.0f : 0.0f;
+  } else {
+    const float inv_t = 1.0f / p.temperature;
+    for (int i = 0; i < vocab_size; ++i) {
+      const float l = logits[i];
+      w[i] = std::isnan(l) ? 0.0f : std::exp((l - max_logit) * inv_t);
+    }
+  }
+
+  Candidate cutoff{0.0f, 0};
+  const bool filtered = FindCutoff(w, p, &cutoff);
+  auto kept = [&](int i) {
+    return w[i] > 0 && (!filtered || i == cutoff.id || MoreProbable({w[i], i}, cutoff));
+  };
+
+  // One uniform draw over the kept mass, walked in id order.
+  double total = 0;
+  for (int i = 0; i < vocab_size; ++i) {
+    if (kept(i)) total += w[i];
+  }
+  const double target = SamplingUniform(p.seed, step) * total;
+  double cum = 0;
+  int last = best;
+  for (int i = 0; i < vocab_size; ++i) {
+    if (!kept(i)) continue;
+    cum += w[i];
+    last = i;
+    if (cum > target) return i;
+  }
+  return last;  // target rounded up to the total
+}
+
+FinishReason CheckStop(const StopConditions& stop, int token, int num_generated) {
+  if (stop.eos_token_id >= 0 && token == stop.eos_token_id) return FinishReason::kStop;
+  if (std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), token) !=
+      stop.stop_token_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (num_generated >= stop.max_tokens) return FinishReason::kLength;
+  return FinishReason::kNone;
+}
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+  }
+  return "none";
+}
+
+}  // namespace ced

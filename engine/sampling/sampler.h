@@ -1,0 +1,56 @@
+// Token sampling and stop conditions (DESIGN.md §1.4).
+//
+// Sampling is a pure function of (logits, params, step): its randomness comes
+// from a counter-based hash of (seed, step), never from a global generator,
+// so a step samples the same token on whichever worker runs it (replay on the
+// prefill or the decode instance, a retried request). Every function here is
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ced {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // nucleus mass, in (0, 1]; 1 = off
+  uint64_t seed = 0;
+};
+
+// InvalidArgument naming the field: temperature negative or not finite,
+// top_k negative, top_p outside (0, 1].
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+// Samples one token id from `logits[0 .. vocab_size)` for generation step
+// `step` (0 for the first generated token). Greedy (temperature 0, or
+// top_k == 1) returns the argmax, ties to the lowest id. Otherwise: divide
+// by temperature, softmax, keep the top_k most probable (ties to lower ids),
+// then the smallest most-probable prefix with mass >= top_p, and pick one with
+// a single uniform draw from hash(seed, step). NaN logits are never chosen
+// (unless every logit is NaN or -inf: then id 0). `params` must be valid.
+int SampleToken(const float* logits, int vocab_size, const SamplingParams& params, uint64_t step);
+
+// The uniform draw in [0, 1) used for (seed, step); exposed for tests.
+double SamplingUniform(uint64_t seed, uint64_t step);
+
+struct StopConditions {
+  int max_tokens = 0;               // generated tokens allowed; >= 1
+  std::vector<int> stop_token_ids;  // any of these ends the sequence
+  int eos_token_id = -1;            // < 0: none
+};
+
+enum class FinishReason { kNone, kLength, kStop };
+
+// Whether generation ends with `token`, the `num_generated`-th generated token
+// (counting it). A stop or EOS token wins over the length limit; the stop
+// token itself is part of the output.
+FinishReason CheckStop(const StopConditions& stop, int token, int num_generated);
+
+// "none", "length", "stop".
+const char* FinishReasonName(FinishReason reason);
+
+}  // namespace ced

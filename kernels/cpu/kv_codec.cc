@@ -1,0 +1,263 @@
+#include "kernels/cpu/kv_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace ced::kernels {
+namespace {
+
+constexpr float kFp8Max = 448.0f;
+constexpr float kFp4Max = 6.0f;
+constexpr float kF32Max = std::numeric_limits<float>::max();
+constexpr uint16_t kBf16MaxBits = 0x7f7f;  // largest finite bf16, about 3.39e38
+// E2M1 magnitudes for codes 0..7; bit 3 is the sign.
+constexpr float kFp4Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+uint32_t FloatBits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+float BitsFloat(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+}  // namespace
+
+std::string_view KvFormatName(KvFormat f) {
+  switch (f) {
+    case KvFormat::kF32: return "f32";
+    case KvFormat::kBF16: return "bf16";
+    case KvFormat::kFP8E4M3: return "fp8_e4m3";
+    case KvFormat::kFP4E2M1: return "fp4_e2m1";
+  }
+  return "unknown";
+}
+
+bool ParseKvFormat(std::string_view name, KvFormat* out) {
+  for (int i = 0; i < kNumKvFormats; ++i) {
+    auto f = static_cast<KvFormat>(i);
+    if (KvFormatName(f) == name) {
+      *out = f;
+      return true;
+    }
+  }
+  return false;
+}
+
+size_t KvRowBytes(KvFormat f, size_t n) {
+  switch (f) {
+    case KvFormat::kF32: return 4 * n;
+    case KvFormat::kBF16: return 2 * n;
+    case KvFormat::kFP8E4M3: return n;
+    case KvFormat::kFP4E2M1: return n / 2 + (n + kFp4GroupSize - 1) / kFp4GroupSize;
+  }
+  return 0;
+}
+
+double KvBitsPerValue(KvFormat f) {
+  switch (f) {
+    case KvFormat::kF32: return 32;
+    case KvFormat::kBF16: return 16;
+    case KvFormat::kFP8E4M3: return 8;
+    case KvFormat::kFP4E2M1: return 4.5;
+  }
+  return 0;
+}
+
+uint16_t FloatToBf16(float x) {
+  uint32_t u = FloatBits(x);
+  if (std::isnan(x)) return 0x7fc0;
+  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
+
+float Fp16ToFloat(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<float>(mant), -24);
+  } else if (exp == 31) {
+    v = mant ? NAN : INFINITY;
+  } else {
+    v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  }
+  return sign ? -v : v;
+}
+
+uint16_t FloatToFp16(float x) {
+  uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  float a = std::fabs(x);
+  if (std::isnan(x)) return 0x7e00;
+  if (a >= 65520.0f) return sign | 0x7c00;
+  if (a < std::ldexp(1.0f, -14)) {  // subnormal: units of 2^-24
+    auto m = static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+    return sign | m;
+  }
+  int e;
+  float fr = std::frexp(a, &e);  // a = fr * 2^e, fr in [0.5, 1)
+  float m = std::nearbyint((fr * 2.0f - 1.0f) * 1024.0f);
+  int exp = e - 1 + 15;
+  if (m >= 1024.0f) {
+    m = 0;
+    ++exp;
+  }
+  if (exp >= 31) return sign | 0x7c00;
+  return sign | static_cast<uint16_t>(exp << 10) | static_cast<uint16_t>(m);
+}
+
+float Fp8E4M3ToFloat(uint8_t v) {
+  int sign = v >> 7, exp = (v >> 3) & 0xf, mant = v & 7;
+  float out;
+  if (exp == 0xf && mant == 7) {
+    out = 0.0f;  // NaN code; never produced by the encoder
+  } else if (exp == 0) {
+    out = std::ldexp(static_cast<float>(mant), -9);
+  } else {
+    out = std::ldexp(static_cast<float>(8 + mant), exp - 10);
+  }
+  return sign ? -out : out;
+}
+
+uint8_t FloatToFp8E4M3(float x) {
+  if (std::isnan(x)) return 0;
+  uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  float a = std::min(std::fabs(x), kFp8Max);
+  if (a < std::ldexp(1.0f, -6)) {  // subnormal: units of 2^-9
+    int m = static_cast<int>(std::nearbyint(a * 512.0f));
+    if (m == 8) return sign | (1 << 3);
+    return sign | static_cast<uint8_t>(m);
+  }
+  int e;
+  float fr = std::frexp(a, &e);  // a = fr * 2^e
+  int exp = e - 1 + 7;
+  int m = static_cast<int>(std::nearbyint((fr * 2.0f - 1.0f) * 8.0f));
+  if (m == 8) {
+    m = 0;
+    ++exp;
+  }
+  if (exp > 15 || (exp == 15 && m > 6)) {
+    exp = 15;
+    m = 6;  // 448
+  }
+  return sign | static_cast<uint8_t>(exp << 3) | static_cast<uint8_t>(m);
+}
+
+uint8_t FloatToFp4E2M1(float x) {
+  if (std::isnan(x)) return 0;
+  uint8_t sign = std::signbit(x) ? 8 : 0;
+  float a = std::fabs(x);
+  // Round to nearest representable magnitude (ties to the even code).
+  int best = 0;
+  float best_err = INFINITY;
+  for (int c = 0; c < 8; ++c) {
+    float err = std::fabs(a - kFp4Values[c]);
+    if (err < best_err || (err == best_err && (c & 1) == 0)) {
+      best = c;
+      best_err = err;
+    }
+  }
+  return sign | static_cast<uint8_t>(best);
+}
+
+float Fp4E2M1ToFloat(uint8_t code) {
+  float v = kFp4Values[code & 7];
+  return (code & 8) ? -v : v;
+}
+
+void EncodeRow(KvFormat f, const float* src, size_t n, uint8_t* dst) {
+  switch (f) {
+    case KvFormat::kF32:
+      for (size_t i = 0; i < n; ++i) {
+        float v = src[i];
+        if (std::isnan(v)) v = 0.0f;
+        v = std::clamp(v, -kF32Max, kF32Max);
+        std::memcpy(dst + 4 * i, &v, 4);
+      }
+      return;
+    case KvFormat::kBF16: {
+      // Clamp before rounding: values above the largest bf16 would round to inf.
+      const float bf16_max = Bf16ToFloat(kBf16MaxBits);
+      for (size_t i = 0; i < n; ++i) {
+        const float v = std::isnan(src[i]) ? 0.0f : std::clamp(src[i], -bf16_max, bf16_max);
+        const uint16_t h = FloatToBf16(v);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    }
+    case KvFormat::kFP8E4M3:
+      for (size_t i = 0; i < n; ++i) dst[i] = FloatToFp8E4M3(src[i]);
+      return;
+    case KvFormat::kFP4E2M1: {
+      uint8_t* scales = dst + n / 2;
+      for (size_t g = 0; g < n; g += kFp4GroupSize) {
+        size_t len = std::min<size_t>(kFp4GroupSize, n - g);
+        float amax = 0.0f;
+        for (size_t i = 0; i < len; ++i) {
+          float v = src[g + i];
+          if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+          else if (std::isinf(v)) amax = kFp8Max * kFp4Max;
+        }
+        uint8_t scale_code = FloatToFp8E4M3(amax / kFp4Max);
+        float scale = Fp8E4M3ToFloat(scale_code);
+        // If rounding shrank the scale (possibly to 0 for a group of tiny
+        // values), step it up so no value saturates.
+        if (amax > 0 && !(amax <= kFp4Max * scale) && scale_code < 0x7e) {
+          ++scale_code;
+          scale = Fp8E4M3ToFloat(scale_code);
+        }
+        scales[g / kFp4GroupSize] = scale_code;
+        float inv = scale > 0 ? 1.0f / scale : 0.0f;
+        for (size_t i = 0; i < len; i += 2) {
+          uint8_t lo = FloatToFp4E2M1(std::clamp(src[g + i] * inv, -kFp4Max, kFp4Max));
+          uint8_t hi = i + 1 < len
+                           ? FloatToFp4E2M1(std::clamp(src[g + i + 1] * inv, -kFp4Max, kFp4Max))
+                           : 0;
+          dst[(g + i) / 2] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+      return;
+    }
+  }
+}
+
+void DecodeRowSlice(KvFormat f, const uint8_t* src, size_t n, size_t begin, size_t count,
+                    float* dst) {
+  switch (f) {
+    case KvFormat::kF32:
+      std::memcpy(dst, src + 4 * begin, 4 * count);
+      return;
+    case KvFormat::kBF16:
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * (begin + i), 2);
+        dst[i] = Bf16ToFloat(h);
+      }
+      return;
+    case KvFormat::kFP8E4M3:
+      for (size_t i = 0; i < count; ++i) dst[i] = Fp8E4M3ToFloat(src[begin + i]);
+      return;
+    case KvFormat::kFP4E2M1: {
+      const uint8_t* scales = src + n / 2;
+      for (size_t i = 0; i < count; ++i) {
+        size_t idx = begin + i;
+        uint8_t byte = src[idx / 2];
+        uint8_t code = (idx & 1) ? (byte >> 4) : (byte & 0xf);
+        dst[i] = Fp4E2M1ToFloat(code) * Fp8E4M3ToFloat(scales[idx / kFp4GroupSize]);
+      }
+      return;
+    }
+  }
+}
+
+void DecodeRow(KvFormat f, const uint8_t* src, size_t n, float* dst) {
+  DecodeRowSlice(f, src, n, 0, n, dst);
+}
+
+}  // namespace ced::kernels

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything ced-serve needs to build, test and run on Debian 12.
+# Idempotent: packages already present are skipped without touching apt.
+# Run as root (or with sudo available). Set CED_WITH_PROMETHEUS=0 to skip the
+# Prometheus server (only the integration tests need it).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libopenblas-dev
+  libabsl-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libucx-dev ucx-utils
+  libcivetweb-dev
+  nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  iproute2 curl
+)
+if [[ "${CED_WITH_PROMETHEUS:-1}" == "1" ]]; then
+  PACKAGES+=(prometheus)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO="sudo"
+fi
+echo "[install] installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

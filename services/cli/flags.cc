@@ -1,0 +1,94 @@
+#include "services/cli/flags.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ced::cli {
+
+absl::StatusOr<Flags> Flags::Parse(const std::vector<FlagSpec>& specs,
+                                   const std::vector<std::string>& args) {
+  Flags f;
+  std::map<std::string, const FlagSpec*> by_name;
+  for (const FlagSpec& s : specs) {
+    by_name[s.name] = &s;
+    f.values_[s.name] = s.default_value;
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      f.help_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0 || a.size() == 2) {
+      f.positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
+    }
+    if (!has_value) {
+      if (it->second->is_bool) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+      }
+    }
+    f.values_[name] = value;
+    f.set_[name] = true;
+  }
+  return f;
+}
+
+std::string Flags::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? "" : it->second;
+}
+
+absl::StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
+  int64_t v;
+  if (!absl::SimpleAtoi(Get(name), &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --", name, ": '", Get(name), "' is not an integer"));
+  }
+  return v;
+}
+
+absl::StatusOr<double> Flags::GetDouble(const std::string& name) const {
+  double v;
+  if (!absl::SimpleAtod(Get(name), &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --", name, ": '", Get(name), "' is not a number"));
+  }
+  return v;
+}
+
+bool Flags::GetBool(const std::string& name) const {
+  const std::string v = Get(name);
+  return v == "true" || v == "1" || v == "yes";
+}
+
+std::string FormatHelp(const std::string& usage, const std::string& summary,
+                       const std::vector<FlagSpec>& specs) {
+  std::string out = absl::StrCat("Usage: ", usage, "\n\n", summary, "\n");
+  if (!specs.empty()) absl::StrAppend(&out, "\nFlags:\n");
+  for (const FlagSpec& s : specs) {
+    std::string head = absl::StrCat("  --", s.name);
+    if (!s.is_bool) absl::StrAppend(&head, "=", s.default_value.empty() ? "\"\"" : s.default_value);
+    if (head.size() < 28) head.resize(28, ' ');
+    else absl::StrAppend(&head, "\n", std::string(28, ' '));
+    absl::StrAppend(&out, head, s.help, "\n");
+  }
+  return out;
+}
+
+}  // namespace ced::cli

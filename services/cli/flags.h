@@ -1,0 +1,44 @@
+// A small `--name=value` / `--name value` parser for the ced subcommands.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ced::cli {
+
+struct FlagSpec {
+  std::string name;  // without dashes
+  std::string default_value;
+  std::string help;
+  bool is_bool = false;
+};
+
+class Flags {
+ public:
+  // Parses argv (after the subcommand words). Unknown flags and missing
+  // values are errors naming the flag. `--help` sets help().
+  static absl::StatusOr<Flags> Parse(const std::vector<FlagSpec>& specs,
+                                     const std::vector<std::string>& args);
+  bool help() const { return help_; }
+  const std::vector<std::string>& positional() const { return positional_; }
+  std::string Get(const std::string& name) const;
+  bool Has(const std::string& name) const { return set_.count(name) > 0; }
+  absl::StatusOr<int64_t> GetInt(const std::string& name) const;
+  absl::StatusOr<double> GetDouble(const std::string& name) const;
+  bool GetBool(const std::string& name) const;
+
+ private:
+  bool help_ = false;
+  std::map<std::string, std::string> values_;
+  std::map<std::string, bool> set_;
+  std::vector<std::string> positional_;
+};
+
+// "Usage: <usage>\n\n<summary>\n\nFlags:\n  --name (default) help..."
+std::string FormatHelp(const std::string& usage, const std::string& summary,
+                       const std::vector<FlagSpec>& specs);
+
+}  // namespace ced::cli

@@ -1,0 +1,59 @@
+// ced: one binary for models, generation and every service role.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "services/cli/commands.h"
+
+namespace ced::cli {
+
+int Fail(const std::string& words, const std::string& message, int code) {
+  std::fprintf(stderr, "ced %s: %s\n", words.c_str(), message.c_str());
+  return code;
+}
+
+namespace {
+
+void PrintUsage(const std::vector<Command>& commands, FILE* out) {
+  std::fprintf(out,
+               "ced — serving Causal Encoder-Decoder language models.\n\n"
+               "Usage: ced <command> [flags]   (ced <command> --help for its flags)\n\n"
+               "Commands:\n");
+  for (const Command& c : commands) {
+    std::fprintf(out, "  %-22s %s\n", c.words.c_str(), c.summary.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace ced::cli
+
+int main(int argc, char** argv) {
+  using namespace ced::cli;
+  std::vector<Command> commands;
+  AddModelCommands(&commands);
+  AddGenerateCommand(&commands);
+  AddServiceCommands(&commands);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    PrintUsage(commands, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  // Longest match of command words.
+  const Command* best = nullptr;
+  size_t best_len = 0;
+  for (const Command& c : commands) {
+    std::vector<std::string> words = absl::StrSplit(c.words, ' ');
+    if (words.size() > args.size() || words.size() <= best_len) continue;
+    if (std::equal(words.begin(), words.end(), args.begin())) {
+      best = &c;
+      best_len = words.size();
+    }
+  }
+  if (best == nullptr) {
+    std::fprintf(stderr, "ced: unknown command '%s'\n\n", args[0].c_str());
+    PrintUsage(commands, stderr);
+    return 2;
+  }
+  return best->run(std::vector<std::string>(args.begin() + best_len, args.end()));
+}

@@ -1,0 +1,120 @@
+#include "services/common/grpc_util.h"
+
+#include <csignal>
+#include <semaphore.h>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ced::services {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(
+    const ServerOptions& options) {
+  std::unique_ptr<RunningServer> rs(new RunningServer());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  for (grpc::Service* s : options.services) builder.RegisterService(s);
+  rs->server_ = builder.BuildAndStart();
+  if (rs->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on ", options.grpc_address));
+  }
+  const std::string host = options.grpc_address.substr(0, options.grpc_address.rfind(':'));
+  rs->grpc_address_ = absl::StrCat(host, ":", port);
+  rs->health_name_ = options.health_service_name;
+  rs->SetServing(true);
+  if (!options.metrics_address.empty()) {
+    if (options.registry == nullptr) {
+      return absl::InvalidArgumentError("metrics endpoint needs a registry");
+    }
+    metrics::MetricsHttpServer::Options mo;
+    mo.listen_address = options.metrics_address;
+    mo.registry = options.registry;
+    RunningServer* raw = rs.get();
+    mo.health_check = [raw] { return raw->serving(); };
+    auto m = metrics::MetricsHttpServer::Create(mo);
+    if (!m.ok()) return m.status();
+    rs->metrics_ = std::move(*m);
+    const std::string mhost = options.metrics_address.substr(0, options.metrics_address.rfind(':'));
+    rs->metrics_address_ = absl::StrCat(mhost.empty() ? "0.0.0.0" : mhost, ":", rs->metrics_->port());
+  }
+  return rs;
+}
+
+RunningServer::~RunningServer() { Shutdown(0); }
+
+void RunningServer::SetServing(bool serving) {
+  serving_ = serving;
+  if (server_ == nullptr) return;
+  auto* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(serving);
+  if (!health_name_.empty()) health->SetServingStatus(health_name_, serving);
+}
+
+bool RunningServer::serving() const { return serving_; }
+
+void RunningServer::Shutdown(int deadline_ms) {
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+    server_->Wait();
+    server_.reset();
+  }
+  metrics_.reset();
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Fail fast when a peer is gone instead of waiting for reconnection.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+namespace {
+sem_t g_signal_sem;
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) {
+  g_signal = sig;
+  sem_post(&g_signal_sem);  // async-signal-safe
+}
+}  // namespace
+
+void InstallShutdownSignals() {
+  sem_init(&g_signal_sem, 0, 0);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+}
+
+int WaitForShutdownSignal() {
+  while (sem_wait(&g_signal_sem) != 0) {
+  }
+  return g_signal.load();
+}
+
+bool ShutdownRequested() { return g_signal.load() != 0; }
+
+}  // namespace ced::services

@@ -1,0 +1,69 @@
+#include "services/kv_transport/payload.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "services/kv_transport/checksum.h"
+
+namespace ced::kv_transport {
+namespace {
+
+template <typename Span>
+uint64_t Total(const std::vector<Span>& spans) {
+  uint64_t total = 0;
+  for (const Span& s : spans) total += s.size;
+  return total;
+}
+
+template <typename Span>
+uint32_t Checksum(const std::vector<Span>& spans) {
+  uint32_t crc = 0;
+  for (const Span& s : spans) crc = Crc32c(crc, s.data, s.size);
+  return crc;
+}
+
+template <typename Span>
+bool HasNullData(const std::vector<Span>& spans) {
+  for (const Span& s : spans) {
+    if (s.data == nullptr && s.size != 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+uint64_t TotalBytes(const std::vector<MemSpan>& spans) { return Total(spans); }
+uint64_t TotalBytes(const std::vector<ConstSpan>& spans) { return Total(spans); }
+uint32_t ChecksumSpans(const std::vector<MemSpan>& spans) { return Checksum(spans); }
+uint32_t ChecksumSpans(const std::vector<ConstSpan>& spans) { return Checksum(spans); }
+
+absl::Status CheckSinkSpans(const std::vector<MemSpan>& spans, uint64_t payload_bytes) {
+  if (HasNullData(spans)) return absl::InternalError("kv sink returned a null span");
+  const uint64_t total = Total(spans);
+  if (total != payload_bytes) {
+    return absl::InternalError(absl::StrCat("kv sink returned spans of ", total,
+                                            " bytes for a payload of ", payload_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSendSpans(const std::vector<ConstSpan>& spans, uint64_t payload_bytes) {
+  if (HasNullData(spans)) return absl::InvalidArgumentError("kv send: null payload span");
+  const uint64_t total = Total(spans);
+  if (total != payload_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("kv send: payload spans hold ", total,
+                                                   " bytes, header field 'payload_bytes' says ",
+                                                   payload_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void ScatterToSpans(const uint8_t* src, uint64_t size, const std::vector<MemSpan>& spans) {
+  for (const MemSpan& s : spans) {
+    if (s.size == 0) continue;
+    std::memcpy(s.data, src, s.size);
+    src += s.size;
+  }
+}
+
+}  // namespace ced::kv_transport

@@ -1,0 +1,27 @@
+// Helpers shared by the transport implementations: span arithmetic, gather/scatter
+// and checksums over span lists. Thread-compatible pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "services/kv_transport/transport.h"
+
+namespace ced::kv_transport {
+
+uint64_t TotalBytes(const std::vector<MemSpan>& spans);
+uint64_t TotalBytes(const std::vector<ConstSpan>& spans);
+uint32_t ChecksumSpans(const std::vector<MemSpan>& spans);
+uint32_t ChecksumSpans(const std::vector<ConstSpan>& spans);
+
+// Checks that spans a sink returned can hold exactly `payload_bytes` (no null span
+// with a non-zero size). INTERNAL otherwise: the sink broke its contract.
+absl::Status CheckSinkSpans(const std::vector<MemSpan>& spans, uint64_t payload_bytes);
+// Checks that a sender's spans sum to `payload_bytes`. INVALID_ARGUMENT otherwise.
+absl::Status CheckSendSpans(const std::vector<ConstSpan>& spans, uint64_t payload_bytes);
+
+// Copies `size` contiguous bytes into `spans` (sum of sizes == size).
+void ScatterToSpans(const uint8_t* src, uint64_t size, const std::vector<MemSpan>& spans);
+
+}  // namespace ced::kv_transport

@@ -1,0 +1,91 @@
+// The KV data plane seam (DESIGN.md §2 "KV data plane"): a prefill worker streams
+// per-token K/V rows and a final tail to a decode worker. One subfolder per fabric
+// (ucx/, inproc/); CreateKvTransport is the only public entry.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "services/kv_transport/wire.h"
+
+namespace ced::kv_transport {
+
+// Destination memory for a payload (e.g. KV cache blocks). Not owned.
+struct MemSpan {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+};
+// Source memory of a payload. Not owned.
+struct ConstSpan {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// Implemented by the receiving (decode) worker. Calls into one sink are serialized
+// (never concurrent) and come from transport threads: keep them short and never call
+// back into the transport from them. The sink must outlive the transport it is
+// registered with.
+class KvSink {
+ public:
+  virtual ~KvSink() = default;
+  // Validates the (already wire-checked) header against the reservation named by
+  // request_id / transfer_token and returns where the payload must land: spans whose
+  // sizes sum to h.payload_bytes, valid until Complete is called. An error rejects
+  // the message: its payload is discarded, Complete is not called, and the sender's
+  // Send returns this status.
+  virtual absl::StatusOr<std::vector<MemSpan>> Accept(const KvMessageHeader& h) = 0;
+  // Called exactly once for every accepted message, after its payload has fully
+  // landed and its checksum matched (OK), or on failure: DATA_LOSS (checksum
+  // mismatch), UNAVAILABLE (connection lost mid-transfer), CANCELLED (transport
+  // shutting down), INTERNAL (Accept returned spans of the wrong total size).
+  // The sender's Send returns `status` as well when the connection still stands.
+  virtual void Complete(const KvMessageHeader& h, absl::Status status) = 0;
+};
+
+struct TransportOptions {
+  std::string kind = "ucx";  // "ucx" | "inproc"
+  // Send gives up with DEADLINE_EXCEEDED after this long without the receiver's verdict.
+  int64_t send_timeout_ms = 30000;
+  // Largest payload accepted, both when sending and when receiving.
+  uint64_t max_payload_bytes = uint64_t{1} << 32;
+  // UCX transports ("tcp", "shm,tcp", ...). Empty: UCX's own configuration, i.e. the
+  // UCX_TLS environment variable or UCX's default. The listener needs a
+  // sockaddr-capable transport (tcp) in the list.
+  std::string ucx_tls;
+  // Test only: Send puts a wrong payload checksum on the wire.
+  bool corrupt_payload_checksum_for_testing = false;
+};
+
+// Moves KV messages between workers. All methods are thread-safe. Destroying the
+// transport stops listening, fails Sends in flight (CANCELLED) and completes the
+// sink's accepted-but-unfinished messages with CANCELLED.
+class KvTransport {
+ public:
+  virtual ~KvTransport() = default;
+  // Starts receiving on `address` ("host:port"; port 0 picks a free port; for
+  // "inproc" any name, ":0" suffix picks a unique one) and delivers to `sink`.
+  // Returns the bound address. At most once per transport (FAILED_PRECONDITION).
+  virtual absl::StatusOr<std::string> Listen(const std::string& address, KvSink* sink) = 0;
+  // Sends `h` with the payload gathered from `payload` (whose sizes must sum to
+  // h.payload_bytes; h.payload_checksum is computed here, the caller's value is
+  // ignored) to the transport listening at `peer`. Blocks until the receiver's
+  // verdict arrives: OK once the payload landed and matched its checksum, the
+  // sink's Accept error if rejected, DATA_LOSS on a checksum mismatch, UNAVAILABLE
+  // when the peer is unreachable or the connection fails, DEADLINE_EXCEEDED after
+  // send_timeout_ms. The payload memory is no longer referenced once Send returns.
+  // Connections are cached per peer and re-established after a failure; many Sends
+  // may be in flight at once from different threads.
+  virtual absl::Status Send(const std::string& peer, const KvMessageHeader& h,
+                            const std::vector<ConstSpan>& payload) = 0;
+  // "ucx" or "inproc".
+  virtual std::string name() const = 0;
+};
+
+absl::StatusOr<std::unique_ptr<KvTransport>> CreateKvTransport(const TransportOptions& options);
+
+}  // namespace ced::kv_transport

@@ -1,0 +1,171 @@
+// UcxTransport: the receiving side (data messages, acknowledgements). Progress
+// thread only.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "services/kv_transport/payload.h"
+#include "services/kv_transport/ucx/ucx_ops.h"
+#include "services/kv_transport/ucx/ucx_transport.h"
+
+namespace ced::kv_transport::ucx {
+namespace {
+
+// An acknowledgement kept alive until UCX has sent it.
+struct AckMessage {
+  uint8_t header[kAckHeaderBytes];
+  std::string message;
+};
+
+}  // namespace
+
+ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param) {
+  // Anything that does not fit the envelope is dropped unanswered (returning OK
+  // releases UCX's data or rendezvous descriptor).
+  if (sink_ == nullptr || shutting_down_ || header_length != kEnvelopeBytes) return UCS_OK;
+  const auto* bytes = static_cast<const uint8_t*>(header);
+  const uint64_t send_id = GetU64(bytes + kKvHeaderBytes);
+  const ucp_ep_h reply_ep =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  absl::StatusOr<KvMessageHeader> h =
+      DecodeHeader(absl::MakeConstSpan(bytes, kKvHeaderBytes), options_.max_payload_bytes);
+  if (!h.ok()) {
+    SendAck(reply_ep, send_id, h.status());
+    return UCS_OK;
+  }
+  if (length != h->payload_bytes) {
+    SendAck(reply_ep, send_id,
+            absl::InvalidArgumentError(absl::StrCat("kv message carries ", length,
+                                                    " payload bytes, header field "
+                                                    "'payload_bytes' says ",
+                                                    h->payload_bytes)));
+    return UCS_OK;
+  }
+  absl::StatusOr<std::vector<MemSpan>> spans = sink_->Accept(*h);
+  if (!spans.ok()) {
+    SendAck(reply_ep, send_id, spans.status());
+    return UCS_OK;
+  }
+  auto op = std::make_unique<RecvOp>();
+  op->self = this;
+  op->header = *h;
+  op->send_id = send_id;
+  op->reply_ep = reply_ep;
+  op->spans = *std::move(spans);
+  RecvOp* raw = op.get();
+  recvs_[raw] = std::move(op);
+  if (const absl::Status fit = CheckSinkSpans(raw->spans, raw->header.payload_bytes); !fit.ok()) {
+    sink_->Complete(raw->header, fit);
+    SendAck(reply_ep, send_id, fit);
+    recvs_.erase(raw);
+    return UCS_OK;
+  }
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+    ScatterToSpans(static_cast<const uint8_t*>(data), length, raw->spans);
+    FinishRecv(raw, UCS_OK);
+    return UCS_OK;
+  }
+  // Rendezvous: land the payload directly in the sink's spans.
+  for (const MemSpan& s : raw->spans) {
+    if (s.size > 0) raw->iov.push_back({s.data, s.size});
+  }
+  ucp_request_param_t rp{};
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  rp.cb.recv_am = &RecvCb;
+  rp.user_data = raw;
+  void* buffer = raw->iov.empty() ? nullptr : raw->iov[0].buffer;
+  size_t count = raw->iov.empty() ? 0 : raw->iov[0].length;
+  rp.datatype = ucp_dt_make_contig(1);
+  if (raw->iov.size() > 1) {
+    rp.datatype = ucp_dt_make_iov();
+    buffer = raw->iov.data();
+    count = raw->iov.size();
+  }
+  ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker_, data, buffer, count, &rp);
+  if (request == nullptr) {
+    FinishRecv(raw, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    FinishRecv(raw, UCS_PTR_STATUS(request));
+  }
+  return UCS_INPROGRESS;  // UCX owns the descriptor once ucp_am_recv_data_nbx was called
+}
+
+void UcxTransport::FinishRecv(RecvOp* op, ucs_status_t ucx_status) {
+  auto it = recvs_.find(op);
+  if (it == recvs_.end() || it->second->abandoned) return;
+  std::unique_ptr<RecvOp> owned = std::move(it->second);
+  recvs_.erase(it);
+  absl::Status status;
+  if (ucx_status != UCS_OK) {
+    status = UcsError(shutting_down_ ? absl::StatusCode::kCancelled
+                                     : absl::StatusCode::kUnavailable,
+                      absl::StrCat("kv payload of request ", op->header.request_id), ucx_status);
+  } else if (ChecksumSpans(op->spans) != op->header.payload_checksum) {
+    status = absl::DataLossError(absl::StrCat("kv payload checksum mismatch for request ",
+                                              op->header.request_id, " tokens [",
+                                              op->header.token_begin, ", ",
+                                              op->header.token_end, ") layer ",
+                                              op->header.layer));
+  }
+  sink_->Complete(op->header, status);
+  SendAck(op->reply_ep, op->send_id, status);
+}
+
+void UcxTransport::SendAck(ucp_ep_h ep, uint64_t send_id, const absl::Status& status) {
+  if (ep == nullptr || shutting_down_ || !EpUsable(ep)) return;
+  auto* ack = new AckMessage;
+  ack->message = std::string(status.message().substr(0, kMaxAckMessageBytes));
+  EncodeAckHeader(send_id, status.code(), static_cast<uint32_t>(ack->message.size()),
+                  ack->header);
+  ucp_request_param_t params{};
+  params.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  params.cb.send = &AckSentCb;
+  params.user_data = ack;
+  params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  ucs_status_ptr_t request = ucp_am_send_nbx(ep, kAmAck, ack->header, kAckHeaderBytes,
+                                             ack->message.data(), ack->message.size(), &params);
+  if (!UCS_PTR_IS_PTR(request)) delete ack;  // done at once, or failed (the peer times out)
+}
+
+ucs_status_t UcxTransport::OnAck(const void* header, size_t header_length, const void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  if (header_length != kAckHeaderBytes || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    return UCS_OK;
+  }
+  const AckHeader ack = DecodeAckHeader(static_cast<const uint8_t*>(header));
+  auto it = sends_.find(ack.send_id);
+  if (it == sends_.end()) return UCS_OK;  // late: the Send gave up already
+  std::shared_ptr<SendOp> op = it->second;
+  // Only the connection the message went out on may answer it.
+  const ucp_ep_h from =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  if (op->ep == nullptr || from != op->ep->ep) return UCS_OK;
+  std::string message(static_cast<const char*>(data), std::min<size_t>(length, ack.message_bytes));
+  Settle(op.get(), absl::Status(ack.code, message));
+  return UCS_OK;
+}
+
+void UcxTransport::AckSentCb(void* request, ucs_status_t status, void* user_data) {
+  ucp_request_free(request);
+  delete static_cast<AckMessage*>(user_data);
+}
+
+void UcxTransport::RecvCb(void* request, ucs_status_t status, size_t length, void* user_data) {
+  auto* op = static_cast<RecvOp*>(user_data);
+  ucp_request_free(request);
+  op->self->FinishRecv(op, status);
+}
+
+ucs_status_t UcxTransport::DataCb(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param) {
+  return static_cast<UcxTransport*>(arg)->OnData(header, header_length, data, length, param);
+}
+
+ucs_status_t UcxTransport::AckCb(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  return static_cast<UcxTransport*>(arg)->OnAck(header, header_length, data, length, param);
+}
+
+}  // namespace ced::kv_transport::ucx

@@ -1,0 +1,122 @@
+// The router's placement policy: which prefill worker, which decode worker,
+// and where the decoder replay runs. Pure C++ over a WorkerTable, no gRPC, so
+// the cluster simulator runs the same code as the router service.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "services/router_policy/worker_table.h"
+
+namespace ced::router {
+
+// Where the decoder replay of the prompt's last R tokens runs.
+enum class ReplayOn { kPrefill, kDecode };
+
+// What a request (or the fleet configuration) asks for.
+enum class ReplayOnChoice { kUnspecified, kPrefill, kDecode, kAuto };
+
+struct RouteRequest {
+  int64_t prompt_tokens = 0;  // >= 1
+  int64_t max_tokens = 0;     // >= 1
+  // kUnspecified: the policy's configured default; anything else wins over it.
+  ReplayOnChoice replay_on = ReplayOnChoice::kUnspecified;
+};
+
+struct Decision {
+  std::string prefill_id;  // empty when local_prefill
+  std::string decode_id;
+  ReplayOn replay_on = ReplayOn::kPrefill;  // always kPrefill for decoder-only models
+  bool local_prefill = false;               // the decode worker runs the prefill itself
+  // Prefill tokens ahead of this request on the worker that will prefill it.
+  int64_t est_prefill_wait_tokens = 0;
+  // Global-pool blocks the decode worker needs: ceil((prompt + max) / block_size).
+  int64_t kv_blocks = 0;
+};
+
+// One method, like a load-balancing policy. Implementations are thread-safe.
+class RoutingPolicy {
+ public:
+  virtual ~RoutingPolicy() = default;
+  // Picks workers for one request and records the assignment so that the
+  // next call sees it. INVALID_ARGUMENT for bad sizes, UNAVAILABLE when no
+  // live worker can take the request, RESOURCE_EXHAUSTED when no decode
+  // worker has room.
+  virtual absl::StatusOr<Decision> Select(const RouteRequest& request) = 0;
+};
+
+// The ced-serve policy.
+//
+// Prefill worker: the live prefill worker with the least outstanding work,
+//   outstanding = queued + inflight prefill tokens (last report)
+//               + prompt tokens this policy assigned since that report.
+//   With count_inflight = false it is the reported queued tokens alone (the
+//   naive policy the simulator compares against: a burst between two reports
+//   all lands on one worker).
+// Decode worker: among live decode workers whose free blocks, less the blocks
+//   this policy reserved since their last report, cover
+//   need = ceil((prompt_tokens + max_tokens) / block_size), the highest
+//     score = (free - pending - need) / total_kv_blocks
+//           - batch_load_weight * (running + waiting + pending sequences)
+//                               / decode_batch_reference,
+//   i.e. the KV headroom left after admission minus the batch pressure.
+// Local prefill: a prompt of at most local_prefill_max_prompt_tokens skips the
+//   prefill pool when the least-loaded prefill worker's outstanding work
+//   exceeds local_prefill_threshold_tokens, or when no prefill worker is live.
+//   With no live prefill worker, longer prompts prefill locally only when
+//   local_prefill_fallback is set; otherwise UNAVAILABLE.
+// replay_on: the request's choice, else options.replay_on. kAuto replays on
+//   the prefill worker unless its outstanding work exceeds
+//   auto_prefill_busy_tokens while the decode worker has fewer than
+//   auto_decode_idle_sequences running + waiting (+ pending) sequences: then
+//   decode has the slack. Never on a prefill worker holding kEncoderOnly
+//   weights (decode instead), always decode for a local prefill, and reported
+//   as kPrefill for decoder-only models, where there is no replay.
+// Ties go to the smaller worker id.
+class CedRoutingPolicy final : public RoutingPolicy {
+ public:
+  struct Options {
+    bool count_inflight = true;
+    bool decoder_only = false;                         // E == L: replay_on is irrelevant
+    ReplayOnChoice replay_on = ReplayOnChoice::kAuto;  // kUnspecified means kAuto
+    int64_t auto_prefill_busy_tokens = 8192;
+    int64_t auto_decode_idle_sequences = 8;
+    int64_t local_prefill_max_prompt_tokens = 0;  // 0 disables short-prompt local prefill
+    int64_t local_prefill_threshold_tokens = 4096;
+    bool local_prefill_fallback = false;
+    double batch_load_weight = 0.5;
+    int64_t decode_batch_reference = 64;
+    // Current time; absl::Now when empty. The simulator and tests inject theirs.
+    std::function<absl::Time()> clock;
+  };
+
+  // `table` is not owned and must outlive the policy. INVALID_ARGUMENT for a
+  // null table or negative / zero thresholds where they make no sense.
+  static absl::StatusOr<std::unique_ptr<CedRoutingPolicy>> Create(WorkerTable* table,
+                                                                  const Options& options);
+
+  absl::StatusOr<Decision> Select(const RouteRequest& request) override;
+
+ private:
+  CedRoutingPolicy(WorkerTable* table, const Options& options);
+
+  int64_t Outstanding(const WorkerState& worker) const;
+  absl::StatusOr<Decision> Decide(const RouteRequest& request, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(select_mu_);
+
+  WorkerTable* const table_;
+  const Options options_;
+  // Serializes Select so that the snapshot, the decision and the recorded
+  // pending work form one step.
+  absl::Mutex select_mu_;
+};
+
+const char* ReplayOnName(ReplayOn replay_on);  // "prefill" / "decode"
+
+}  // namespace ced::router

@@ -1,0 +1,246 @@
+// UCX transport over loopback: two transports (listener + sender) in one process,
+// once with UCX_TLS=tcp and once with shm,tcp.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/kv_transport/transport.h"
+#include "tests/kv_transport/test_sink.h"
+
+namespace ced::kv_transport {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using testing::MakeHeader;
+using testing::RandomBytes;
+using testing::SplitInto;
+using testing::TestSink;
+
+constexpr int kTimeoutMs = 5000;
+
+std::unique_ptr<KvTransport> MakeUcx(const std::string& tls, bool corrupt = false,
+                                     int timeout_ms = kTimeoutMs) {
+  TransportOptions options;
+  options.kind = "ucx";
+  options.ucx_tls = tls;
+  options.send_timeout_ms = timeout_ms;
+  options.max_payload_bytes = 64 << 20;
+  options.corrupt_payload_checksum_for_testing = corrupt;
+  absl::StatusOr<std::unique_ptr<KvTransport>> t = CreateKvTransport(options);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : nullptr;
+}
+
+class UcxTransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    receiver_ = MakeUcx(GetParam());
+    sender_ = MakeUcx(GetParam());
+    ASSERT_NE(receiver_, nullptr);
+    ASSERT_NE(sender_, nullptr);
+    absl::StatusOr<std::string> address = receiver_->Listen("127.0.0.1:0", &sink_);
+    ASSERT_TRUE(address.ok()) << address.status();
+    address_ = *address;
+  }
+
+  TestSink sink_;
+  std::unique_ptr<KvTransport> receiver_, sender_;
+  std::string address_;
+};
+
+TEST_P(UcxTransportTest, SmallAndLargePayloadsLandByteExact) {
+  EXPECT_EQ(sender_->name(), "ucx");
+  EXPECT_THAT(address_, HasSubstr("127.0.0.1:"));
+  struct Case {
+    size_t bytes;
+    std::vector<size_t> sink_spans;
+    std::vector<size_t> send_spans;
+  };
+  const size_t mib = 1 << 20;
+  const Case cases[] = {
+      {4096, {1000, 96, 3000}, {17, 2000}},                                // eager, IOV both sides
+      {4096, {4096}, {}},                                                  // eager, contiguous
+      {8 * mib, {3 * mib + 5, 1, mib, 4 * mib - 6}, {mib, 5 * mib + 3}},  // rendezvous, IOV
+      {8 * mib, {8 * mib}, {}},                                            // rendezvous, contiguous
+      {0, {}, {}},                                                         // header only
+  };
+  uint32_t seed = 10;
+  uint64_t token = 500;
+  for (const Case& c : cases) {
+    const std::vector<uint8_t> data = RandomBytes(c.bytes, ++seed);
+    sink_.Reserve(42, ++token, c.sink_spans);
+    const absl::Status s =
+        sender_->Send(address_, MakeHeader(42, token, c.bytes), SplitInto(data, c.send_spans));
+    ASSERT_TRUE(s.ok()) << s << " bytes=" << c.bytes;
+    EXPECT_TRUE(sink_.landed() == data) << "bytes=" << c.bytes;
+    EXPECT_EQ(sink_.guard(), 0xEE);
+  }
+  const auto done = sink_.completions();
+  ASSERT_EQ(done.size(), std::size(cases));
+  for (const auto& d : done) EXPECT_TRUE(d.status.ok()) << d.status;
+  EXPECT_EQ(done[2].header.payload_bytes, 8 * mib);
+  EXPECT_EQ(done[2].header.layer, 3);
+}
+
+TEST_P(UcxTransportTest, RejectionIsReportedToSender) {
+  for (size_t bytes : {size_t{512}, size_t{4} << 20}) {
+    const std::vector<uint8_t> data = RandomBytes(bytes, 3);
+    sink_.Reserve(42, 77, {bytes});
+    const absl::Status s = sender_->Send(address_, MakeHeader(42, 78, bytes), SplitInto(data, {}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("transfer token mismatch"));
+    EXPECT_EQ(sink_.landed(), std::vector<uint8_t>(bytes, 0xEE));
+  }
+  EXPECT_EQ(sink_.accepts(), 2);
+  EXPECT_TRUE(sink_.completions().empty());
+  // The connection still works after rejections.
+  const std::vector<uint8_t> data = RandomBytes(100, 4);
+  sink_.Reserve(42, 77, {100});
+  EXPECT_TRUE(sender_->Send(address_, MakeHeader(42, 77, 100), SplitInto(data, {})).ok());
+}
+
+TEST_P(UcxTransportTest, ChecksumMismatchIsDetected) {
+  std::unique_ptr<KvTransport> corrupting = MakeUcx(GetParam(), /*corrupt=*/true);
+  ASSERT_NE(corrupting, nullptr);
+  for (size_t bytes : {size_t{1000}, size_t{8} << 20}) {
+    const std::vector<uint8_t> data = RandomBytes(bytes, 5);
+    sink_.Reserve(42, 77, {bytes / 2, bytes - bytes / 2});
+    const absl::Status s =
+        corrupting->Send(address_, MakeHeader(42, 77, bytes), SplitInto(data, {}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  }
+  const auto done = sink_.completions();
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& d : done) EXPECT_EQ(d.status.code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_P(UcxTransportTest, ConcurrentSendsFromManyThreads) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 6;
+  constexpr size_t kChunk = 96 << 10;  // a mix: eager and rendezvous depending on the fabric
+  constexpr size_t kMessages = kThreads * kPerThread;
+  const std::vector<uint8_t> data = RandomBytes(kMessages * kChunk, 6);
+  // One reservation, one message per chunk: each lands in its own slice.
+  class SlicedSink final : public KvSink {
+   public:
+    explicit SlicedSink(size_t bytes) : buffer_(bytes, 0) {}
+    absl::StatusOr<std::vector<MemSpan>> Accept(const KvMessageHeader& h) override {
+      const size_t offset = static_cast<size_t>(h.token_begin) * kChunk;
+      if (offset + h.payload_bytes > buffer_.size()) return absl::OutOfRangeError("slice");
+      return std::vector<MemSpan>{{buffer_.data() + offset, h.payload_bytes / 2},
+                                  {buffer_.data() + offset + h.payload_bytes / 2,
+                                   h.payload_bytes - h.payload_bytes / 2}};
+    }
+    void Complete(const KvMessageHeader& h, absl::Status status) override {
+      absl::MutexLock lock(&mu_);
+      if (status.ok()) ++ok_;
+    }
+    int ok() {
+      absl::MutexLock lock(&mu_);
+      return ok_;
+    }
+    std::vector<uint8_t> buffer_;
+
+   private:
+    absl::Mutex mu_;
+    int ok_ = 0;
+  } sink(data.size());
+  std::unique_ptr<KvTransport> receiver = MakeUcx(GetParam());
+  ASSERT_NE(receiver, nullptr);
+  absl::StatusOr<std::string> address = receiver->Listen("127.0.0.1:0", &sink);
+  ASSERT_TRUE(address.ok());
+  std::vector<absl::Status> results(kMessages);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const uint32_t slot = static_cast<uint32_t>(t * kPerThread + i);
+        KvMessageHeader h = MakeHeader(1, 1, kChunk);
+        h.token_begin = slot;
+        h.token_end = slot + 1;
+        results[slot] = sender_->Send(*address, h, {{data.data() + slot * kChunk, kChunk}});
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t i = 0; i < kMessages; ++i) EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
+  EXPECT_EQ(sink.ok(), static_cast<int>(kMessages));
+  receiver.reset();  // no more writers to sink.buffer_
+  EXPECT_TRUE(sink.buffer_ == data);
+}
+
+TEST_P(UcxTransportTest, VanishedPeerGivesErrorAndReconnectWorks) {
+  const std::vector<uint8_t> data = RandomBytes(2048, 7);
+  sink_.Reserve(42, 77, {2048});
+  ASSERT_TRUE(sender_->Send(address_, MakeHeader(42, 77, 2048), SplitInto(data, {})).ok());
+  receiver_.reset();
+  // The cached connection is dead: an error, not a hang (bounded by kTimeoutMs).
+  absl::Status s = sender_->Send(address_, MakeHeader(42, 77, 2048), SplitInto(data, {}));
+  EXPECT_THAT(s.code(), AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded))
+      << s;
+  // Nobody listens there any more.
+  s = sender_->Send(address_, MakeHeader(42, 77, 2048), SplitInto(data, {}));
+  EXPECT_THAT(s.code(), AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded))
+      << s;
+  // A new receiver: the sender connects afresh.
+  TestSink sink;
+  std::unique_ptr<KvTransport> receiver = MakeUcx(GetParam());
+  ASSERT_NE(receiver, nullptr);
+  absl::StatusOr<std::string> address = receiver->Listen("127.0.0.1:0", &sink);
+  ASSERT_TRUE(address.ok());
+  sink.Reserve(42, 77, {2048});
+  s = sender_->Send(*address, MakeHeader(42, 77, 2048), SplitInto(data, {}));
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(sink.landed(), data);
+}
+
+// A peer that accepts TCP connections but never speaks UCX: Send times out.
+TEST_P(UcxTransportTest, SilentPeerTimesOut) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string silent = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+
+  std::unique_ptr<KvTransport> impatient = MakeUcx(GetParam(), false, /*timeout_ms=*/300);
+  ASSERT_NE(impatient, nullptr);
+  const std::vector<uint8_t> data = RandomBytes(1 << 20, 8);
+  const absl::Status s = impatient->Send(silent, MakeHeader(42, 77, data.size()), SplitInto(data, {}));
+  EXPECT_THAT(s.code(), AnyOf(absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable))
+      << s;
+  close(fd);
+  // The same transport still reaches a real peer.
+  sink_.Reserve(42, 77, {data.size()});
+  EXPECT_TRUE(impatient->Send(address_, MakeHeader(42, 77, data.size()), SplitInto(data, {})).ok());
+}
+
+TEST_P(UcxTransportTest, InvalidInputs) {
+  EXPECT_EQ(receiver_->Listen("127.0.0.1:0", &sink_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sender_->Send("no-port", MakeHeader(1, 1, 0), {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<uint8_t> data = RandomBytes(10, 9);
+  EXPECT_EQ(sender_->Send(address_, MakeHeader(1, 1, 11), SplitInto(data, {})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sink_.accepts(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, UcxTransportTest, ::testing::Values("tcp", "shm,tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "tcp" ? std::string("Tcp") : std::string("ShmTcp");
+                         });
+
+}  // namespace
+}  // namespace ced::kv_transport
