@@ -19,6 +19,13 @@ PACKAGES=(
 if [[ "${CED_WITH_PROMETHEUS:-1}" == "1" ]]; then
   PACKAGES+=(prometheus)
 fi
+# Deploy checks (tests/deploy): compose validation, the consistency test, and
+# node/npm for the Kubernetes schema validator. kubectl is not taken from apt
+# (Debian 12's is too old for the kustomize overlays): its test skips without it.
+PACKAGES+=(docker-compose python3)
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

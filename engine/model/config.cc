@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "engine/model/json_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace ced {
@@ -22,10 +23,11 @@ using Json = nlohmann::ordered_json;
 constexpr int kMaxLayers = 1024;
 constexpr int kMaxHeads = 1024;
 constexpr int kMaxHeadDim = 1024;
-constexpr int kMaxWidth = 1 << 20;         // vocab, hidden, intermediate
-constexpr int kMaxPosition = 1 << 24;      // max_position, windows
-constexpr int kMinVocab = 258;             // 256 bytes + BOS + EOS
+constexpr int kMaxWidth = 1 << 20;     // vocab, hidden, intermediate
+constexpr int kMaxPosition = 1 << 24;  // max_position, windows
+constexpr int kMinVocab = 258;         // 256 bytes + BOS + EOS
 constexpr int64_t kMaxConfigFileBytes = 16 << 20;
+constexpr int kMaxJsonDepth = 16;  // a valid config nests 2 deep
 
 // absl::string_view is not std::string_view in every absl build.
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -140,9 +142,9 @@ absl::Status ParseObject(const Json& obj, ModelConfig* c) {
     }
     const std::string& name = kv->get_ref<const std::string&>();
     if (!kernels::ParseKvFormat(name, &c->kv_cache_dtype)) {
-      return KeyError("kv_cache_dtype",
-                      absl::StrCat("unknown format '", name,
-                                   "' (expected f32, bf16, fp8_e4m3 or fp4_e2m1)"));
+      return KeyError(
+          "kv_cache_dtype",
+          absl::StrCat("unknown format '", name, "' (expected f32, bf16, fp8_e4m3 or fp4_e2m1)"));
     }
   }
   return absl::OkStatus();
@@ -180,8 +182,8 @@ absl::Status ValidateConfig(const ModelConfig& c) {
   RETURN_IF_ERROR(CheckRange("intermediate_size", c.intermediate_size, 1, kMaxWidth));
   RETURN_IF_ERROR(CheckRange("max_position", c.max_position, 1, kMaxPosition));
   if (c.num_heads % c.num_kv_heads != 0) {
-    return KeyError("num_kv_heads", absl::StrCat(c.num_kv_heads, " does not divide num_heads (",
-                                                 c.num_heads, ")"));
+    return KeyError("num_kv_heads",
+                    absl::StrCat(c.num_kv_heads, " does not divide num_heads (", c.num_heads, ")"));
   }
   if (c.head_dim % 2 != 0) {
     return KeyError("head_dim", absl::StrCat(c.head_dim, " is odd (rotary embedding needs pairs)"));
@@ -190,9 +192,9 @@ absl::Status ValidateConfig(const ModelConfig& c) {
   RETURN_IF_ERROR(CheckRange("sliding_window", c.sliding_window, 0, c.max_position));
   const int min_replay = std::max(c.sliding_window, 1);
   if (c.replay_window < min_replay) {
-    return KeyError("replay_window",
-                    absl::StrCat(c.replay_window, " is less than max(sliding_window, 1) = ",
-                                 min_replay));
+    return KeyError(
+        "replay_window",
+        absl::StrCat(c.replay_window, " is less than max(sliding_window, 1) = ", min_replay));
   }
   RETURN_IF_ERROR(CheckRange("replay_window", c.replay_window, min_replay, c.max_position));
   if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0) {
@@ -208,17 +210,16 @@ absl::Status ValidateConfig(const ModelConfig& c) {
   }
   const auto& src = c.global_kv_source;
   if (static_cast<int>(src.size()) != c.num_layers) {
-    return KeyError("global_kv_source", absl::StrCat("has ", src.size(),
-                                                     " entries, expected num_layers = ",
-                                                     c.num_layers));
+    return KeyError(
+        "global_kv_source",
+        absl::StrCat("has ", src.size(), " entries, expected num_layers = ", c.num_layers));
   }
   const int e = c.num_encoder_layers;
   for (int l = 0; l < c.num_layers; ++l) {
     const int s = src[l];
     if (s < 0 || s > l) {
-      return KeyError("global_kv_source",
-                      absl::StrCat("layer ", l, " reads layer ", s, "; a source must be in [0, ",
-                                   l, "]"));
+      return KeyError("global_kv_source", absl::StrCat("layer ", l, " reads layer ", s,
+                                                       "; a source must be in [0, ", l, "]"));
     }
     if ((s < e) != (l < e)) {
       return KeyError("global_kv_source",
@@ -226,14 +227,17 @@ absl::Status ValidateConfig(const ModelConfig& c) {
                                    ", which is in the other half (num_encoder_layers = ", e, ")"));
     }
     if (src[s] != s) {
-      return KeyError("global_kv_source",
-                      absl::StrCat("layer ", l, " reads layer ", s, ", which is not its own source"));
+      return KeyError("global_kv_source", absl::StrCat("layer ", l, " reads layer ", s,
+                                                       ", which is not its own source"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<ModelConfig> ParseConfigJson(std::string_view json, std::string_view filename) {
+  if (!model_internal::JsonDepthWithin(json, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(absl::StrCat(Sv(filename), ": JSON nests too deeply"));
+  }
   Json obj;
   try {
     obj = Json::parse(json.begin(), json.end());

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -190,8 +191,8 @@ std::vector<uint8_t> Encode(const std::vector<float>& v, StDtype dtype) {
     case StDtype::kBF16:
     case StDtype::kF16:
       for (size_t i = 0; i < v.size(); ++i) {
-        const uint16_t h = dtype == StDtype::kBF16 ? kernels::FloatToBf16(v[i])
-                                                   : kernels::FloatToFp16(v[i]);
+        const uint16_t h =
+            dtype == StDtype::kBF16 ? kernels::FloatToBf16(v[i]) : kernels::FloatToFp16(v[i]);
         std::memcpy(out.data() + 2 * i, &h, 2);
       }
       break;
@@ -200,7 +201,8 @@ std::vector<uint8_t> Encode(const std::vector<float>& v, StDtype dtype) {
 }
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter++);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
@@ -220,8 +222,8 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
 absl::StatusOr<ModelConfig> PresetConfig(std::string_view name) {
   const Preset* p = FindPreset(name);
   if (p == nullptr) {
-    return absl::NotFoundError(absl::StrCat("unknown preset '", std::string(name), "' (known: ",
-                                            absl::StrJoin(PresetNames(), ", "), ")"));
+    return absl::NotFoundError(absl::StrCat("unknown preset '", std::string(name),
+                                            "' (known: ", absl::StrJoin(PresetNames(), ", "), ")"));
   }
   return p->make();
 }
@@ -248,7 +250,7 @@ absl::Status MakeModel(const MakeModelOptions& options) {
     shape_only |= PresetIsShapeOnly(options.preset);
   }
   StDtype dtype;
-  if (options.dtype == "f32") {
+  if (options.dtype == "f32" || options.dtype.empty()) {
     dtype = StDtype::kF32;
   } else if (options.dtype == "bf16") {
     dtype = StDtype::kBF16;

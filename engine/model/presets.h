@@ -36,9 +36,9 @@ struct MakeModelOptions {
   std::string preset;                 // one of PresetNames(), unless `config` is set
   std::optional<ModelConfig> config;  // custom shape; used instead of `preset`
   uint64_t seed = 0;
-  std::string out_dir;                // created when missing
-  std::string dtype = "f32";          // stored weight type: "f32", "bf16" or "f16"
-  bool shape_only = false;            // write only config.json
+  std::string out_dir;        // created when missing
+  std::string dtype = "f32";  // stored weight type: "f32" (or empty), "bf16", "f16"
+  bool shape_only = false;    // write only config.json
 };
 
 // Writes `out_dir/config.json` and, unless shape-only (by option or by

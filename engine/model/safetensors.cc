@@ -12,11 +12,13 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "engine/model/json_limits.h"
 #include "kernels/cpu/kv_codec.h"
 #include "nlohmann/json.hpp"
 
@@ -39,9 +41,9 @@ absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.
 
 size_t AnyDtypeSize(std::string_view name) {
   static constexpr std::pair<std::string_view, size_t> kSizes[] = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"U64", 8},
-      {"I32", 4}, {"U32", 4}, {"I16", 2}, {"U16", 2}, {"I8", 1},  {"U8", 1},
-      {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+      {"U64", 8}, {"I32", 4}, {"U32", 4},  {"I16", 2},     {"U16", 2},
+      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   for (const auto& [n, s] : kSizes) {
     if (n == name) return s;
   }
@@ -56,30 +58,6 @@ std::string Quote(std::string_view name) {
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
-// Rejects nesting deeper than kMaxJsonDepth before the DOM parser sees it.
-bool DepthWithin(std::string_view text, int limit) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char ch : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (ch == '\\') {
-        escaped = true;
-      } else if (ch == '"') {
-        in_string = false;
-      }
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > limit) return false;
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  return true;
 }
 
 // A non-negative JSON integer, or nullopt.
@@ -102,9 +80,12 @@ const std::array<float, 65536>& Fp16Table() {
 
 std::string_view StDtypeName(StDtype dtype) {
   switch (dtype) {
-    case StDtype::kF32: return "F32";
-    case StDtype::kBF16: return "BF16";
-    case StDtype::kF16: return "F16";
+    case StDtype::kF32:
+      return "F32";
+    case StDtype::kBF16:
+      return "BF16";
+    case StDtype::kF16:
+      return "F16";
   }
   return "?";
 }
@@ -152,7 +133,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBytes(std::string bytes,
-                                                                             std::string label) {
+                                                                            std::string label) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = std::move(label);
   file->owned_ = std::move(bytes);
@@ -176,8 +157,8 @@ absl::Status SafetensorsFile::Parse() {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | base_[i];
   if (n > size_ - 8) {
-    return error(absl::StrCat("header length ", n, " runs past the end of the file (", size_,
-                              " bytes)"));
+    return error(
+        absl::StrCat("header length ", n, " runs past the end of the file (", size_, " bytes)"));
   }
   if (n > kMaxHeaderBytes) {
     return error(absl::StrCat("header length ", n, " exceeds the limit of ", kMaxHeaderBytes));
@@ -185,16 +166,30 @@ absl::Status SafetensorsFile::Parse() {
   data_offset_ = 8 + n;
   const uint64_t data_size = size_ - data_offset_;
   std::string_view text(reinterpret_cast<const char*>(base_ + 8), n);
-  if (!DepthWithin(text, kMaxJsonDepth)) return error("header JSON nests too deeply");
+  if (!model_internal::JsonDepthWithin(text, kMaxJsonDepth))
+    return error("header JSON nests too deeply");
   Json header;
+  std::set<std::string> top_keys;
+  std::string duplicate;
+  // JSON objects silently keep the last of two equal keys; a header that
+  // names a tensor twice is ambiguous, so refuse it.
+  auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key && duplicate.empty() &&
+        !top_keys.insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    header = Json::parse(text.begin(), text.end());
+    header = Json::parse(text.begin(), text.end(), on_event);
   } catch (const Json::parse_error& e) {
     return error(absl::StrCat("invalid header JSON at byte ", e.byte, ": ", e.what()));
   } catch (const std::exception& e) {
     return error(absl::StrCat("invalid header JSON: ", e.what()));
   }
   if (!header.is_object()) return error("header is not a JSON object");
+  if (!duplicate.empty())
+    return error(absl::StrCat("tensor ", Quote(duplicate), " is listed twice"));
 
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
@@ -208,7 +203,8 @@ absl::Status SafetensorsFile::Parse() {
       continue;
     }
     auto tensor_error = [&](std::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor ", Quote(name), ": ", Sv(what)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": tensor ", Quote(name), ": ", Sv(what)));
     };
     if (!value.is_object()) return tensor_error("entry is not a JSON object");
     SafetensorsEntry entry;
@@ -224,7 +220,8 @@ absl::Status SafetensorsFile::Parse() {
     auto shape = value.find("shape");
     if (shape == value.end() || !shape->is_array()) return tensor_error("missing list 'shape'");
     if (shape->size() > kMaxRank) {
-      return tensor_error(absl::StrCat("shape has rank ", shape->size(), " (limit ", kMaxRank, ")"));
+      return tensor_error(
+          absl::StrCat("shape has rank ", shape->size(), " (limit ", kMaxRank, ")"));
     }
     uint64_t count = 1;
     bool overflow = false, has_zero = false;
@@ -251,8 +248,8 @@ absl::Status SafetensorsFile::Parse() {
     entry.begin = *AsUint((*offsets)[0]);
     entry.end = *AsUint((*offsets)[1]);
     if (entry.end < entry.begin) {
-      return tensor_error(absl::StrCat("data_offsets end ", entry.end, " is before begin ",
-                                       entry.begin));
+      return tensor_error(
+          absl::StrCat("data_offsets end ", entry.end, " is before begin ", entry.begin));
     }
     if (entry.end > data_size) {
       return tensor_error(absl::StrCat("data_offsets [", entry.begin, ", ", entry.end,
@@ -302,7 +299,8 @@ absl::Status SafetensorsFile::ReadF32(std::string_view name, float* dst, int64_t
     return absl::NotFoundError(absl::StrCat(path_, ": tensor ", Quote(name), ": not in the file"));
   }
   auto tensor_error = [&](std::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor ", Quote(name), ": ", Sv(what)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": tensor ", Quote(name), ": ", Sv(what)));
   };
   if (!e->type) {
     return tensor_error(absl::StrCat("unsupported dtype '", absl::CHexEscape(e->dtype),
@@ -311,6 +309,7 @@ absl::Status SafetensorsFile::ReadF32(std::string_view name, float* dst, int64_t
   if (count != e->num_elements) {
     return tensor_error(absl::StrCat("has ", e->num_elements, " elements, caller expects ", count));
   }
+  if (count == 0) return absl::OkStatus();
   const uint8_t* src = base_ + data_offset_ + e->begin;
   switch (*e->type) {
     case StDtype::kF32:
@@ -371,13 +370,12 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter++);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
+    return absl::InvalidArgumentError(absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
   }
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
-  bool ok = std::fwrite(len, 1, 8, f) == 8 &&
-            std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  bool ok =
+      std::fwrite(len, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   for (const TensorToWrite& t : tensors) {
     if (!ok) break;
     ok = t.bytes.empty() || std::fwrite(t.bytes.data(), 1, t.bytes.size(), f) == t.bytes.size();

@@ -35,17 +35,19 @@ bool ParseStDtype(std::string_view name, StDtype* out);
 // One tensor as the header describes it (already validated).
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype;             // as written in the header, e.g. "F32", "I64"
-  std::optional<StDtype> type;   // set when dtype is one we can read
-  std::vector<int64_t> shape;    // empty for a scalar
-  int64_t num_elements = 0;      // product of shape
-  uint64_t begin = 0;            // byte range in the data section
+  std::string dtype;            // as written in the header, e.g. "F32", "I64"
+  std::optional<StDtype> type;  // set when dtype is one we can read
+  std::vector<int64_t> shape;   // empty for a scalar
+  int64_t num_elements = 0;     // product of shape
+  uint64_t begin = 0;           // byte range in the data section
   uint64_t end = 0;
 };
 
 // An open safetensors file (read-only memory map) or an in-memory copy.
 // Immutable after creation; all methods are const and thread-safe. Pointers
-// and spans it returns stay valid for its lifetime.
+// and spans it returns stay valid for its lifetime. The file must not be
+// truncated or rewritten in place while open (replacing it by rename, as
+// WriteSafetensors does, is safe).
 class SafetensorsFile {
  public:
   // Memory-maps `path` and validates its header.
@@ -83,9 +85,9 @@ class SafetensorsFile {
   std::string path_;
   const uint8_t* base_ = nullptr;  // whole file
   uint64_t size_ = 0;
-  uint64_t data_offset_ = 0;       // 8 + N
-  void* map_ = nullptr;            // non-null when memory-mapped
-  std::string owned_;              // backing store for FromBytes
+  uint64_t data_offset_ = 0;  // 8 + N
+  void* map_ = nullptr;       // non-null when memory-mapped
+  std::string owned_;         // backing store for FromBytes
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, size_t, std::less<>> index_;
   std::map<std::string, std::string> metadata_;

@@ -104,9 +104,12 @@ class LoadedWeights final : public ModelWeights {
 
 const char* WeightSetName(WeightSet set) {
   switch (set) {
-    case WeightSet::kFull: return "full";
-    case WeightSet::kEncoderOnly: return "encoder-only";
-    case WeightSet::kEncoderReplay: return "encoder+replay";
+    case WeightSet::kFull:
+      return "full";
+    case WeightSet::kEncoderOnly:
+      return "encoder-only";
+    case WeightSet::kEncoderReplay:
+      return "encoder+replay";
   }
   return "?";
 }
@@ -179,8 +182,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const std::string
   }
   for (const SafetensorsEntry& e : file->tensors()) {
     if (expected_names.count(e.name) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor '", absl::CHexEscape(e.name), "': unexpected (not part of a model with this config)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", absl::CHexEscape(e.name),
+                       "': unexpected (not part of a model with this config)"));
     }
   }
 

@@ -118,7 +118,10 @@ absl::StatusOr<const Engine::Sequence*> Engine::Find(SeqId seq) const {
   return it->second.get();
 }
 
-bool Engine::HasSequence(SeqId seq) const { return sequences_.count(seq) > 0; }
+bool Engine::HasSequence(SeqId seq) const {
+  std::shared_lock<std::shared_mutex> lock(seq_mu_);
+  return sequences_.count(seq) > 0;
+}
 
 int Engine::NumTokens(SeqId seq) const {
   auto it = sequences_.find(seq);
@@ -158,11 +161,13 @@ absl::StatusOr<SeqId> Engine::CreateSequence(int capacity_tokens) {
     seq->local_slot = (*slot)[0];
   }
   const SeqId id = seq->id;
+  std::unique_lock<std::shared_mutex> lock(seq_mu_);
   sequences_.emplace(id, std::move(seq));
   return id;
 }
 
 absl::Status Engine::ReleaseSequence(SeqId id) {
+  std::unique_lock<std::shared_mutex> lock(seq_mu_);
   ASSIGN_OR_RETURN(Sequence * seq, Find(id));
   absl::Status s = cache_->global_blocks().Free(seq->blocks);
   if (seq->local_slot >= 0) s.Update(cache_->local_slots().Free({seq->local_slot}));
@@ -184,7 +189,10 @@ CacheStats Engine::cache_stats() const {
   s.global_blocks_used = cache_->global_blocks().num_used();
   s.local_slots_total = cache_->local_slots().num_total();
   s.local_slots_used = cache_->local_slots().num_used();
-  s.sequences = static_cast<int>(sequences_.size());
+  {
+    std::shared_lock<std::shared_mutex> lock(seq_mu_);
+    s.sequences = static_cast<int>(sequences_.size());
+  }
   s.block_size = cache_->options().block_size;
   s.block_bytes = cache_->block_bytes();
   return s;

@@ -5,17 +5,19 @@
 // prefill with bounded or exact replay (or stops before the replay and hands
 // out h_E), the deferred replay, and batched decode steps.
 //
-// Thread-safety: compute calls (Prefill, Replay, Decode, FullForward,
-// CreateSequence, ReleaseSequence, ImportTail, ExportTail) must be serialized
-// by the owner. GlobalRegions may be called from other threads for sequences
-// whose regions are not being computed, and its spans may be read (export) or
-// written (import) concurrently with compute on other sequences.
+// Thread-safety: every method except GlobalRegions, HasSequence and
+// cache_stats must be serialized by the owner (one thread, or a lock).
+// GlobalRegions may be called from any thread at any time (the KV transport
+// does, to land K/V); its spans stay valid until the sequence is released and
+// may be read (export) or written (import) concurrently with compute on other
+// sequences.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -145,6 +147,9 @@ class Engine {
   std::shared_ptr<const ModelWeights> weights_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> cache_;
+  // Insertions and erasures hold seq_mu_ exclusively; GlobalRegions and the
+  // other cross-thread readers hold it shared.
+  mutable std::shared_mutex seq_mu_;
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> sequences_;
   SeqId next_id_ = 1;
   struct DeviceWeights;

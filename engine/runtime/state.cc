@@ -16,6 +16,7 @@ size_t Engine::GlobalRangeBytes(const ModelConfig& c, int begin, int end) {
 
 absl::StatusOr<std::vector<ByteRegion>> Engine::GlobalRegions(SeqId id, int begin,
                                                               int end) const {
+  std::shared_lock<std::shared_mutex> lock(seq_mu_);
   ASSIGN_OR_RETURN(const Sequence* seq, Find(id));
   if (begin < 0 || end <= begin || end > seq->capacity) {
     return absl::InvalidArgumentError(absl::StrCat("token range [", begin, ", ", end,

@@ -7,56 +7,12 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/simd_math.h"
+
 namespace ced::kernels {
 namespace {
 
 constexpr int kGemmMinRows = 16;
-
-// K/V of one kv head for one segment, gathered to contiguous f32.
-struct HeadContext {
-  std::vector<float> gk, gv;  // [T, D] global, positions 0 .. T-1
-  std::vector<float> lk, lv;  // [local_count, D], positions local_begin ..
-  int local_begin = 0;
-  int local_count = 0;
-};
-
-void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, HeadContext* ctx) {
-  const int D = p.head_dim;
-  const size_t kv_dim = static_cast<size_t>(p.num_kv_heads) * D;
-  const size_t row_bytes = KvRowBytes(p.format, kv_dim);
-  const int T = s.q_begin + s.n;
-  ctx->gk.resize(static_cast<size_t>(T) * D);
-  ctx->gv.resize(static_cast<size_t>(T) * D);
-  for (int t = 0; t < T; ++t) {
-    const int b = t / p.block_size, off = t % p.block_size;
-    DecodeRowSlice(p.format, s.global_k_host[b] + off * row_bytes, kv_dim,
-                   static_cast<size_t>(g) * D, D, &ctx->gk[static_cast<size_t>(t) * D]);
-    DecodeRowSlice(p.format, s.global_v_host[b] + off * row_bytes, kv_dim,
-                   static_cast<size_t>(g) * D, D, &ctx->gv[static_cast<size_t>(t) * D]);
-  }
-  ctx->local_count = 0;
-  if (p.window <= 0) return;
-  ctx->local_begin = std::max(s.lo, s.q_begin - p.window + 1);
-  ctx->local_count = std::max(0, T - ctx->local_begin);
-  ctx->lk.resize(static_cast<size_t>(ctx->local_count) * D);
-  ctx->lv.resize(static_cast<size_t>(ctx->local_count) * D);
-  for (int i = 0; i < ctx->local_count; ++i) {
-    const int pos = ctx->local_begin + i;
-    float* dk = &ctx->lk[static_cast<size_t>(i) * D];
-    float* dv = &ctx->lv[static_cast<size_t>(i) * D];
-    if (pos >= s.q_begin) {
-      const size_t r = static_cast<size_t>(pos - s.q_begin) * kv_dim + static_cast<size_t>(g) * D;
-      std::memcpy(dk, s.chunk_local_k + r, D * sizeof(float));
-      std::memcpy(dv, s.chunk_local_v + r, D * sizeof(float));
-    } else {
-      const size_t slot = static_cast<size_t>(pos % p.window);
-      DecodeRowSlice(p.format, s.local_k_ring + slot * row_bytes, kv_dim,
-                     static_cast<size_t>(g) * D, D, dk);
-      DecodeRowSlice(p.format, s.local_v_ring + slot * row_bytes, kv_dim,
-                     static_cast<size_t>(g) * D, D, dv);
-    }
-  }
-}
 
 inline float Dot(const float* a, const float* b, int n) {
   float acc = 0.0f;
@@ -65,100 +21,238 @@ inline float Dot(const float* a, const float* b, int n) {
   return acc;
 }
 
-// Softmax over global scores [0, t] and local scores for positions
-// [lb, t]; writes the weighted sum of values to out [D].
-void FinishRow(const AttentionParams& p, const HeadContext& ctx, int t, float* gscores,
-               float* lscores, int lb, float* out) {
-  const int D = p.head_dim;
-  float m = -std::numeric_limits<float>::infinity();
-  for (int j = 0; j <= t; ++j) m = std::max(m, gscores[j]);
-  const int l0 = lb - ctx.local_begin, l1 = t - ctx.local_begin;
-  for (int j = l0; j <= l1 && p.window > 0; ++j) m = std::max(m, lscores[j]);
+inline float MaxOf(const float* x, int n, float m) {
+#pragma omp simd reduction(max : m)
+  for (int i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// x[i] = exp(x[i] - m); returns the sum.
+inline float ExpInPlace(float* x, int n, float m) {
   float sum = 0.0f;
-  for (int j = 0; j <= t; ++j) {
-    gscores[j] = std::exp(gscores[j] - m);
-    sum += gscores[j];
+#pragma omp simd reduction(+ : sum)
+  for (int i = 0; i < n; ++i) {
+    const float e = ExpSimd(x[i] - m);
+    x[i] = e;
+    sum += e;
   }
-  for (int j = l0; j <= l1 && p.window > 0; ++j) {
-    lscores[j] = std::exp(lscores[j] - m);
-    sum += lscores[j];
-  }
-  const float inv = 1.0f / sum;
-  std::fill(out, out + D, 0.0f);
-  for (int j = 0; j <= t; ++j) {
-    const float w = gscores[j] * inv;
-    const float* v = &ctx.gv[static_cast<size_t>(j) * D];
-#pragma omp simd
-    for (int d = 0; d < D; ++d) out[d] += w * v[d];
-  }
-  for (int j = l0; j <= l1 && p.window > 0; ++j) {
-    const float w = lscores[j] * inv;
-    const float* v = &ctx.lv[static_cast<size_t>(j) * D];
-#pragma omp simd
-    for (int d = 0; d < D; ++d) out[d] += w * v[d];
-  }
+  return sum;
 }
 
-// Local scores for query row `q` at position t into lscores (indexed from
-// ctx.local_begin); returns the first local position used.
-int LocalScores(const AttentionParams& p, const AttentionSegment& s, const HeadContext& ctx,
-                const float* q, int t, float scale, float* lscores) {
-  if (p.window <= 0) return t + 1;
-  const int lb = std::max(s.lo, t - p.window + 1);
-  for (int j = lb; j <= t; ++j) {
-    const int idx = j - ctx.local_begin;
-    lscores[idx] = Dot(q, &ctx.lk[static_cast<size_t>(idx) * p.head_dim], p.head_dim) * scale;
-  }
-  return lb;
+inline void Scale(float* x, int n, float s) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) x[i] *= s;
 }
 
-// Small segments (decode): plain loops, one (segment, kv head) per task.
-void SmallSegmentHead(const AttentionParams& p, const AttentionSegment& s, int g,
-                      HeadContext* ctx) {
-  GatherHead(p, s, g, ctx);
-  const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads;
+// out[d] += w * v[d].
+inline void Axpy(float* out, const float* v, int n, float w) {
+#pragma omp simd
+  for (int d = 0; d < n; ++d) out[d] += w * v[d];
+}
+
+size_t RowBytes(const AttentionParams& p) {
+  return KvRowBytes(p.format, static_cast<size_t>(p.num_kv_heads) * p.head_dim);
+}
+
+// Rows [b*bs, b*bs + rows) of kv head g from global block b, as f32 rows of
+// `*stride` floats: in place for f32 caches, else decoded into `scratch`.
+const float* GlobalTile(const AttentionParams& p, const uint8_t* block, int g, int rows,
+                        float* scratch, size_t* stride) {
+  const size_t kv_dim = static_cast<size_t>(p.num_kv_heads) * p.head_dim;
+  const size_t D = p.head_dim;
+  if (p.format == KvFormat::kF32) {
+    *stride = kv_dim;
+    return reinterpret_cast<const float*>(block) + g * D;
+  }
+  const size_t row_bytes = RowBytes(p);
+  for (int r = 0; r < rows; ++r) {
+    DecodeRowSlice(p.format, block + r * row_bytes, kv_dim, g * D, D, scratch + r * D);
+  }
+  *stride = D;
+  return scratch;
+}
+
+// The local K or V row of position `pos` for kv head g: the segment's own f32
+// rows when pos >= q_begin, else the ring (decoded into `scratch` unless f32).
+const float* LocalRow(const AttentionParams& p, const AttentionSegment& s, bool value, int g,
+                      int pos, float* scratch) {
+  const size_t kv_dim = static_cast<size_t>(p.num_kv_heads) * p.head_dim;
+  const size_t D = p.head_dim;
+  if (pos >= s.q_begin) {
+    const float* rows = value ? s.chunk_local_v : s.chunk_local_k;
+    return rows + static_cast<size_t>(pos - s.q_begin) * kv_dim + g * D;
+  }
+  const uint8_t* row = (value ? s.local_v_ring : s.local_k_ring) +
+                       static_cast<size_t>(pos % p.window) * RowBytes(p);
+  if (p.format == KvFormat::kF32) return reinterpret_cast<const float*>(row) + g * D;
+  DecodeRowSlice(p.format, row, kv_dim, g * D, D, scratch);
+  return scratch;
+}
+
+// Per-thread buffers, grown on demand and reused across calls.
+struct Scratch {
+  std::vector<float> scores, local, ktile, vtile, row, inv;
+};
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+void Grow(std::vector<float>* v, size_t n) {
+  if (v->size() < n) v->resize(n);
+}
+
+// Small segments (decode steps, short tails): one task per (segment, kv
+// head); the group's query heads share every K/V row read, and f32 caches are
+// read in place (no gather).
+void SmallSegmentHead(const AttentionParams& p, const AttentionSegment& s, int g) {
+  const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads, bs = p.block_size;
+  const int W = p.window;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int T = s.q_begin + s.n;
-  std::vector<float> gscores(T), lscores(std::max(1, ctx->local_count));
+  Scratch& sc = ThreadScratch();
+  Grow(&sc.scores, static_cast<size_t>(group) * T);
+  Grow(&sc.local, static_cast<size_t>(group) * std::max(1, W));
+  Grow(&sc.ktile, static_cast<size_t>(bs) * D);
+  Grow(&sc.vtile, static_cast<size_t>(bs) * D);
+  Grow(&sc.row, D);
+  Grow(&sc.inv, group);
   for (int i = 0; i < s.n; ++i) {
-    const int t = s.q_begin + i;
-    for (int h = g * group; h < (g + 1) * group; ++h) {
-      const float* q = s.q + (static_cast<size_t>(i) * H + h) * D;
-      for (int j = 0; j <= t; ++j) gscores[j] = Dot(q, &ctx->gk[static_cast<size_t>(j) * D], D) * scale;
-      const int lb = LocalScores(p, s, *ctx, q, t, scale, lscores.data());
-      FinishRow(p, *ctx, t, gscores.data(), lscores.data(), lb,
-                s.out + (static_cast<size_t>(i) * H + h) * D);
+    const int t = s.q_begin + i, keys = t + 1;
+    const int h0 = g * group;
+    const float* q = s.q + (static_cast<size_t>(i) * H + h0) * D;  // group heads, contiguous
+    float* out = s.out + (static_cast<size_t>(i) * H + h0) * D;
+    float* scores = sc.scores.data();  // [group][T]
+    float* local = sc.local.data();    // [group][W]
+    for (int b = 0; b * bs < keys; ++b) {
+      const int rows = std::min(bs, keys - b * bs);
+      size_t stride = 0;
+      const float* k = GlobalTile(p, s.global_k_host[b], g, rows, sc.ktile.data(), &stride);
+      for (int r = 0; r < rows; ++r) {
+        for (int hh = 0; hh < group; ++hh) {
+          scores[static_cast<size_t>(hh) * T + b * bs + r] =
+              Dot(q + hh * D, k + r * stride, D) * scale;
+        }
+      }
+    }
+    const int lb = W > 0 ? std::max(s.lo, t - W + 1) : keys;
+    const int nl = keys - lb;
+    for (int j = 0; j < nl; ++j) {
+      const float* k = LocalRow(p, s, false, g, lb + j, sc.row.data());
+      for (int hh = 0; hh < group; ++hh) local[hh * W + j] = Dot(q + hh * D, k, D) * scale;
+    }
+    float* inv = sc.inv.data();
+    for (int hh = 0; hh < group; ++hh) {
+      float* gs = scores + static_cast<size_t>(hh) * T;
+      float* ls = local + hh * W;
+      float m = MaxOf(ls, nl, MaxOf(gs, keys, -std::numeric_limits<float>::infinity()));
+      inv[hh] = 1.0f / (ExpInPlace(gs, keys, m) + ExpInPlace(ls, nl, m));
+      std::fill(out + hh * D, out + (hh + 1) * D, 0.0f);
+    }
+    for (int b = 0; b * bs < keys; ++b) {
+      const int rows = std::min(bs, keys - b * bs);
+      size_t stride = 0;
+      const float* v = GlobalTile(p, s.global_v_host[b], g, rows, sc.vtile.data(), &stride);
+      for (int r = 0; r < rows; ++r) {
+        for (int hh = 0; hh < group; ++hh) {
+          Axpy(out + hh * D, v + r * stride, D,
+               scores[static_cast<size_t>(hh) * T + b * bs + r] * inv[hh]);
+        }
+      }
+    }
+    for (int j = 0; j < nl; ++j) {
+      const float* v = LocalRow(p, s, true, g, lb + j, sc.row.data());
+      for (int hh = 0; hh < group; ++hh) Axpy(out + hh * D, v, D, local[hh * W + j] * inv[hh]);
     }
   }
 }
 
-// Long segments (prefill chunks, replay): BLAS for Q·Kᵀ per query head, loops
-// for the rest; heads run in parallel.
-void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
-  const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+// K/V of one kv head for a long segment, gathered to contiguous f32 so BLAS
+// can run the score and value products: rows [0, T) are the global keys of
+// positions 0 .. T-1, rows [T, T + local_count) the local keys of positions
+// local_begin ..
+struct HeadContext {
+  std::vector<float> k, v;  // [T + local_count, D]
+  int local_begin = 0;
+  int local_count = 0;
+};
+
+void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, HeadContext* ctx) {
+  const int D = p.head_dim, bs = p.block_size;
   const int T = s.q_begin + s.n;
+  ctx->local_count = 0;
+  if (p.window > 0) {
+    ctx->local_begin = std::max(s.lo, s.q_begin - p.window + 1);
+    ctx->local_count = std::max(0, T - ctx->local_begin);
+  }
+  const size_t rows_total = static_cast<size_t>(T) + ctx->local_count;
+  ctx->k.resize(rows_total * D);
+  ctx->v.resize(rows_total * D);
+  for (int b = 0; b * bs < T; ++b) {
+    const int rows = std::min(bs, T - b * bs);
+    float* dk = &ctx->k[static_cast<size_t>(b) * bs * D];
+    float* dv = &ctx->v[static_cast<size_t>(b) * bs * D];
+    size_t stride = 0;
+    const float* k = GlobalTile(p, s.global_k_host[b], g, rows, dk, &stride);
+    if (k != dk) {
+      for (int r = 0; r < rows; ++r) std::memcpy(dk + r * D, k + r * stride, D * sizeof(float));
+    }
+    const float* v = GlobalTile(p, s.global_v_host[b], g, rows, dv, &stride);
+    if (v != dv) {
+      for (int r = 0; r < rows; ++r) std::memcpy(dv + r * D, v + r * stride, D * sizeof(float));
+    }
+  }
+  for (int i = 0; i < ctx->local_count; ++i) {
+    float* dk = &ctx->k[(static_cast<size_t>(T) + i) * D];
+    float* dv = &ctx->v[(static_cast<size_t>(T) + i) * D];
+    const float* k = LocalRow(p, s, false, g, ctx->local_begin + i, dk);
+    if (k != dk) std::memcpy(dk, k, D * sizeof(float));
+    const float* v = LocalRow(p, s, true, g, ctx->local_begin + i, dv);
+    if (v != dv) std::memcpy(dv, v, D * sizeof(float));
+  }
+}
+
+// Long segments (prefill chunks, replay): per query head, one BLAS product
+// for the scores against global and local keys together, a vectorized
+// softmax over each row's valid keys (global [0, t], local [max(lo, t-W+1),
+// t]; every other weight is 0), one BLAS product for the values. Heads run
+// in parallel.
+void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
+  const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads, W = p.window;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int T = s.q_begin + s.n, n = s.n;
   std::vector<HeadContext> ctxs(p.num_kv_heads);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int g = 0; g < p.num_kv_heads; ++g) GatherHead(p, s, g, &ctxs[g]);
+  const int cols = T + ctxs[0].local_count;
 #pragma omp parallel
   {
-    std::vector<float> scores(static_cast<size_t>(s.n) * T);
-    std::vector<float> lscores;
+    Scratch& sc = ThreadScratch();
+    Grow(&sc.scores, static_cast<size_t>(n) * cols);
+    float* scores = sc.scores.data();  // [n, cols]
 #pragma omp for schedule(dynamic, 1)
     for (int h = 0; h < H; ++h) {
       const HeadContext& ctx = ctxs[h / group];
-      lscores.resize(std::max(1, ctx.local_count));
-      const float* qh = s.q + static_cast<size_t>(h) * D;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.n, T, D, scale, qh, H * D,
-                  ctx.gk.data(), D, 0.0f, scores.data(), T);
-      for (int i = 0; i < s.n; ++i) {
-        const int t = s.q_begin + i;
-        const float* q = qh + static_cast<size_t>(i) * H * D;
-        const int lb = LocalScores(p, s, ctx, q, t, scale, lscores.data());
-        FinishRow(p, ctx, t, &scores[static_cast<size_t>(i) * T], lscores.data(), lb,
-                  s.out + (static_cast<size_t>(i) * H + h) * D);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, D, scale,
+                  s.q + static_cast<size_t>(h) * D, H * D, ctx.k.data(), D, 0.0f, scores, cols);
+      for (int i = 0; i < n; ++i) {
+        const int t = s.q_begin + i, keys = t + 1;
+        float* row = scores + static_cast<size_t>(i) * cols;
+        // Local keys of this row: columns [l0, l1) (empty without a window).
+        int l0 = cols, l1 = cols;
+        if (W > 0) {
+          l0 = T + std::max(s.lo, t - W + 1) - ctx.local_begin;
+          l1 = T + keys - ctx.local_begin;
+        }
+        float m = MaxOf(row + l0, l1 - l0, -std::numeric_limits<float>::infinity());
+        m = MaxOf(row, keys, m);
+        const float inv = 1.0f / (ExpInPlace(row, keys, m) + ExpInPlace(row + l0, l1 - l0, m));
+        Scale(row, keys, inv);
+        Scale(row + l0, l1 - l0, inv);
+        std::fill(row + keys, row + l0, 0.0f);
+        std::fill(row + l1, row + cols, 0.0f);
       }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, cols, 1.0f, scores, cols,
+                  ctx.v.data(), D, 0.0f, s.out + static_cast<size_t>(h) * D, H * D);
     }
   }
 }
@@ -181,13 +275,9 @@ void AttentionCpu(const AttentionParams& p, const std::vector<AttentionSegment>&
     work += static_cast<size_t>(segments[t.first].q_begin + segments[t.first].n) * p.head_dim;
   }
   const bool parallel = work * (p.num_heads / p.num_kv_heads) > (1u << 16);
-#pragma omp parallel if (parallel)
-  {
-    HeadContext ctx;
-#pragma omp for schedule(dynamic, 1)
-    for (int k = 0; k < static_cast<int>(small_tasks.size()); ++k) {
-      SmallSegmentHead(p, segments[small_tasks[k].first], small_tasks[k].second, &ctx);
-    }
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int k = 0; k < static_cast<int>(small_tasks.size()); ++k) {
+    SmallSegmentHead(p, segments[small_tasks[k].first], small_tasks[k].second);
   }
 }
 

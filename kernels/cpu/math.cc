@@ -8,6 +8,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/simd_math.h"
+
 namespace ced::kernels {
 
 void RmsNormCpu(const float* x, int n, int d, const float* w, float eps, float* out) {
@@ -46,10 +48,10 @@ void RopeCpu(float* x, int n, int heads, int head_dim, const int32_t* positions,
 }
 
 void SiluMulCpu(float* gate, const float* up, size_t count) {
-#pragma omp parallel for if (count > 65536)
+#pragma omp parallel for simd if (count > 65536)
   for (size_t i = 0; i < count; ++i) {
-    float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    const float g = gate[i];
+    gate[i] = g / (1.0f + ExpSimd(-g)) * up[i];
   }
 }
 

@@ -1,5 +1,6 @@
 #include "services/kv_transport/payload.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -60,9 +61,11 @@ absl::Status CheckSendSpans(const std::vector<ConstSpan>& spans, uint64_t payloa
 
 void ScatterToSpans(const uint8_t* src, uint64_t size, const std::vector<MemSpan>& spans) {
   for (const MemSpan& s : spans) {
-    if (s.size == 0) continue;
-    std::memcpy(s.data, src, s.size);
-    src += s.size;
+    const uint64_t n = std::min<uint64_t>(s.size, size);
+    if (n == 0) continue;
+    std::memcpy(s.data, src, n);
+    src += n;
+    size -= n;
   }
 }
 

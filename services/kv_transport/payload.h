@@ -21,7 +21,7 @@ absl::Status CheckSinkSpans(const std::vector<MemSpan>& spans, uint64_t payload_
 // Checks that a sender's spans sum to `payload_bytes`. INVALID_ARGUMENT otherwise.
 absl::Status CheckSendSpans(const std::vector<ConstSpan>& spans, uint64_t payload_bytes);
 
-// Copies `size` contiguous bytes into `spans` (sum of sizes == size).
+// Copies `size` contiguous bytes into `spans` in order (never more than either holds).
 void ScatterToSpans(const uint8_t* src, uint64_t size, const std::vector<MemSpan>& spans);
 
 }  // namespace ced::kv_transport

@@ -61,9 +61,10 @@ struct TransportOptions {
   bool corrupt_payload_checksum_for_testing = false;
 };
 
-// Moves KV messages between workers. All methods are thread-safe. Destroying the
-// transport stops listening, fails Sends in flight (CANCELLED) and completes the
-// sink's accepted-but-unfinished messages with CANCELLED.
+// Moves KV messages between workers. All methods are thread-safe. Destroy it only
+// once no call into it is running; destruction stops listening, closes the
+// connections and completes the sink's accepted-but-unfinished messages with
+// CANCELLED.
 class KvTransport {
  public:
   virtual ~KvTransport() = default;
@@ -77,7 +78,8 @@ class KvTransport {
   // verdict arrives: OK once the payload landed and matched its checksum, the
   // sink's Accept error if rejected, DATA_LOSS on a checksum mismatch, UNAVAILABLE
   // when the peer is unreachable or the connection fails, DEADLINE_EXCEEDED after
-  // send_timeout_ms. The payload memory is no longer referenced once Send returns.
+  // send_timeout_ms. The payload memory is no longer referenced once Send returns;
+  // when it returns the receiver's verdict, the sink's Complete has already run.
   // Connections are cached per peer and re-established after a failure; many Sends
   // may be in flight at once from different threads.
   virtual absl::Status Send(const std::string& peer, const KvMessageHeader& h,

@@ -104,8 +104,8 @@ absl::StatusOr<KvMessageHeader> DecodeHeader(absl::Span<const uint8_t> bytes,
   }
   const uint16_t version = Get16(p + 4);
   if (version != kKvWireVersion) {
-    return Invalid("version", absl::StrCat("unsupported version ", version, ", expected ",
-                                           kKvWireVersion));
+    return Invalid("version",
+                   absl::StrCat("unsupported version ", version, ", expected ", kKvWireVersion));
   }
   if (Get32(p + kChecksummedBytes) != Crc32c(0, p, kChecksummedBytes)) {
     return absl::DataLossError("kv header field 'header_checksum': mismatch");

@@ -22,8 +22,7 @@ void Counter::Increment(double delta) {
 }
 
 void Counter::AppendSamples(std::string_view name, const std::vector<std::string>& label_names,
-                            const std::vector<std::string>& label_values,
-                            std::string* out) const {
+                            const std::vector<std::string>& label_values, std::string* out) const {
   AppendSampleLine(name, label_names, label_values, "", "", Value(), out);
 }
 

@@ -4,17 +4,17 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/common/status.h"
 #include "services/metrics/text_format.h"
 
@@ -100,7 +100,7 @@ class Family final : public FamilyBase {
 
   // Number of children.
   size_t size() const {
-    absl::ReaderMutexLock lock(&mu_);
+    std::shared_lock lock(mu_);
     return children_.size();
   }
 
@@ -109,7 +109,7 @@ class Family final : public FamilyBase {
 
   void Serialize(std::string* out) const override {
     AppendHeader(out);
-    absl::ReaderMutexLock lock(&mu_);
+    std::shared_lock lock(mu_);
     for (const auto& [values, child] : children_) {
       child->AppendSamples(name(), label_names(), values, out);
     }
@@ -124,18 +124,18 @@ class Family final : public FamilyBase {
         params_(std::move(params)) {
     // A family without labels has exactly one child; create it so it is exported as 0.
     if (this->label_names().empty()) {
-      absl::MutexLock lock(&mu_);
+      std::unique_lock lock(mu_);
       children_.emplace(std::vector<std::string>{}, std::unique_ptr<T>(new T(params_)));
     }
   }
 
   T* GetOrCreate(std::vector<std::string> values) {
     {
-      absl::ReaderMutexLock lock(&mu_);
+      std::shared_lock lock(mu_);
       auto it = children_.find(values);
       if (it != children_.end()) return it->second.get();
     }
-    absl::MutexLock lock(&mu_);
+    std::unique_lock lock(mu_);
     auto [it, inserted] = children_.try_emplace(std::move(values));
     if (inserted) it->second.reset(new T(params_));
     return it->second.get();
@@ -144,14 +144,16 @@ class Family final : public FamilyBase {
   absl::Status LabelMismatch(const Labels& labels) const {
     std::vector<std::string> given;
     for (const auto& [label_name, value] : labels) given.push_back(label_name);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metric '", name(), "' has labels [", absl::StrJoin(label_names(), ","),
-        "] but was given [", absl::StrJoin(given, ","), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metric '", name(), "' has labels [", absl::StrJoin(label_names(), ","),
+                     "] but was given [", absl::StrJoin(given, ","), "]"));
   }
 
   const typename T::Params params_;
-  mutable absl::Mutex mu_;
-  std::map<std::vector<std::string>, std::unique_ptr<T>> children_ ABSL_GUARDED_BY(mu_);
+  // std::shared_mutex rather than absl::Mutex: ThreadSanitizer understands it even when absl
+  // is a prebuilt, uninstrumented library.
+  mutable std::shared_mutex mu_;
+  std::map<std::vector<std::string>, std::unique_ptr<T>> children_;  // Guarded by mu_.
 };
 
 }  // namespace ced::metrics

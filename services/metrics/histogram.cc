@@ -31,8 +31,8 @@ absl::Status ValidateBuckets(const std::vector<double>& bounds) {
     }
     if (i > 0 && !(bounds[i] > bounds[i - 1])) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "bucket bounds must be strictly increasing, but bound ", i, " (",
-          FormatValue(bounds[i]), ") <= bound ", i - 1, " (", FormatValue(bounds[i - 1]), ")"));
+          "bucket bounds must be strictly increasing, but bound ", i, " (", FormatValue(bounds[i]),
+          ") <= bound ", i - 1, " (", FormatValue(bounds[i - 1]), ")"));
     }
   }
   return absl::OkStatus();
@@ -51,8 +51,7 @@ std::vector<double> LinearBuckets(double start, double width, int count) {
 }
 
 std::vector<double> LatencySecondsBuckets() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-          0.5,   1,      2.5,   5,    10,    20,   30,  60};
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60};
 }
 
 std::vector<double> SizeBytesBuckets() { return ExponentialBuckets(256, 4, 12); }
@@ -64,12 +63,12 @@ Histogram::Histogram(const Params& params)
 
 void Histogram::Observe(double value) {
   // lower_bound: first bound >= value, i.e. the smallest bucket with value <= le.
-  const size_t index = std::isnan(value)
-                           ? bounds_.size()
-                           : static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(),
-                                                                  value) -
-                                                 bounds_.begin());
-  absl::MutexLock lock(&mu_);
+  const size_t index =
+      std::isnan(value)
+          ? bounds_.size()
+          : static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) -
+                                bounds_.begin());
+  std::lock_guard lock(mu_);
   ++counts_[index];
   sum_ += value;
 }
@@ -78,7 +77,7 @@ Histogram::Snapshot Histogram::Collect() const {
   Snapshot snapshot;
   snapshot.bounds = bounds_;
   snapshot.cumulative_counts.resize(bounds_.size() + 1);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   uint64_t running = 0;
   for (size_t i = 0; i < counts_.size(); ++i) {
     running += counts_[i];

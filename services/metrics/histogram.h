@@ -2,13 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 
 namespace ced::metrics {
 
@@ -67,9 +66,9 @@ class Histogram final {
   explicit Histogram(const Params& params);
 
   const std::vector<double> bounds_;
-  mutable absl::Mutex mu_;
-  std::vector<uint64_t> counts_ ABSL_GUARDED_BY(mu_);  // Per bucket, not cumulative.
-  double sum_ ABSL_GUARDED_BY(mu_) = 0.0;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> counts_;  // Guarded by mu_. Per bucket, not cumulative.
+  double sum_ = 0.0;              // Guarded by mu_.
 };
 
 }  // namespace ced::metrics

@@ -71,21 +71,27 @@ void PokeListener(const std::string& ipv4, int port) {
 
 const char* ReasonPhrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
 void SendResponse(mg_connection* conn, const HttpResponse& response, bool head_only) {
   std::string header = absl::StrCat(
       "HTTP/1.1 ", response.status, " ", ReasonPhrase(response.status),
-      "\r\nContent-Type: ", response.content_type,
-      "\r\nContent-Length: ", response.body.size(),
+      "\r\nContent-Type: ", response.content_type, "\r\nContent-Length: ", response.body.size(),
       "\r\nCache-Control: no-store\r\nConnection: close\r\n");
   if (response.status == 405) header += "Allow: GET, HEAD\r\n";
   header += "\r\n";
@@ -108,9 +114,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
   for (const auto& [path, handler] : options.extra_handlers) {
     if (path.empty() || path.front() != '/' || path == "/metrics" || path == "/healthz" ||
         !handler) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "MetricsHttpServer: extra handler path '", path,
-          "' must start with '/', not be /metrics or /healthz, and have a handler"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("MetricsHttpServer: extra handler path '", path,
+                       "' must start with '/', not be /metrics or /healthz, and have a handler"));
     }
   }
   ASSIGN_OR_RETURN(std::string ports, ToCivetwebPorts(options.listen_address));
@@ -120,9 +126,15 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
 
   auto server = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(options));
   const std::string threads = absl::StrCat(options.num_threads);
-  const char* config[] = {"listening_ports", ports.c_str(),       "num_threads",
-                          threads.c_str(),   "enable_keep_alive", "no",
-                          "request_timeout_ms", "10000",          nullptr};
+  const char* config[] = {"listening_ports",
+                          ports.c_str(),
+                          "num_threads",
+                          threads.c_str(),
+                          "enable_keep_alive",
+                          "no",
+                          "request_timeout_ms",
+                          "10000",
+                          nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   // Returning 1 keeps civetweb from printing its own log lines; failures reach the caller
@@ -149,8 +161,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
   std::memset(bound, 0, sizeof(bound));
   const int num_ports = mg_get_server_ports(server->context_, 4, bound);
   if (num_ports < 1 || bound[0].port <= 0) {
-    return absl::InternalError(absl::StrCat("MetricsHttpServer: no bound port for '",
-                                            options.listen_address, "'"));
+    return absl::InternalError(
+        absl::StrCat("MetricsHttpServer: no bound port for '", options.listen_address, "'"));
   }
   server->port_ = bound[0].port;
   server->wake_ipv4_ = WakeAddress(ports);

@@ -24,9 +24,9 @@ absl::Status ValidateMetricName(std::string_view name_view) {
     const char c = name[i];
     const bool ok = IsLetterOrUnderscore(c) || c == ':' || (i > 0 && IsDigit(c));
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "metric name '", name, "' has an invalid character at position ", i,
-          " (allowed: [a-zA-Z_:][a-zA-Z0-9_:]*)"));
+      return absl::InvalidArgumentError(absl::StrCat("metric name '", name,
+                                                     "' has an invalid character at position ", i,
+                                                     " (allowed: [a-zA-Z_:][a-zA-Z0-9_:]*)"));
     }
   }
   return absl::OkStatus();
@@ -42,9 +42,9 @@ absl::Status ValidateLabelName(std::string_view name_view) {
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
     if (!(IsLetterOrUnderscore(c) || (i > 0 && IsDigit(c)))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "label name '", name, "' has an invalid character at position ", i,
-          " (allowed: [a-zA-Z_][a-zA-Z0-9_]*)"));
+      return absl::InvalidArgumentError(absl::StrCat("label name '", name,
+                                                     "' has an invalid character at position ", i,
+                                                     " (allowed: [a-zA-Z_][a-zA-Z0-9_]*)"));
     }
   }
   return absl::OkStatus();

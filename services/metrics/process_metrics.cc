@@ -5,13 +5,13 @@
 
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/common/status.h"
 
 namespace ced::metrics {
@@ -90,10 +90,10 @@ struct ProcessMetrics {
   Gauge* start_time = nullptr;
   Gauge* open_fds = nullptr;
   Gauge* threads = nullptr;
-  absl::Mutex mu;  // Serialises refreshes so concurrent scrapes add each CPU delta once.
+  std::mutex mu;  // Serialises refreshes so concurrent scrapes add each CPU delta once.
 
   void Refresh() {
-    absl::MutexLock lock(&mu);
+    std::lock_guard lock(mu);
     ProcStat stat;
     if (ReadProcStat(&stat)) {
       resident->Set(stat.resident_bytes);
@@ -111,7 +111,8 @@ struct ProcessMetrics {
 }  // namespace
 
 absl::Status RegisterProcessMetrics(Registry* registry) {
-  if (registry == nullptr) return absl::InvalidArgumentError("RegisterProcessMetrics: null registry");
+  if (registry == nullptr)
+    return absl::InvalidArgumentError("RegisterProcessMetrics: null registry");
   auto metrics = std::make_shared<ProcessMetrics>();
   ASSIGN_OR_RETURN(auto* resident, registry->AddGauge("ced_process_resident_memory_bytes",
                                                       "Resident memory size in bytes."));
@@ -119,13 +120,14 @@ absl::Status RegisterProcessMetrics(Registry* registry) {
                                                             "Virtual memory size in bytes."));
   ASSIGN_OR_RETURN(auto* cpu, registry->AddCounter("ced_process_cpu_seconds_total",
                                                    "Total user and system CPU time in seconds."));
-  ASSIGN_OR_RETURN(auto* start_time,
-                   registry->AddGauge("ced_process_start_time_seconds",
-                                      "Start time of the process since the Unix epoch in seconds."));
+  ASSIGN_OR_RETURN(
+      auto* start_time,
+      registry->AddGauge("ced_process_start_time_seconds",
+                         "Start time of the process since the Unix epoch in seconds."));
   ASSIGN_OR_RETURN(auto* open_fds,
                    registry->AddGauge("ced_process_open_fds", "Number of open file descriptors."));
-  ASSIGN_OR_RETURN(auto* threads,
-                   registry->AddGauge("ced_process_threads", "Number of OS threads in the process."));
+  ASSIGN_OR_RETURN(auto* threads, registry->AddGauge("ced_process_threads",
+                                                     "Number of OS threads in the process."));
   metrics->resident = &resident->WithLabelValues({});
   metrics->virtual_memory = &virtual_memory->WithLabelValues({});
   metrics->cpu = &cpu->WithLabelValues({});

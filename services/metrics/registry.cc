@@ -1,7 +1,9 @@
 #include "services/metrics/registry.h"
 
 #include <cmath>
+#include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -34,21 +36,21 @@ absl::StatusOr<Family<T>*> Registry::Add(std::string_view name_view, std::string
     sample_names.push_back(name + std::string(suffix));
   }
 
-  absl::MutexLock lock(&mu_);
+  std::unique_lock lock(mu_);
   auto it = families_.find(name);
   if (it != families_.end()) {
     FamilyBase* existing = it->second.get();
     if (existing->type_name() != T::kTypeName) {
-      return absl::AlreadyExistsError(absl::StrCat("metric '", name, "' is already registered as a ",
-                                                   std::string(existing->type_name()), ", not a ",
-                                                   T::kTypeName));
+      return absl::AlreadyExistsError(
+          absl::StrCat("metric '", name, "' is already registered as a ",
+                       std::string(existing->type_name()), ", not a ", T::kTypeName));
     }
     auto* family = static_cast<Family<T>*>(existing);
     if (family->label_names() != label_names) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "metric '", name, "' is already registered with labels [",
-          absl::StrJoin(family->label_names(), ","), "], not [",
-          absl::StrJoin(label_names, ","), "]"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("metric '", name, "' is already registered with labels [",
+                       absl::StrJoin(family->label_names(), ","), "], not [",
+                       absl::StrJoin(label_names, ","), "]"));
     }
     if (!(family->params() == params)) {
       return absl::AlreadyExistsError(
@@ -59,19 +61,17 @@ absl::StatusOr<Family<T>*> Registry::Add(std::string_view name_view, std::string
   for (const std::string& sample_name : sample_names) {
     auto clash = sample_names_.find(sample_name);
     if (clash != sample_names_.end()) {
-      return absl::AlreadyExistsError(absl::StrCat("metric '", name, "' would write samples named '",
-                                                   sample_name, "', which metric '", clash->second,
-                                                   "' already writes"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("metric '", name, "' would write samples named '", sample_name,
+                       "', which metric '", clash->second, "' already writes"));
     }
   }
   if (auto clash = sample_names_.find(name); clash != sample_names_.end()) {
-    return absl::AlreadyExistsError(absl::StrCat("metric name '", name,
-                                                 "' is already a sample name of metric '",
-                                                 clash->second, "'"));
+    return absl::AlreadyExistsError(absl::StrCat(
+        "metric name '", name, "' is already a sample name of metric '", clash->second, "'"));
   }
 
-  auto* family = new Family<T>(name, std::string(help), std::move(label_names),
-                               std::move(params));
+  auto* family = new Family<T>(name, std::string(help), std::move(label_names), std::move(params));
   families_.emplace(name, std::unique_ptr<FamilyBase>(family));
   for (std::string& sample_name : sample_names) {
     sample_names_.emplace(std::move(sample_name), name);
@@ -79,8 +79,7 @@ absl::StatusOr<Family<T>*> Registry::Add(std::string_view name_view, std::string
   return family;
 }
 
-absl::StatusOr<Family<Counter>*> Registry::AddCounter(std::string_view name,
-                                                      std::string_view help,
+absl::StatusOr<Family<Counter>*> Registry::AddCounter(std::string_view name, std::string_view help,
                                                       std::vector<std::string> label_names) {
   return Add<Counter>(name, help, std::move(label_names), Counter::Params{});
 }
@@ -96,7 +95,8 @@ absl::StatusOr<Family<Histogram>*> Registry::AddHistogram(std::string_view name,
                                                           std::vector<std::string> label_names) {
   absl::Status status = ValidateBuckets(bounds);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("histogram '", std::string(name), "': ", status.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("histogram '", std::string(name), "': ", status.message()));
   }
   if (!bounds.empty() && std::isinf(bounds.back())) bounds.pop_back();
   for (const std::string& label_name : label_names) {
@@ -109,20 +109,20 @@ absl::StatusOr<Family<Histogram>*> Registry::AddHistogram(std::string_view name,
 }
 
 void Registry::AddCollectHook(std::function<void()> hook) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock lock(mu_);
   hooks_.push_back(std::move(hook));
 }
 
 std::string Registry::Serialize() const {
   std::vector<std::function<void()>> hooks;
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock lock(mu_);
     hooks = hooks_;
   }
   for (const auto& hook : hooks) hook();
 
   std::string out;
-  absl::ReaderMutexLock lock(&mu_);
+  std::shared_lock lock(mu_);
   for (const auto& [name, family] : families_) family->Serialize(&out);
   return out;
 }

@@ -11,13 +11,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "services/metrics/counter.h"
 #include "services/metrics/family.h"
 #include "services/metrics/histogram.h"
@@ -61,14 +60,13 @@ class Registry final {
  private:
   template <typename T>
   absl::StatusOr<Family<T>*> Add(std::string_view name, std::string_view help,
-                                 std::vector<std::string> label_names,
-                                 typename T::Params params);
+                                 std::vector<std::string> label_names, typename T::Params params);
 
-  mutable absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<FamilyBase>, std::less<>> families_ ABSL_GUARDED_BY(mu_);
+  mutable std::shared_mutex mu_;  // Guards the three members below.
+  std::map<std::string, std::unique_ptr<FamilyBase>, std::less<>> families_;
   // Every sample name in use -> the family that writes it.
-  std::map<std::string, std::string, std::less<>> sample_names_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void()>> hooks_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string, std::less<>> sample_names_;
+  std::vector<std::function<void()>> hooks_;
 };
 
 }  // namespace ced::metrics

@@ -11,7 +11,7 @@ namespace ced::metrics {
 std::string FormatValue(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  if (value == 0) return "0";  // Also folds -0 into "0".
+  if (value == 0) return "0";                                // Also folds -0 into "0".
   constexpr double kExactIntegerLimit = 9007199254740992.0;  // 2^53
   if (std::fabs(value) < kExactIntegerLimit && value == std::trunc(value)) {
     return absl::StrCat(static_cast<int64_t>(value));

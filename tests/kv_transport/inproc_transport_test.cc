@@ -45,8 +45,9 @@ TEST_F(InprocTransportTest, PayloadLandsInSpans) {
   EXPECT_EQ(sender_->name(), "inproc");
   const std::vector<uint8_t> data = RandomBytes(10000, 1);
   sink_.Reserve(7, 99, {1000, 3000, 0, 6000});
-  ASSERT_TRUE(sender_->Send(address_, MakeHeader(7, 99, data.size()), SplitInto(data, {1, 4095, 333}))
-                  .ok());
+  ASSERT_TRUE(
+      sender_->Send(address_, MakeHeader(7, 99, data.size()), SplitInto(data, {1, 4095, 333}))
+          .ok());
   EXPECT_EQ(sink_.landed(), data);
   EXPECT_EQ(sink_.guard(), 0xEE);
   const auto done = sink_.completions();

@@ -65,9 +65,16 @@ class TestSink final : public KvSink {
   // Waits (bounded) until `n` completions were recorded; returns them.
   std::vector<Completion> WaitForCompletions(size_t n, absl::Duration timeout = absl::Seconds(10)) {
     absl::MutexLock lock(&mu_);
-    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return completions_.size() >= n; };
+    auto enough = [this, n]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return completions_.size() >= n; };
     mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
     return completions_;
+  }
+  // Waits (bounded) until Accept was called `n` times; returns whether it was.
+  bool WaitForAccepts(int n, absl::Duration timeout = absl::Seconds(10)) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return accepts_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
   }
   std::vector<Completion> completions() {
     absl::MutexLock lock(&mu_);

@@ -65,11 +65,11 @@ TEST_P(UcxTransportTest, SmallAndLargePayloadsLandByteExact) {
   };
   const size_t mib = 1 << 20;
   const Case cases[] = {
-      {4096, {1000, 96, 3000}, {17, 2000}},                                // eager, IOV both sides
-      {4096, {4096}, {}},                                                  // eager, contiguous
+      {4096, {1000, 96, 3000}, {17, 2000}},                               // eager, IOV both sides
+      {4096, {4096}, {}},                                                 // eager, contiguous
       {8 * mib, {3 * mib + 5, 1, mib, 4 * mib - 6}, {mib, 5 * mib + 3}},  // rendezvous, IOV
-      {8 * mib, {8 * mib}, {}},                                            // rendezvous, contiguous
-      {0, {}, {}},                                                         // header only
+      {8 * mib, {8 * mib}, {}},                                           // rendezvous, contiguous
+      {0, {}, {}},                                                        // header only
   };
   uint32_t seed = 10;
   uint64_t token = 500;
@@ -134,9 +134,9 @@ TEST_P(UcxTransportTest, ConcurrentSendsFromManyThreads) {
     absl::StatusOr<std::vector<MemSpan>> Accept(const KvMessageHeader& h) override {
       const size_t offset = static_cast<size_t>(h.token_begin) * kChunk;
       if (offset + h.payload_bytes > buffer_.size()) return absl::OutOfRangeError("slice");
-      return std::vector<MemSpan>{{buffer_.data() + offset, h.payload_bytes / 2},
-                                  {buffer_.data() + offset + h.payload_bytes / 2,
-                                   h.payload_bytes - h.payload_bytes / 2}};
+      return std::vector<MemSpan>{
+          {buffer_.data() + offset, h.payload_bytes / 2},
+          {buffer_.data() + offset + h.payload_bytes / 2, h.payload_bytes - h.payload_bytes / 2}};
     }
     void Complete(const KvMessageHeader& h, absl::Status status) override {
       absl::MutexLock lock(&mu_);
@@ -201,6 +201,33 @@ TEST_P(UcxTransportTest, VanishedPeerGivesErrorAndReconnectWorks) {
   EXPECT_EQ(sink.landed(), data);
 }
 
+// The receiver goes away while a large payload is landing: no crash, no hang, the
+// sink hears exactly one verdict and the sender gets one too.
+TEST_P(UcxTransportTest, ReceiverShutdownDuringLargeTransfer) {
+  const size_t bytes = 48 << 20;
+  const std::vector<uint8_t> data = RandomBytes(bytes, 11);
+  sink_.Reserve(42, 77, {bytes / 3, bytes - bytes / 3});
+  absl::Status sent;
+  std::thread sender(
+      [&] { sent = sender_->Send(address_, MakeHeader(42, 77, bytes), SplitInto(data, {})); });
+  ASSERT_TRUE(sink_.WaitForAccepts(1));
+  receiver_.reset();
+  sender.join();
+  const auto done = sink_.completions();
+  ASSERT_EQ(done.size(), 1u);
+  if (done[0].status.ok()) {
+    EXPECT_TRUE(sink_.landed() == data);
+  } else {
+    EXPECT_THAT(done[0].status.code(),
+                AnyOf(absl::StatusCode::kCancelled, absl::StatusCode::kUnavailable))
+        << done[0].status;
+    EXPECT_FALSE(sent.ok());
+  }
+  EXPECT_THAT(sent.code(), AnyOf(absl::StatusCode::kOk, absl::StatusCode::kUnavailable,
+                                 absl::StatusCode::kCancelled))
+      << sent;
+}
+
 // A peer that accepts TCP connections but never speaks UCX: Send times out.
 TEST_P(UcxTransportTest, SilentPeerTimesOut) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -217,7 +244,8 @@ TEST_P(UcxTransportTest, SilentPeerTimesOut) {
   std::unique_ptr<KvTransport> impatient = MakeUcx(GetParam(), false, /*timeout_ms=*/300);
   ASSERT_NE(impatient, nullptr);
   const std::vector<uint8_t> data = RandomBytes(1 << 20, 8);
-  const absl::Status s = impatient->Send(silent, MakeHeader(42, 77, data.size()), SplitInto(data, {}));
+  const absl::Status s =
+      impatient->Send(silent, MakeHeader(42, 77, data.size()), SplitInto(data, {}));
   EXPECT_THAT(s.code(), AnyOf(absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable))
       << s;
   close(fd);

@@ -63,9 +63,9 @@ TEST(KvWireTest, LittleEndianLayout) {
   EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "CEDK");
   EXPECT_EQ(b[4], 1);  // version
   EXPECT_EQ(b[5], 0);
-  EXPECT_EQ(b[6], 1);  // kind
-  EXPECT_EQ(b[7], 2);  // format
-  EXPECT_EQ(b[12], 17);  // token_begin
+  EXPECT_EQ(b[6], 1);      // kind
+  EXPECT_EQ(b[7], 2);      // format
+  EXPECT_EQ(b[12], 17);    // token_begin
   EXPECT_EQ(b[24], 0xEF);  // request_id, low byte first
   EXPECT_EQ(b[31], 0x01);
 }

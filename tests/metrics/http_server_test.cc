@@ -44,7 +44,8 @@ TEST_F(MetricsHttpServerTest, ServesMetricsWithTextFormatContentType) {
 TEST_F(MetricsHttpServerTest, HeadHasNoBody) {
   auto server = Start({});
   ASSERT_NE(server, nullptr);
-  absl::StatusOr<testing::HttpResult> response = SendHttpRequest(server->port(), "HEAD", "/metrics");
+  absl::StatusOr<testing::HttpResult> response =
+      SendHttpRequest(server->port(), "HEAD", "/metrics");
   ASSERT_TRUE(response.ok()) << response.status();
   EXPECT_EQ(response->status, 200);
   EXPECT_EQ(response->body, "");
@@ -106,7 +107,8 @@ TEST_F(MetricsHttpServerTest, RejectsBadOptions) {
   EXPECT_EQ(MetricsHttpServer::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);  // No registry.
   options.registry = &registry_;
-  for (const char* address : {"no-port", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:x", "::1:80"}) {
+  for (const char* address :
+       {"no-port", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:x", "::1:80"}) {
     options.listen_address = address;
     EXPECT_EQ(MetricsHttpServer::Create(options).status().code(),
               absl::StatusCode::kInvalidArgument)
@@ -114,8 +116,7 @@ TEST_F(MetricsHttpServerTest, RejectsBadOptions) {
   }
   options.listen_address = "127.0.0.1:0";
   options.extra_handlers["/metrics"] = [](const HttpRequest&) { return HttpResponse{}; };
-  EXPECT_EQ(MetricsHttpServer::Create(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MetricsHttpServer::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(MetricsHttpServerTest, PortInUseIsUnavailable) {

@@ -1,7 +1,6 @@
 #include "services/metrics/process_metrics.h"
 
 #include <chrono>
-#include <regex>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -11,15 +10,21 @@ namespace {
 
 // The value of the unlabelled sample `name` in `text`, or -1.
 double SampleValue(const std::string& text, const std::string& name) {
-  std::smatch match;
-  const std::regex line("(^|\n)" + name + " ([^\n]+)\n");
-  if (!std::regex_search(text, match, line)) return -1;
-  return std::stod(match[2].str());
+  const std::string prefix = name + " ";
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(start, prefix.size(), prefix) == 0) {
+      return std::stod(text.substr(start + prefix.size(), end - start - prefix.size()));
+    }
+    start = end + 1;
+  }
+  return -1;
 }
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 TEST(MetricsProcessMetricsTest, ExportsPlausibleValues) {

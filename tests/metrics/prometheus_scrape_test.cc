@@ -1,6 +1,5 @@
 // Integration: a real Prometheus server scrapes MetricsHttpServer and the values are queryable.
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "absl/strings/str_cat.h"

@@ -25,18 +25,18 @@ void FillRegistry(Registry* registry) {
   depth->WithLabels({{"queue", "decode"}}).Set(-2.5);
   depth->WithLabels({{"queue", "inf"}}).Set(std::numeric_limits<double>::infinity());
   depth->WithLabels({{"queue", "nan"}}).Set(std::numeric_limits<double>::quiet_NaN());
-  Family<Histogram>* latency = *registry->AddHistogram(
-      "ced_test_latency_seconds", "Latency.", LatencySecondsBuckets(), {"op"});
+  Family<Histogram>* latency = *registry->AddHistogram("ced_test_latency_seconds", "Latency.",
+                                                       LatencySecondsBuckets(), {"op"});
   for (double v : {0.0004, 0.003, 0.2, 1.5, 45.0, 100.0}) {
     latency->WithLabels({{"op", "prefill"}}).Observe(v);
   }
   latency->WithLabels({{"op", "decode"}});  // Empty child.
-  Family<Histogram>* sizes =
-      *registry->AddHistogram("ced_test_transfer_size_bytes", "Transfer sizes.", SizeBytesBuckets());
+  Family<Histogram>* sizes = *registry->AddHistogram("ced_test_transfer_size_bytes",
+                                                     "Transfer sizes.", SizeBytesBuckets());
   sizes->WithLabelValues({}).Observe(1 << 20);
-  ASSERT_TRUE(registry->AddGauge("ced_test_unused_info", "Family with labels, no children.",
-                                 {"version"})
-                  .ok());
+  ASSERT_TRUE(
+      registry->AddGauge("ced_test_unused_info", "Family with labels, no children.", {"version"})
+          .ok());
   ASSERT_TRUE(RegisterProcessMetrics(registry).ok());
 }
 

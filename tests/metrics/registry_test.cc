@@ -56,10 +56,8 @@ TEST(MetricsRegistryTest, GetRejectsWrongLabelNames) {
   EXPECT_EQ(family->Get({}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(family->Get({{"queue", "a"}, {"extra", "b"}}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(family->GetWithValues({"a", "b"}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(family->Get({{"other", "x"}}).status().message()),
-              HasSubstr("depth"));
+  EXPECT_EQ(family->GetWithValues({"a", "b"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(family->Get({{"other", "x"}}).status().message()), HasSubstr("depth"));
   EXPECT_TRUE(family->Get({{"queue", "a"}}).ok());
 }
 
@@ -97,8 +95,7 @@ TEST(MetricsRegistryTest, ReRegistrationReturnsSameFamilyOrFails) {
               HasSubstr("counter"));
 
   Family<Histogram>* h = *registry.AddHistogram("h", "H.", {1, 2});
-  EXPECT_EQ(*registry.AddHistogram("h", "H.", {1, 2, std::numeric_limits<double>::infinity()}),
-            h);
+  EXPECT_EQ(*registry.AddHistogram("h", "H.", {1, 2, std::numeric_limits<double>::infinity()}), h);
   EXPECT_EQ(registry.AddHistogram("h", "H.", {1, 3}).status().code(),
             absl::StatusCode::kAlreadyExists);
 }

@@ -179,7 +179,7 @@ std::string HttpResult::Header(const std::string& name) const {
 }
 
 absl::StatusOr<HttpResult> SendHttpRequest(int port, const std::string& method,
-                                       const std::string& target, absl::Duration timeout) {
+                                           const std::string& target, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));

@@ -73,8 +73,8 @@ struct HttpResult {
 
 // One HTTP/1.0 request to 127.0.0.1:port; the whole exchange is bounded by `timeout`.
 absl::StatusOr<HttpResult> SendHttpRequest(int port, const std::string& method,
-                                       const std::string& target,
-                                       absl::Duration timeout = absl::Seconds(5));
+                                           const std::string& target,
+                                           absl::Duration timeout = absl::Seconds(5));
 inline absl::StatusOr<HttpResult> HttpGet(int port, const std::string& target) {
   return SendHttpRequest(port, "GET", target);
 }

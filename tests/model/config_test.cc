@@ -95,7 +95,8 @@ TEST(ConfigTest, GlobalSlotsAndSourceCount) {
 
 TEST(ConfigTest, ExactReplayWindow) {
   auto c = ParseConfigJson(Json(R"("num_layers": 8, "num_encoder_layers": 4,
-      "sliding_window": 16)"), "config.json");
+      "sliding_window": 16)"),
+                           "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->ExactReplayWindow(), 4 * 15 + 1);
   c->sliding_window = 0;
@@ -143,10 +144,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"("sliding_window": 8, "replay_window": 7)", "'replay_window'"},
         BadCase{R"("replay_window": 0)", "'replay_window'"},
         BadCase{R"("global_kv_source": [0, 1, 2])", "'global_kv_source'"},
-        BadCase{R"("global_kv_source": [0, 2, 2, 3])", "'global_kv_source'"},   // future
-        BadCase{R"("global_kv_source": [0, 1, 1, 3])", "'global_kv_source'"},   // other half
-        BadCase{R"("global_kv_source": [0, 1, 1, 2], "num_encoder_layers": 4)", "'global_kv_source'"},
-        BadCase{R"("global_kv_source": [0, 0, 1, 3], "num_encoder_layers": 4)", "'global_kv_source'"},
+        BadCase{R"("global_kv_source": [0, 2, 2, 3])", "'global_kv_source'"},  // future
+        BadCase{R"("global_kv_source": [0, 1, 1, 3])", "'global_kv_source'"},  // other half
+        BadCase{R"("global_kv_source": [0, 1, 1, 2], "num_encoder_layers": 4)",
+                "'global_kv_source'"},
+        BadCase{R"("global_kv_source": [0, 0, 1, 3], "num_encoder_layers": 4)",
+                "'global_kv_source'"},
         BadCase{R"("global_kv_source": [0, -1, 2, 3])", "'global_kv_source'"},
         BadCase{R"("global_kv_source": "all")", "'global_kv_source'"},
         BadCase{R"("global_kv_source": [0, 1.5, 2, 3])", "'global_kv_source'"},
@@ -175,6 +178,30 @@ TEST(ConfigTest, InvalidJsonNamesFileAndByte) {
   ASSERT_FALSE(arr.ok());
   EXPECT_THAT(std::string(arr.status().message()), HasSubstr("JSON object"));
   EXPECT_FALSE(ParseConfigJson("", "config.json").ok());
+}
+
+TEST(ConfigTest, HostileTextIsAnErrorNotACrash) {
+  const std::string deep(100000, '[');
+  auto c = ParseConfigJson(deep + std::string(100000, ']'), "config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("nests too deeply"));
+  c = ParseConfigJson(Json(R"("global_kv_source": [0, )" + deep + "]"), "config.json");
+  EXPECT_FALSE(c.ok());
+  // Mutations of a valid config: each parses or fails cleanly, never crashes.
+  const std::string valid = Json(R"("sliding_window": 4, "global_kv_source": [0, 0, 2, 2])");
+  const std::string alphabet = "0123456789-.eE,:[]{}\" x";
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  int rejected = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string t = valid;
+    for (int k = 0; k < 2; ++k) t[next() % t.size()] = alphabet[next() % alphabet.size()];
+    rejected += !ParseConfigJson(t, "config.json").ok();
+  }
+  EXPECT_GT(rejected, 1000);
 }
 
 TEST(ConfigTest, ValidateCatchesHandBuiltMistakes) {

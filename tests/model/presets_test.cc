@@ -44,8 +44,7 @@ TEST(PresetsTest, NamesAndShapes) {
     auto c = PresetConfig(name);
     ASSERT_TRUE(c.ok()) << name;
     EXPECT_TRUE(ValidateConfig(*c).ok()) << name << ": " << ValidateConfig(*c);
-    EXPECT_EQ(c->IsDecoderOnly(), name.find("-dec") != std::string::npos ||
-                                      name == "llama3-70b")
+    EXPECT_EQ(c->IsDecoderOnly(), name.find("-dec") != std::string::npos || name == "llama3-70b")
         << name;
   }
   EXPECT_TRUE(PresetIsShapeOnly("llama3-70b-ced"));

@@ -36,13 +36,12 @@ std::string WithLength(const std::string& header, const std::string& data) {
 }
 
 std::string ValidImage() {
-  const std::string header =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
-      R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},)"
-      R"("c":{"dtype":"F16","shape":[2,2],"data_offsets":[32,40]},)"
-      R"("d":{"dtype":"I64","shape":[1],"data_offsets":[40,48]},)"
-      R"("e":{"dtype":"F32","shape":[],"data_offsets":[44,48]}})";
+  const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                             R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+                             R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},)"
+                             R"("c":{"dtype":"F16","shape":[2,2],"data_offsets":[32,40]},)"
+                             R"("d":{"dtype":"I64","shape":[1],"data_offsets":[40,48]},)"
+                             R"("e":{"dtype":"F32","shape":[],"data_offsets":[44,48]}})";
   std::string data(48, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 37 + 11);
   return WithLength(header, data);
@@ -125,14 +124,15 @@ TEST(SafetensorsRobustnessTest, MutatedHeaders) {
         case 4: {  // grow a number into something huge or negative
           size_t pos = s.find_first_of("0123456789", 8 + rng.Below(header_end - 8));
           if (pos != std::string::npos && pos < s.size()) {
-            static const char* kNumbers[] = {"18446744073709551615", "-1", "1e300",
-                                             "9223372036854775807", "4294967296", "0.5"};
+            static const char* kNumbers[] = {"18446744073709551615", "-1",         "1e300",
+                                             "9223372036854775807",  "4294967296", "0.5"};
             s.insert(pos, kNumbers[rng.Below(6)]);
           }
           break;
         }
         default:  // swap two header bytes
-          if (s.size() > 10) std::swap(s[8 + rng.Below(s.size() - 8)], s[8 + rng.Below(s.size() - 8)]);
+          if (s.size() > 10)
+            std::swap(s[8 + rng.Below(s.size() - 8)], s[8 + rng.Below(s.size() - 8)]);
       }
     }
     rejected += !Exercise(s);

@@ -50,8 +50,8 @@ std::string LoadError(const std::string& dir) {
 std::vector<const Tensor*> AllTensors(const ModelWeights& w) {
   std::vector<const Tensor*> out = {&w.embed, &w.encoder_norm, &w.final_norm, &w.lm_head};
   for (const LayerWeights& l : w.layers) {
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.local_k, &l.local_v, &l.global_k,
-                            &l.global_v, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.local_k, &l.local_v, &l.global_k, &l.global_v,
+                            &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
       out.push_back(t);
     }
   }
@@ -256,7 +256,8 @@ TEST_F(BadModelDirTest, ConfigDisagreesWithWeights) {
 TEST_F(BadModelDirTest, TruncatedFile) {
   const std::string raw = testing::ReadFile(file());
   testing::WriteFile(file(), raw.substr(0, raw.size() - 100));
-  EXPECT_THAT(LoadError(dir_.path()), HasSubstr("model.safetensors: tensor 'lm_head': data_offsets"));
+  EXPECT_THAT(LoadError(dir_.path()),
+              HasSubstr("model.safetensors: tensor 'lm_head': data_offsets"));
   testing::WriteFile(file(), raw.substr(0, 5));
   EXPECT_THAT(LoadError(dir_.path()), HasSubstr("model.safetensors: file is 5 bytes"));
   testing::WriteFile(file(), raw.substr(0, 100));
@@ -273,8 +274,7 @@ TEST_F(BadModelDirTest, OffsetsPastEnd) {
     auto& off = h["final_norm"]["data_offsets"];
     off = {off[0].get<uint64_t>() + (1 << 30), off[1].get<uint64_t>() + (1 << 30)};
   });
-  EXPECT_THAT(LoadError(dir_.path()),
-              HasSubstr("tensor 'final_norm': data_offsets"));
+  EXPECT_THAT(LoadError(dir_.path()), HasSubstr("tensor 'final_norm': data_offsets"));
 }
 
 TEST_F(BadModelDirTest, WrongShape) {
@@ -289,9 +289,7 @@ TEST_F(BadModelDirTest, MissingTensor) {
 }
 
 TEST_F(BadModelDirTest, UnexpectedTensor) {
-  RewriteHeader(file(), [](nlohmann::json& h) {
-    h["layers.8.wq"] = h["layers.7.wq"];
-  });
+  RewriteHeader(file(), [](nlohmann::json& h) { h["layers.8.wq"] = h["layers.7.wq"]; });
   EXPECT_THAT(LoadError(dir_.path()), HasSubstr("tensor 'layers.8.wq': unexpected"));
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,10 @@ inline constexpr size_t kEnvelopeBytes = kKvHeaderBytes + 8;
 struct UcxTransport::EpContext {
   UcxTransport* self = nullptr;
   ucp_ep_h ep = nullptr;
-  std::string peer;  // "host:port" for client endpoints, empty for accepted ones
+  std::string peer;        // "host:port" for client endpoints, empty for accepted ones
+  bool connected = false;  // client endpoints: wireup finished (first flush completed)
   bool failed = false;
+  std::vector<std::shared_ptr<SendOp>> waiting;  // Sends queued until connected
 };
 
 struct UcxTransport::SendOp {

@@ -23,10 +23,13 @@ ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void
   // Anything that does not fit the envelope is dropped unanswered (returning OK
   // releases UCX's data or rendezvous descriptor).
   if (sink_ == nullptr || shutting_down_ || header_length != kEnvelopeBytes) return UCS_OK;
-  const auto* bytes = static_cast<const uint8_t*>(header);
-  const uint64_t send_id = GetU64(bytes + kKvHeaderBytes);
+  // Data is only taken from connections this transport accepted as a listener.
   const ucp_ep_h reply_ep =
       (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  const auto ep = eps_.find(reply_ep);
+  if (ep == eps_.end() || !ep->second->peer.empty() || ep->second->failed) return UCS_OK;
+  const auto* bytes = static_cast<const uint8_t*>(header);
+  const uint64_t send_id = GetU64(bytes + kKvHeaderBytes);
   absl::StatusOr<KvMessageHeader> h =
       DecodeHeader(absl::MakeConstSpan(bytes, kKvHeaderBytes), options_.max_payload_bytes);
   if (!h.ok()) {
@@ -98,15 +101,13 @@ void UcxTransport::FinishRecv(RecvOp* op, ucs_status_t ucx_status) {
   recvs_.erase(it);
   absl::Status status;
   if (ucx_status != UCS_OK) {
-    status = UcsError(shutting_down_ ? absl::StatusCode::kCancelled
-                                     : absl::StatusCode::kUnavailable,
-                      absl::StrCat("kv payload of request ", op->header.request_id), ucx_status);
+    status =
+        UcsError(shutting_down_ ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
+                 absl::StrCat("kv payload of request ", op->header.request_id), ucx_status);
   } else if (ChecksumSpans(op->spans) != op->header.payload_checksum) {
-    status = absl::DataLossError(absl::StrCat("kv payload checksum mismatch for request ",
-                                              op->header.request_id, " tokens [",
-                                              op->header.token_begin, ", ",
-                                              op->header.token_end, ") layer ",
-                                              op->header.layer));
+    status = absl::DataLossError(absl::StrCat(
+        "kv payload checksum mismatch for request ", op->header.request_id, " tokens [",
+        op->header.token_begin, ", ", op->header.token_end, ") layer ", op->header.layer));
   }
   sink_->Complete(op->header, status);
   SendAck(op->reply_ep, op->send_id, status);
@@ -116,8 +117,7 @@ void UcxTransport::SendAck(ucp_ep_h ep, uint64_t send_id, const absl::Status& st
   if (ep == nullptr || shutting_down_ || !EpUsable(ep)) return;
   auto* ack = new AckMessage;
   ack->message = std::string(status.message().substr(0, kMaxAckMessageBytes));
-  EncodeAckHeader(send_id, status.code(), static_cast<uint32_t>(ack->message.size()),
-                  ack->header);
+  EncodeAckHeader(send_id, status.code(), static_cast<uint32_t>(ack->message.size()), ack->header);
   ucp_request_param_t params{};
   params.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;

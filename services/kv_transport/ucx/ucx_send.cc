@@ -29,7 +29,32 @@ UcxTransport::EpContext* UcxTransport::GetOrConnect(const std::string& peer, con
   EpContext* raw = ctx.get();
   eps_[raw->ep] = std::move(ctx);
   peers_[peer] = raw;
+  // Sends wait for the wireup to finish: a message queued earlier would be sent
+  // with the provisional lanes, i.e. eagerly in fragments instead of by rendezvous.
+  ucp_request_param_t flush{};
+  flush.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  flush.cb.send = &FlushCb;
+  flush.user_data = raw;
+  ucs_status_ptr_t request = ucp_ep_flush_nbx(raw->ep, &flush);
+  if (!UCS_PTR_IS_PTR(request)) OnConnected(raw, UCS_PTR_STATUS(request));
+  if (raw->failed) {
+    *error = absl::UnavailableError(absl::StrCat("kv connect to ", peer, " failed"));
+    return nullptr;
+  }
   return raw;
+}
+
+void UcxTransport::OnConnected(EpContext* ctx, ucs_status_t status) {
+  if (ctx->failed) return;
+  if (status != UCS_OK) {
+    FailEp(ctx, UcsError(absl::StatusCode::kUnavailable, absl::StrCat("kv connect to ", ctx->peer),
+                         status));
+    return;
+  }
+  ctx->connected = true;
+  std::vector<std::shared_ptr<SendOp>> waiting;
+  waiting.swap(ctx->waiting);
+  for (auto& op : waiting) IssueSend(op.get());
 }
 
 void UcxTransport::OnConnRequest(ucp_conn_request_h request) {
@@ -63,6 +88,10 @@ void UcxTransport::FailEp(EpContext* ctx, const absl::Status& status) {
     if (op->ep == ctx) affected.push_back(op);
   }
   for (auto& op : affected) Settle(op.get(), status);
+  // Queued Sends never reached UCX: nothing else will complete them.
+  std::vector<std::shared_ptr<SendOp>> waiting;
+  waiting.swap(ctx->waiting);
+  for (auto& op : waiting) MarkSent(op.get(), UCS_ERR_CANCELED);
   to_close_.push_back(ctx);
 }
 
@@ -113,11 +142,19 @@ void UcxTransport::StartSend(const std::shared_ptr<SendOp>& op) {
   }
   op->ep = ctx;
   sends_[op->id] = op;
+  if (ctx->connected) {
+    IssueSend(op.get());
+  } else {
+    ctx->waiting.push_back(op);
+  }
+}
+
+void UcxTransport::IssueSend(SendOp* op) {
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
   params.cb.send = &SendCb;
-  params.user_data = op.get();
+  params.user_data = op;
   params.flags = UCP_AM_SEND_FLAG_REPLY;
   const void* buffer = nullptr;
   size_t count = 0;
@@ -130,20 +167,20 @@ void UcxTransport::StartSend(const std::shared_ptr<SendOp>& op) {
     buffer = op->iov.data();
     count = op->iov.size();
   }
-  ucs_status_ptr_t request = ucp_am_send_nbx(ctx->ep, kAmData, op->envelope.data(),
+  ucs_status_ptr_t request = ucp_am_send_nbx(op->ep->ep, kAmData, op->envelope.data(),
                                              op->envelope.size(), buffer, count, &params);
   if (request == nullptr) {
-    MarkSent(op.get(), UCS_OK);
+    MarkSent(op, UCS_OK);
   } else if (UCS_PTR_IS_ERR(request)) {
-    MarkSent(op.get(), UCS_PTR_STATUS(request));
+    MarkSent(op, UCS_PTR_STATUS(request));
   }
 }
 
 void UcxTransport::AbortSend(const std::shared_ptr<SendOp>& op) {
   if (sends_.count(op->id) == 0) return;  // finished meanwhile
-  Settle(op.get(), absl::DeadlineExceededError(
-                       absl::StrCat("kv send to ", op->peer, ": no verdict within ",
-                                    options_.send_timeout_ms, " ms")));
+  Settle(op.get(),
+         absl::DeadlineExceededError(absl::StrCat("kv send to ", op->peer, ": no verdict within ",
+                                                  options_.send_timeout_ms, " ms")));
   bool sent;
   {
     absl::MutexLock lock(&op->mu);
@@ -194,11 +231,17 @@ void UcxTransport::ConnHandlerCb(ucp_conn_request_h request, void* arg) {
 
 void UcxTransport::EpErrorCb(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* ctx = static_cast<EpContext*>(arg);
-  ctx->self->FailEp(ctx, UcsError(absl::StatusCode::kUnavailable,
-                                  ctx->peer.empty() ? std::string("kv connection from a peer lost")
-                                                    : absl::StrCat("kv connection to ", ctx->peer,
-                                                                   " lost"),
-                                  status));
+  ctx->self->FailEp(
+      ctx, UcsError(absl::StatusCode::kUnavailable,
+                    ctx->peer.empty() ? std::string("kv connection from a peer lost")
+                                      : absl::StrCat("kv connection to ", ctx->peer, " lost"),
+                    status));
+}
+
+void UcxTransport::FlushCb(void* request, ucs_status_t status, void* user_data) {
+  auto* ctx = static_cast<EpContext*>(user_data);
+  ucp_request_free(request);
+  ctx->self->OnConnected(ctx, status);
 }
 
 void UcxTransport::SendCb(void* request, ucs_status_t status, void* user_data) {

@@ -19,6 +19,8 @@ namespace {
 
 // Upper bound on one idle wait; wakeups normally come from UCX's event fd or a post.
 constexpr int kIdleWaitMs = 20;
+// Progress calls between two looks at the command queue.
+constexpr int kProgressBatch = 64;
 // How long shutdown keeps progressing to let closes and cancelled operations finish.
 constexpr absl::Duration kShutdownGrace = absl::Seconds(2);
 
@@ -30,8 +32,7 @@ absl::StatusOr<std::unique_ptr<KvTransport>> CreateUcxTransport(const TransportO
   return UcxTransport::Create(options);
 }
 
-absl::StatusOr<std::unique_ptr<KvTransport>> UcxTransport::Create(
-    const TransportOptions& options) {
+absl::StatusOr<std::unique_ptr<KvTransport>> UcxTransport::Create(const TransportOptions& options) {
   if (options.send_timeout_ms <= 0) {
     return absl::InvalidArgumentError("ucx transport: send_timeout_ms must be positive");
   }
@@ -57,9 +58,9 @@ absl::Status UcxTransport::Init() {
   // when their error handling is switched on, so switch it on unless the
   // environment decides.
   const char* env_tls = std::getenv("UCX_TLS");
-  const std::string tls = !options_.ucx_tls.empty() ? options_.ucx_tls
+  const std::string tls = !options_.ucx_tls.empty()                ? options_.ucx_tls
                           : env_tls != nullptr && *env_tls != '\0' ? env_tls
-                                                   : "all";
+                                                                   : "all";
   if (MayUseSharedMemory(tls) && std::getenv("UCX_MM_ERROR_HANDLING") == nullptr &&
       std::getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
       std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr) {
@@ -83,9 +84,8 @@ absl::Status UcxTransport::Init() {
   s = ucp_worker_query(worker_, &attr);
   if (s != UCS_OK) return UcsError(absl::StatusCode::kInternal, "ucp_worker_query", s);
   if (attr.max_am_header < kEnvelopeBytes) {
-    return absl::UnavailableError(absl::StrCat("ucx: max active message header is ",
-                                               attr.max_am_header, " bytes, need ",
-                                               kEnvelopeBytes));
+    return absl::UnavailableError(absl::StrCat(
+        "ucx: max active message header is ", attr.max_am_header, " bytes, need ", kEnvelopeBytes));
   }
   s = ucp_worker_get_efd(worker_, &ucx_efd_);
   if (s != UCS_OK) return UcsError(absl::StatusCode::kInternal, "ucp_worker_get_efd", s);
@@ -101,7 +101,8 @@ absl::Status UcxTransport::Init() {
     hp.cb = cb;
     hp.arg = this;
     s = ucp_worker_set_am_recv_handler(worker_, &hp);
-    if (s != UCS_OK) return UcsError(absl::StatusCode::kInternal, "ucp_worker_set_am_recv_handler", s);
+    if (s != UCS_OK)
+      return UcsError(absl::StatusCode::kInternal, "ucp_worker_set_am_recv_handler", s);
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return absl::InternalError("ucx transport: eventfd failed");
@@ -147,7 +148,9 @@ void UcxTransport::ProgressLoop() {
     const bool had_commands = DrainCommands();
     if (stop_) break;
     bool progressed = false;
-    for (int i = 0; i < 1024 && ucp_worker_progress(worker_) != 0; ++i) progressed = true;
+    for (int i = 0; i < kProgressBatch && ucp_worker_progress(worker_) != 0; ++i) {
+      progressed = true;
+    }
     CloseFailedEps();
     if (had_commands || progressed || !to_close_.empty()) continue;
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
@@ -165,6 +168,7 @@ void UcxTransport::Shutdown() {
   for (auto& [ep, ctx] : eps_) {
     FailEp(ctx.get(), absl::CancelledError("kv transport shutting down"));
   }
+  CloseFailedEps();
   const absl::Time deadline = absl::Now() + kShutdownGrace;
   auto busy = [this] {
     if (!closing_.empty() || !to_close_.empty() || !recvs_.empty()) return true;
@@ -215,6 +219,7 @@ absl::StatusOr<std::string> UcxTransport::Listen(const std::string& address, KvS
     ucs_status_t s = ucp_listener_create(worker_, &params, &listener_);
     if (s != UCS_OK) {
       listener_ = nullptr;
+      sink_ = nullptr;
       result = UcsError(absl::StatusCode::kUnavailable, absl::StrCat("ucx listen on ", address), s);
     } else {
       ucp_listener_attr_t attr{};

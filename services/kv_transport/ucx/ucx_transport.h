@@ -65,7 +65,9 @@ class UcxTransport final : public KvTransport {
   bool EpUsable(ucp_ep_h ep) const;
 
   // Sending (ucx_transport.cc).
+  void OnConnected(EpContext* ctx, ucs_status_t status);
   void StartSend(const std::shared_ptr<SendOp>& op);
+  void IssueSend(SendOp* op);
   void AbortSend(const std::shared_ptr<SendOp>& op);
   void MarkSent(SendOp* op, ucs_status_t status);
   void Settle(SendOp* op, absl::Status verdict);
@@ -81,6 +83,7 @@ class UcxTransport final : public KvTransport {
   // UCX C callbacks.
   static void ConnHandlerCb(ucp_conn_request_h request, void* arg);
   static void EpErrorCb(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static void FlushCb(void* request, ucs_status_t status, void* user_data);
   static void SendCb(void* request, ucs_status_t status, void* user_data);
   static void AckSentCb(void* request, ucs_status_t status, void* user_data);
   static void RecvCb(void* request, ucs_status_t status, size_t length, void* user_data);
@@ -112,10 +115,10 @@ class UcxTransport final : public KvTransport {
   std::unordered_map<ucp_ep_h, std::unique_ptr<EpContext>> eps_;
   std::unordered_map<std::string, EpContext*> peers_;  // usable client endpoints
   std::vector<EpContext*> to_close_;
-  std::vector<std::pair<void*, EpContext*>> closing_;  // close requests in flight
+  std::vector<std::pair<void*, EpContext*>> closing_;            // close requests in flight
   std::unordered_map<uint64_t, std::shared_ptr<SendOp>> sends_;  // by send id
-  std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> recvs_;    // rendezvous in flight
-  std::vector<std::shared_ptr<SendOp>> abandoned_sends_;          // kept until the worker dies
+  std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> recvs_;   // rendezvous in flight
+  std::vector<std::shared_ptr<SendOp>> abandoned_sends_;         // kept until the worker dies
 };
 
 }  // namespace ced::kv_transport::ucx

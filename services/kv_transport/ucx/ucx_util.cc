@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -107,8 +107,7 @@ AckHeader DecodeAckHeader(const uint8_t in[kAckHeaderBytes]) {
   ack.code = code <= static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)
                  ? static_cast<absl::StatusCode>(code)
                  : absl::StatusCode::kUnknown;
-  ack.message_bytes =
-      std::min<uint32_t>(static_cast<uint32_t>(rest >> 32), kMaxAckMessageBytes);
+  ack.message_bytes = std::min<uint32_t>(static_cast<uint32_t>(rest >> 32), kMaxAckMessageBytes);
   return ack;
 }
 

@@ -1,0 +1,121 @@
+#include "bench/engine/decode_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "bench/engine/bench_models.h"
+#include "bench/engine/machine.h"
+#include "bench/engine/stats.h"
+#include "engine/accounting/accounting.h"
+#include "engine/common/status.h"
+
+namespace ced::bench {
+namespace {
+
+// f32 weight bytes one decode step of `batch` sequences reads: every matmul
+// (incl. the LM head), the norms and one embedding row per sequence.
+double WeightBytesPerStep(const ModelConfig& c, int batch) {
+  const Accounting a = ComputeAccounting(c);
+  const double norms = (2.0 * c.num_layers + 2) * c.hidden_size;
+  return 4.0 * (static_cast<double>(a.params_per_generated_token) + norms +
+                static_cast<double>(batch) * c.hidden_size);
+}
+
+struct Measurement {
+  double seconds = 0, weight_bytes = 0, kv_bytes = 0, context_sum = 0;
+  int steps = 0;
+};
+
+// `steps` greedy decode steps over sequences [0, batch); tokens fed back.
+absl::StatusOr<Measurement> RunSteps(Engine& engine, const std::vector<SeqId>& seqs,
+                                     std::vector<int32_t>& next, int batch, int steps) {
+  const ModelConfig& c = engine.config();
+  Measurement m;
+  std::vector<DecodeInput> in(batch);
+  for (int s = 0; s < steps; ++s) {
+    for (int b = 0; b < batch; ++b) {
+      in[b] = {seqs[b], next[b]};
+      const int context = engine.NumTokens(seqs[b]) + 1;
+      m.kv_bytes += KvBytesReadPerDecodeStep(c, engine.kv_format(), context);
+      m.context_sum += context;
+    }
+    m.weight_bytes += WeightBytesPerStep(c, batch);
+    const double t0 = NowSeconds();
+    ASSIGN_OR_RETURN(std::vector<float> logits, engine.Decode(in));
+    for (int b = 0; b < batch; ++b) {
+      next[b] = Argmax(logits.data() + static_cast<size_t>(b) * c.vocab_size, c.vocab_size);
+    }
+    m.seconds += NowSeconds() - t0;
+    ++m.steps;
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
+                                            std::shared_ptr<const ModelWeights> weights) {
+  const ModelConfig& c = weights->config();
+  const int max_batch = *std::max_element(options.batch_sizes.begin(),
+                                          options.batch_sizes.end());
+  const int nb = static_cast<int>(options.batch_sizes.size());
+  const int capacity = options.context + (options.repetitions + 1) * options.steps * nb + 1;
+  const int64_t kv_bytes = static_cast<int64_t>(max_batch) * (capacity + 64) *
+                           GlobalKvBytesPerToken(c, c.kv_cache_dtype);
+  ASSIGN_OR_RETURN(auto engine, MakeBenchEngine(weights, kv_bytes, max_batch));
+
+  std::fprintf(stderr, "[decode] prefilling %d sequences of %d tokens\n", max_batch,
+               options.context);
+  std::vector<SeqId> seqs;
+  std::vector<int32_t> next;
+  for (int b = 0; b < max_batch; ++b) {
+    ASSIGN_OR_RETURN(SeqId seq, engine->CreateSequence(capacity));
+    ASSIGN_OR_RETURN(PrefillResult pre,
+                     engine->Prefill(seq, RandomPrompt(options.context, 100 + b), {}));
+    seqs.push_back(seq);
+    next.push_back(Argmax(pre.logits.data(), c.vocab_size));
+  }
+  ASSIGN_OR_RETURN(auto probe, ReadBandwidthProbe::Create(options.bandwidth_bytes));
+
+  DecodeReport report;
+  report.options = options;
+  report.batches.resize(nb);
+  for (int i = 0; i < nb; ++i) report.batches[i].batch = options.batch_sizes[i];
+
+  std::fprintf(stderr, "[decode] warm-up\n");
+  probe->Measure();
+  for (int i = 0; i < nb; ++i) {
+    ASSIGN_OR_RETURN(Measurement ignored,
+                     RunSteps(*engine, seqs, next, options.batch_sizes[i], options.steps));
+    (void)ignored;
+  }
+  for (int rep = 0; rep < options.repetitions; ++rep) {
+    const double bw = probe->Measure();
+    report.bandwidth.push_back(bw);
+    std::fprintf(stderr, "[decode %d/%d] read bandwidth %.2f GB/s (%.0f MiB buffer)\n", rep + 1,
+                 options.repetitions, bw * 1e-9, probe->bytes() / 1048576.0);
+    for (int k = 0; k < nb; ++k) {
+      const int i = (rep + k) % nb;
+      DecodeBatchResult& r = report.batches[i];
+      ASSIGN_OR_RETURN(Measurement m, RunSteps(*engine, seqs, next, r.batch, options.steps));
+      const double tokens = static_cast<double>(r.batch) * m.steps;
+      const double roofline_s = (m.weight_bytes + m.kv_bytes) / bw;
+      r.tokens_per_s.push_back(tokens / m.seconds);
+      r.roofline_tokens_per_s.push_back(tokens / roofline_s);
+      r.fraction.push_back(roofline_s / m.seconds);
+      r.step_ms.push_back(m.seconds / m.steps * 1e3);
+      r.weight_bytes = m.weight_bytes / m.steps;
+      r.kv_bytes = m.kv_bytes / m.steps;
+      r.bytes_per_step = r.weight_bytes + r.kv_bytes;
+      r.mean_context = m.context_sum / tokens;
+      std::fprintf(stderr,
+                   "[decode %d/%d] batch %2d: %.1f tokens/s (%.2f ms/step), roofline %.1f "
+                   "tokens/s, %.0f%% of roofline\n",
+                   rep + 1, options.repetitions, r.batch, r.tokens_per_s.back(),
+                   r.step_ms.back(), r.roofline_tokens_per_s.back(), 100 * r.fraction.back());
+    }
+  }
+  return report;
+}
+
+}  // namespace ced::bench

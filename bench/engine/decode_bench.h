@@ -1,0 +1,43 @@
+// Batched decode throughput against the memory-bandwidth roofline measured
+// in the same run: read bandwidth is sampled between repetitions, batch
+// sizes alternate. Prints a progress line per measurement to stderr. Not
+// thread-safe (uses all OpenMP threads).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/weights.h"
+
+namespace ced::bench {
+
+struct DecodeBenchOptions {
+  int context = 512;                 // prompt tokens before decode starts
+  std::vector<int> batch_sizes = {1, 16};
+  int steps = 8;                     // decode steps per measurement
+  int repetitions = 5;
+  size_t bandwidth_bytes = 1ull << 30;  // probe buffer (>> last-level cache)
+};
+
+struct DecodeBatchResult {
+  int batch = 0;
+  // Per repetition: tokens/s, and the roofline tokens/s for the same steps
+  // at the bandwidth of the probe sample taken in the same repetition.
+  std::vector<double> tokens_per_s, roofline_tokens_per_s, fraction;
+  std::vector<double> step_ms;
+  double bytes_per_step = 0;  // weights + K/V at the mean context (last rep)
+  double weight_bytes = 0, kv_bytes = 0;
+  double mean_context = 0;    // keys a step attends (global), mean over the last rep
+};
+
+struct DecodeReport {
+  DecodeBenchOptions options;
+  std::vector<double> bandwidth;  // B/s, one sample per repetition
+  std::vector<DecodeBatchResult> batches;
+};
+
+absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
+                                            std::shared_ptr<const ModelWeights> weights);
+
+}  // namespace ced::bench

@@ -1,0 +1,193 @@
+#include "bench/engine/machine.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "bench/engine/stats.h"
+
+extern "C" char* openblas_get_corename(void);
+
+namespace ced::bench {
+namespace {
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      }
+    }
+  }
+  return "unknown";
+}
+
+int64_t L3Bytes() {
+  long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (v > 0) return v;
+  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  std::string text;
+  if (!(in >> text) || text.empty()) return 0;
+  int64_t scale = 1;
+  if (text.back() == 'K') scale = 1024;
+  if (text.back() == 'M') scale = 1024 * 1024;
+  if (scale != 1) text.pop_back();
+  return std::atoll(text.c_str()) * scale;
+}
+
+volatile float g_sink = 0;
+
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t count) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, s);
+  float total = 0;
+  for (float v : lanes) total += v;
+  for (; i < count; ++i) total += p[i];
+  return total;
+}
+
+constexpr int kChainsAvx2 = 12;
+constexpr int kChainsAvx512 = 16;
+
+// acc = acc * a + b converges to b / (1 - a): no overflow, no denormals.
+__attribute__((target("avx2,fma"))) float FmaChainsAvx2(int64_t iters) {
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
+  __m256 c0 = _mm256_set1_ps(1.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+         c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (int64_t i = 0; i < iters; ++i) {
+    c0 = _mm256_fmadd_ps(c0, a, b);
+    c1 = _mm256_fmadd_ps(c1, a, b);
+    c2 = _mm256_fmadd_ps(c2, a, b);
+    c3 = _mm256_fmadd_ps(c3, a, b);
+    c4 = _mm256_fmadd_ps(c4, a, b);
+    c5 = _mm256_fmadd_ps(c5, a, b);
+    c6 = _mm256_fmadd_ps(c6, a, b);
+    c7 = _mm256_fmadd_ps(c7, a, b);
+    c8 = _mm256_fmadd_ps(c8, a, b);
+    c9 = _mm256_fmadd_ps(c9, a, b);
+    c10 = _mm256_fmadd_ps(c10, a, b);
+    c11 = _mm256_fmadd_ps(c11, a, b);
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
+                           _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
+  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(c8, c9), _mm256_add_ps(c10, c11)));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, s);
+  return lanes[0];
+}
+
+__attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t iters) {
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.001f);
+  __m512 c[kChainsAvx512];
+  for (auto& v : c) v = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int k = 0; k < kChainsAvx512; ++k) c[k] = _mm512_fmadd_ps(c[k], a, b);
+  }
+  __m512 s = c[0];
+  for (int k = 1; k < kChainsAvx512; ++k) s = _mm512_add_ps(s, c[k]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  return lanes[0];
+}
+
+// Runs `iters` iterations on every thread; returns elapsed seconds.
+double RunFma(FmaIsa isa, int64_t iters) {
+  const double t0 = NowSeconds();
+#pragma omp parallel
+  {
+    float r = isa == FmaIsa::kAvx2 ? FmaChainsAvx2(iters) : FmaChainsAvx512(iters);
+    if (r == 12345.0f) g_sink = r;
+  }
+  return NowSeconds() - t0;
+}
+
+}  // namespace
+
+MachineInfo CollectMachineInfo() {
+  MachineInfo m;
+  m.cpu_model = CpuModel();
+  m.logical_cores = static_cast<int>(std::thread::hardware_concurrency());
+  m.omp_threads = omp_get_max_threads();
+  m.l3_bytes = L3Bytes();
+  m.has_avx512 = __builtin_cpu_supports("avx512f");
+  const char* core = openblas_get_corename();
+  m.blas_core = core != nullptr ? core : "unknown";
+  m.compiler = __VERSION__;
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  m.omp_wait_policy = wait != nullptr ? wait : "";
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<ReadBandwidthProbe>> ReadBandwidthProbe::Create(size_t bytes) {
+  bytes = (bytes + 4095) / 4096 * 4096;
+  float* data = static_cast<float*>(std::aligned_alloc(4096, bytes));
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("bandwidth probe: cannot allocate ", bytes, " bytes"));
+  }
+  const size_t count = bytes / sizeof(float);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(i & 1023) * 1e-3f;
+  return std::unique_ptr<ReadBandwidthProbe>(new ReadBandwidthProbe(data, bytes));
+}
+
+ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(data_); }
+
+double ReadBandwidthProbe::Measure() {
+  const size_t count = bytes_ / sizeof(float);
+  float total = 0;
+  const double t0 = NowSeconds();
+#pragma omp parallel reduction(+ : total)
+  {
+    // Same static split as the first touch.
+    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const size_t per = (count / nt + 31) / 32 * 32;
+    const size_t begin = std::min(count, per * id), end = std::min(count, begin + per);
+    total += SumAvx2(data_ + begin, end - begin);
+  }
+  const double dt = NowSeconds() - t0;
+  g_sink = total;
+  return static_cast<double>(bytes_) / dt;
+}
+
+const char* FmaIsaName(FmaIsa isa) { return isa == FmaIsa::kAvx2 ? "AVX2" : "AVX-512"; }
+
+double MeasureFmaPeak(FmaIsa isa, double seconds) {
+  if (isa == FmaIsa::kAvx512 && !__builtin_cpu_supports("avx512f")) return 0;
+  if (isa == FmaIsa::kAvx2 && !__builtin_cpu_supports("fma")) return 0;
+  const int chains = isa == FmaIsa::kAvx2 ? kChainsAvx2 : kChainsAvx512;
+  const int lanes = isa == FmaIsa::kAvx2 ? 8 : 16;
+  int64_t iters = 1 << 16;
+  double dt = RunFma(isa, iters);
+  while (dt < seconds / 8) {  // calibrate
+    iters *= 2;
+    dt = RunFma(isa, iters);
+  }
+  iters = static_cast<int64_t>(iters * seconds / dt);
+  dt = RunFma(isa, iters);
+  const double flops =
+      2.0 * chains * lanes * static_cast<double>(iters) * omp_get_max_threads();
+  return flops / dt;
+}
+
+}  // namespace ced::bench

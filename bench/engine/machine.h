@@ -1,0 +1,51 @@
+// Facts about the machine and two micro-benchmarks that bound the engine:
+// sustained memory read bandwidth (STREAM-like sum over a buffer much larger
+// than the last-level cache) and peak FMA throughput (independent FMA chains
+// in registers). Both use every OpenMP thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace ced::bench {
+
+struct MachineInfo {
+  std::string cpu_model;      // /proc/cpuinfo "model name"
+  int logical_cores = 0;      // std::thread::hardware_concurrency
+  int omp_threads = 0;        // omp_get_max_threads
+  int64_t l3_bytes = 0;       // 0 when unknown
+  bool has_avx512 = false;    // AVX-512F usable
+  std::string blas_core;      // OpenBLAS kernel set in use (e.g. "Haswell")
+  std::string compiler;       // compiler version string
+  std::string omp_wait_policy;  // $OMP_WAIT_POLICY or ""
+};
+MachineInfo CollectMachineInfo();
+
+// Reads a buffer of `bytes` (allocated and first-touched by all threads).
+// Not thread-safe; Measure() uses all OpenMP threads.
+class ReadBandwidthProbe {
+ public:
+  static absl::StatusOr<std::unique_ptr<ReadBandwidthProbe>> Create(size_t bytes);
+  ~ReadBandwidthProbe();
+  // One full pass; returns bytes read per second (B/s).
+  double Measure();
+  size_t bytes() const { return bytes_; }
+
+ private:
+  ReadBandwidthProbe(float* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  float* data_;
+  size_t bytes_;
+};
+
+enum class FmaIsa { kAvx2, kAvx512 };
+const char* FmaIsaName(FmaIsa isa);
+
+// Runs independent FMA chains on all threads for about `seconds` and returns
+// FLOP/s (an FMA counts 2 FLOPs). 0 when the ISA is not available.
+double MeasureFmaPeak(FmaIsa isa, double seconds);
+
+}  // namespace ced::bench

@@ -1,0 +1,234 @@
+// ced_engine_bench: the engine's headline figures in one run (see
+// bench/README.md): CED vs decoder-only prefill, decode against the memory
+// roofline, prefill against the FMA peak, and bounded-replay error.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/engine/bench_flags.h"
+#include "bench/engine/bench_models.h"
+#include "bench/engine/report.h"
+#include "bench/engine/stats.h"
+#include "engine/common/status.h"
+#include "kernels/cpu/kv_codec.h"
+
+namespace ced::bench {
+namespace {
+
+struct Flags {
+  bool quick = false;
+  std::string sections = "prefill,decode,replay";
+  int prompt_tokens = 2048;
+  int chunk_tokens = 256;
+  int prefill_reps = 5;
+  double fma_seconds = 0.3;
+  int decode_context = 512;
+  std::string decode_batches = "1,16";
+  int decode_steps = 8;
+  int decode_reps = 7;
+  int bandwidth_mib = 1024;
+  std::string replay_presets = "small,tiny";
+  std::string replay_lengths = "64,128,256,512,1024,2048";
+  int replay_steps = 64;
+  int seed = 0;
+  std::string scratch_dir;
+  std::string markdown = "bench/results/engine.md";
+  std::string json = "bench/results/engine.json";
+};
+
+absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", part, "' is not a positive integer"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  return out;
+}
+
+// The command line as typed, with an absolute program path reduced to its
+// file name (reports must not carry machine-specific paths).
+std::string CommandLine(int argc, char** argv) {
+  std::vector<std::string> parts;
+  std::string prog = argv[0];
+  if (!prog.empty() && prog[0] == '/') prog = std::filesystem::path(prog).filename().string();
+  parts.push_back(prog);
+  for (int i = 1; i < argc; ++i) parts.push_back(argv[i]);
+  return absl::StrJoin(parts, " ");
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::Status Run(const Flags& f, const std::string& command) {
+  const double t_start = NowSeconds();
+  ASSIGN_OR_RETURN(std::vector<int> batches, ParseInts("decode_batches", f.decode_batches));
+  ASSIGN_OR_RETURN(std::vector<int> lengths, ParseInts("replay_lengths", f.replay_lengths));
+  const std::vector<std::string> section_list = absl::StrSplit(f.sections, ',', absl::SkipEmpty());
+  const std::set<std::string> sections(section_list.begin(), section_list.end());
+  for (const std::string& s : sections) {
+    if (s != "prefill" && s != "decode" && s != "replay") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sections: unknown section '", s, "' (prefill, decode, replay)"));
+    }
+  }
+  std::string scratch = f.scratch_dir;
+  const bool own_scratch = scratch.empty();
+  if (own_scratch) {
+    scratch = (std::filesystem::temp_directory_path() /
+               absl::StrCat("ced_engine_bench_", getpid()))
+                  .string();
+  }
+  std::fprintf(stderr, "[setup] writing/loading models small, small-dec under %s\n",
+               scratch.c_str());
+  ASSIGN_OR_RETURN(auto ced, LoadPreset(scratch, "small", f.seed));
+  ASSIGN_OR_RETURN(auto dec, LoadPreset(scratch, "small-dec", f.seed));
+
+  BenchReport report;
+  RunContext& ctx = report.context;
+  ctx.command = command;
+  ctx.date_utc = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+  ctx.quick = f.quick;
+  ctx.machine = CollectMachineInfo();
+  ctx.ced_config = ced->config();
+  ctx.dec_config = dec->config();
+  ctx.kv_format = std::string(kernels::KvFormatName(ced->config().kv_cache_dtype));
+  ctx.block_size = EngineOptions().block_size;
+  std::fprintf(stderr, "[setup] %s, %d cores, %d OpenMP threads, OpenBLAS %s\n",
+               ctx.machine.cpu_model.c_str(), ctx.machine.logical_cores,
+               ctx.machine.omp_threads, ctx.machine.blas_core.c_str());
+
+  absl::Status status = absl::OkStatus();
+  if (sections.count("prefill")) {
+    PrefillBenchOptions po;
+    po.prompt_tokens = f.prompt_tokens;
+    po.chunk_tokens = f.chunk_tokens;
+    po.repetitions = f.prefill_reps;
+    po.fma_seconds = f.fma_seconds;
+    auto r = RunPrefillBench(po, ced, dec);
+    if (!r.ok()) return r.status();
+    report.prefill = std::move(*r);
+    report.has_prefill = true;
+  }
+  if (sections.count("decode")) {
+    DecodeBenchOptions d;
+    d.context = f.decode_context;
+    d.batch_sizes = batches;
+    d.steps = f.decode_steps;
+    d.repetitions = f.decode_reps;
+    d.bandwidth_bytes = static_cast<size_t>(f.bandwidth_mib) << 20;
+    auto r = RunDecodeBench(d, ced);
+    if (!r.ok()) return r.status();
+    report.decode = std::move(*r);
+    report.has_decode = true;
+  }
+  if (sections.count("replay")) {
+    ReplayErrorOptions ro;
+    ro.lengths = lengths;
+    ro.steps = f.replay_steps;
+    for (absl::string_view preset : absl::StrSplit(f.replay_presets, ',', absl::SkipEmpty())) {
+      std::shared_ptr<const ModelWeights> w = preset == "small" ? ced : nullptr;
+      if (w == nullptr) {
+        ASSIGN_OR_RETURN(w, LoadPreset(scratch, std::string(preset), f.seed));
+      }
+      ASSIGN_OR_RETURN(auto rows, RunReplayError(ro, std::string(preset), w));
+      report.replay.insert(report.replay.end(), rows.begin(), rows.end());
+    }
+  }
+  if (own_scratch) {
+    std::error_code ec;
+    std::filesystem::remove_all(scratch, ec);
+  }
+  ctx.wall_s = NowSeconds() - t_start;
+  RETURN_IF_ERROR(WriteFile(f.markdown, FormatMarkdown(report)));
+  RETURN_IF_ERROR(WriteFile(f.json, FormatJson(report)));
+  std::fprintf(stderr, "[done] %.0f s; wrote %s and %s\n", ctx.wall_s, f.markdown.c_str(),
+               f.json.c_str());
+  return status;
+}
+
+}  // namespace
+}  // namespace ced::bench
+
+int main(int argc, char** argv) {
+  using ced::bench::Flags;
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick" || std::string(argv[i]) == "--quick=true") {
+      f.quick = true;  // smaller defaults; explicit flags still win
+      f.prefill_reps = 3;
+      f.decode_reps = 3;
+      f.bandwidth_mib = 512;
+      f.replay_lengths = "64,256,1024";
+      f.replay_steps = 32;
+    }
+  }
+  ced::bench::FlagSet flags;
+  flags.Bool("quick", &f.quick, "fewer repetitions and replay lengths (about half the time)");
+  flags.String("sections", &f.sections, "comma list of: prefill, decode, replay");
+  flags.Int("prompt_tokens", &f.prompt_tokens, "prefill prompt length");
+  flags.Int("chunk_tokens", &f.chunk_tokens, "prefill chunk size");
+  flags.Int("prefill_reps", &f.prefill_reps, "prefill repetitions per variant");
+  flags.Double("fma_seconds", &f.fma_seconds, "seconds per FMA-peak sample");
+  flags.Int("decode_context", &f.decode_context, "prompt tokens before decoding");
+  flags.String("decode_batches", &f.decode_batches, "comma list of decode batch sizes");
+  flags.Int("decode_steps", &f.decode_steps, "decode steps per measurement");
+  flags.Int("decode_reps", &f.decode_reps, "decode repetitions per batch size");
+  flags.Int("bandwidth_mib", &f.bandwidth_mib, "read-bandwidth probe buffer, MiB");
+  flags.String("replay_presets", &f.replay_presets, "models for the replay-error sweep");
+  flags.String("replay_lengths", &f.replay_lengths, "prompt lengths of the replay sweep");
+  flags.Int("replay_steps", &f.replay_steps, "greedy steps K compared per length");
+  flags.Int("seed", &f.seed, "synthetic weights seed");
+  flags.String("scratch_dir", &f.scratch_dir,
+               "where models are written (kept and reused); default: a temporary directory");
+  flags.String("markdown", &f.markdown, "markdown report path");
+  flags.String("json", &f.json, "JSON report path");
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "ced_engine_bench: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help("ced_engine_bench [flags]",
+                                 "Benchmarks the CED engine on the CPU backend and writes a "
+                                 "markdown and a JSON report:\n"
+                                 "  1. prefill TTFT of `small` (CED) vs `small-dec` "
+                                 "(decoder-only twin, same weights),\n"
+                                 "  2. decode tokens/s vs the measured memory-bandwidth "
+                                 "roofline,\n"
+                                 "  3. prefill GFLOP/s vs the measured FMA peak,\n"
+                                 "  4. bounded-replay error against the full forward.\n"
+                                 "Run from the repository root; threads follow "
+                                 "OMP_NUM_THREADS (default: all cores).")
+                          .c_str());
+    return 0;
+  }
+  absl::Status s = ced::bench::Run(f, ced::bench::CommandLine(argc, argv));
+  if (!s.ok()) {
+    std::fprintf(stderr, "ced_engine_bench: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,106 @@
+// Roofline cost model of one model shape on instances of k tensor-parallel
+// GPUs: a step costs max(FLOPs / (peak * k), bytes / (bandwidth * k)).
+// Parameter counts, attention FLOPs and K/V bytes all come from
+// engine/accounting, so the simulator and `ced model info` cannot disagree.
+//
+// Units: seconds, bytes, FLOPs. Weights are counted at bytes_per_param
+// (2 = bf16); K/V in `kv_format`. Immutable after Create; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "bench/sim/hardware.h"
+#include "engine/accounting/accounting.h"
+#include "engine/model/config.h"
+#include "engine/model/weights.h"
+
+namespace ced::sim {
+
+// FLOPs and HBM bytes of one step (or part of one: parts add up).
+struct Work {
+  double flops = 0;
+  double bytes = 0;
+  Work& operator+=(const Work& other) {
+    flops += other.flops;
+    bytes += other.bytes;
+    return *this;
+  }
+};
+
+// The same shape with E = L (every layer its own global source kept as is).
+ModelConfig DecoderOnlyTwin(const ModelConfig& config);
+
+class CostModel {
+ public:
+  struct Options {
+    ModelConfig config;  // validated by Create
+    GpuSpec gpu;
+    double bytes_per_param = 2;
+    KvFormat kv_format = KvFormat::kBF16;
+    double kv_room_fraction = 0.9;       // of HBM, before weights
+    double link_bytes_per_s = 50e9;      // K/V link per prefill instance
+  };
+  static absl::StatusOr<std::unique_ptr<CostModel>> Create(const Options& options);
+
+  const ModelConfig& config() const { return options_.config; }
+  const Accounting& accounting() const { return accounting_; }
+  const GpuSpec& gpu() const { return options_.gpu; }
+  bool decoder_only() const { return options_.config.IsDecoderOnly(); }
+
+  // Prompt tokens the decoder replays: min(R, prompt); 0 when decoder-only.
+  int64_t ReplayedTokens(int64_t prompt) const;
+
+  // The prefill instance's step for one prompt: encoder (all layers when
+  // decoder-only) + decoder K/V projections, and the replay + LM head when
+  // `replay_here` (always true for decoder-only, which makes the first token).
+  Work PrefillWork(int64_t prompt, bool replay_here) const;
+  // The decode instance's replay of a prompt (replay on decode): decoder
+  // layers over the last R positions and the LM head; weights are counted
+  // by the decode step it rides in.
+  Work DecodeReplayWork(int64_t prompt) const;
+  // One decode step's fixed part: the full weights read once.
+  Work DecodeStepBaseWork() const;
+  // One sequence's part of a decode step at `context` tokens (including the
+  // new one): matmuls, attention and K/V reads.
+  Work DecodeSequenceWork(int64_t context) const;
+  // Same, summed over a batch from its size, Σcontext and Σmin(W, context)
+  // (exactly DecodeSequenceWork summed; the accounting is linear in both).
+  Work DecodeBatchWork(int64_t batch, int64_t sum_context, int64_t sum_local) const;
+
+  double StepSeconds(const Work& work, int gpus) const;
+  double PrefillSeconds(int64_t prompt, bool replay_here, int gpus) const {
+    return StepSeconds(PrefillWork(prompt, replay_here), gpus);
+  }
+
+  // Bytes the prefill instance sends the decode instance: global K/V of the
+  // prompt, plus the decoder's local ring (replay on prefill) or h_E of the
+  // replayed positions (replay on decode).
+  double TransferBytes(int64_t prompt, bool replay_on_decode) const;
+  double TransferSeconds(int64_t prompt, bool replay_on_decode) const {
+    return TransferBytes(prompt, replay_on_decode) / options_.link_bytes_per_s;
+  }
+
+  // Weights held: a prefill instance holds the encoder-only set unless it
+  // replays (then the encoder+replay set); decoder-only and decode hold all.
+  WeightSet PrefillWeightSet(bool replay_here) const;
+  double WeightBytes(WeightSet set) const;
+  // KV room of an instance of `gpus` GPUs holding `set`: fraction of HBM
+  // minus weights; <= 0 when the weights do not fit.
+  double KvRoomBytes(WeightSet set, int gpus) const;
+  double kv_bytes_per_token() const { return kv_bytes_per_token_; }
+
+ private:
+  explicit CostModel(const Options& options);
+
+  Options options_;
+  Accounting accounting_;
+  double kv_bytes_per_token_ = 0;   // global K/V stored per token
+  double kv_read_global_ = 0;       // decode K/V bytes read per context token
+  double kv_read_local_ = 0;        // ... per token of min(W, context)
+  double attn_flops_global_ = 0;    // decode attention FLOPs per context token
+  double attn_flops_local_ = 0;     // ... per token of min(W, context)
+};
+
+}  // namespace ced::sim

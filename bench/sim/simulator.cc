@@ -1,0 +1,413 @@
+#include "bench/sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <queue>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "bench/sim/admission.h"
+#include "bench/sim/cost_model.h"
+#include "engine/common/status.h"
+#include "services/router_policy/worker_table.h"
+
+namespace ced::sim {
+
+double RequestResult::tpot_s() const {
+  return output_tokens > 1 ? (finish_s - first_token_s) / static_cast<double>(output_tokens - 1) : 0;
+}
+
+namespace {
+
+enum class EventKind { kArrival, kPrefillDone, kTransferDone, kDecodeStepDone, kHeartbeat };
+
+struct Event {
+  double t;
+  uint64_t seq;  // FIFO among equal times: determinism
+  EventKind kind;
+  int index;  // request or instance
+};
+struct Later {
+  bool operator()(const Event& a, const Event& b) const {
+    return a.t > b.t || (a.t == b.t && a.seq > b.seq);
+  }
+};
+
+struct Req {
+  RequestSpec spec;
+  int prefill = -1, decode = -1;
+  bool replay_on_decode = false;
+  int64_t generated = 0;
+  RequestResult result;
+};
+
+struct PrefillInst {
+  std::string id;
+  std::deque<int> queue;
+  int64_t queued_tokens = 0;
+  int current = -1;
+  double link_free_s = 0;
+};
+
+struct DecodeInst {
+  std::string id;
+  int64_t total_blocks = 0, free_blocks = 0;
+  int reserved = 0;  // admitted, not finished
+  std::deque<int> ready;  // K/V landed, waiting for a batch slot
+  std::vector<int> running;
+  bool busy = false;
+};
+
+absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
+
+double Percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+class Simulator {
+ public:
+  Simulator(const SimOptions& options, std::unique_ptr<CostModel> cost)
+      : o_(options), cost_(std::move(cost)), table_(router::WorkerTable::Options{}) {}
+
+  absl::Status Init(std::vector<RequestSpec> trace);
+  SimSummary Run();
+
+ private:
+  void Push(double t, EventKind kind, int index) { events_.push(Event{t, seq_++, kind, index}); }
+  // false when no decode instance has room now (retry at the next heartbeat).
+  bool Route(int r);
+  void Fail(int r);
+  void Finish(int r);
+  void StartPrefill(int p);
+  void OnPrefillDone(int p);
+  void OnTransferDone(int r);
+  void StartDecodeStep(int d);
+  void OnDecodeStepDone(int d);
+  void Heartbeat();
+
+  const SimOptions& o_;
+  std::unique_ptr<CostModel> cost_;
+  router::WorkerTable table_;
+  std::unique_ptr<router::CedRoutingPolicy> policy_;
+  std::vector<Req> reqs_;
+  std::vector<PrefillInst> prefill_;
+  std::vector<DecodeInst> decode_;
+  std::deque<int> retry_;
+  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  uint64_t seq_ = 0;
+  double now_ = 0;
+  int unfinished_ = 0;
+  int64_t prefill_room_tokens_ = 0;
+  int64_t max_decode_blocks_ = 0;
+  bool prefill_replays_ = false;
+  int64_t decode_steps_ = 0;
+};
+
+absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
+  const bool replay_on_decode = o_.replay_on == router::ReplayOnChoice::kDecode;
+  prefill_replays_ = !replay_on_decode;
+  const WeightSet prefill_set = cost_->PrefillWeightSet(prefill_replays_);
+  const double prefill_room = cost_->KvRoomBytes(prefill_set, o_.prefill_gpus);
+  const double decode_room = cost_->KvRoomBytes(WeightSet::kFull, o_.decode_gpus);
+  if (prefill_room <= 0 || decode_room <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sim: weights do not fit: prefill instance KV room ", prefill_room / 1e9,
+        " GB, decode instance KV room ", decode_room / 1e9, " GB"));
+  }
+  prefill_room_tokens_ = static_cast<int64_t>(prefill_room / cost_->kv_bytes_per_token());
+  const int64_t blocks =
+      static_cast<int64_t>(decode_room / (cost_->kv_bytes_per_token() * o_.block_size));
+  max_decode_blocks_ = blocks;
+
+  router::CedRoutingPolicy::Options policy;
+  policy.count_inflight = o_.count_inflight;
+  policy.decoder_only = cost_->decoder_only();
+  policy.replay_on = o_.replay_on;
+  policy.clock = [this] { return ToTime(now_); };
+  ASSIGN_OR_RETURN(policy_, router::CedRoutingPolicy::Create(&table_, policy));
+
+  router::WeightsHeld held = router::WeightsHeld::kFull;
+  if (prefill_set == WeightSet::kEncoderOnly) held = router::WeightsHeld::kEncoderOnly;
+  if (prefill_set == WeightSet::kEncoderReplay) held = router::WeightsHeld::kEncoderReplay;
+  for (int i = 0; i < o_.prefill_instances; ++i) {
+    PrefillInst p;
+    p.id = absl::StrFormat("p%03d", i);
+    RETURN_IF_ERROR(table_.Register({p.id, router::Role::kPrefill, held, 0, 0}, ToTime(0)));
+    prefill_.push_back(std::move(p));
+  }
+  for (int i = 0; i < o_.decode_instances; ++i) {
+    DecodeInst d;
+    d.id = absl::StrFormat("d%03d", i);
+    d.total_blocks = d.free_blocks = blocks;
+    RETURN_IF_ERROR(table_.Register(
+        {d.id, router::Role::kDecode, router::WeightsHeld::kFull, blocks, o_.block_size}, ToTime(0)));
+    decode_.push_back(std::move(d));
+  }
+  std::stable_sort(trace.begin(), trace.end(), [](const RequestSpec& a, const RequestSpec& b) {
+    return a.arrival_s < b.arrival_s;
+  });
+  for (size_t i = 0; i < trace.size(); ++i) {
+    Req r;
+    r.spec = trace[i];
+    r.result.arrival_s = r.spec.arrival_s;
+    r.result.prompt_tokens = r.spec.prompt_tokens;
+    r.result.output_tokens = r.spec.output_tokens;
+    reqs_.push_back(r);
+    Push(r.spec.arrival_s, EventKind::kArrival, static_cast<int>(i));
+  }
+  unfinished_ = static_cast<int>(reqs_.size());
+  Push(0, EventKind::kHeartbeat, 0);
+  return absl::OkStatus();
+}
+
+bool Simulator::Route(int r) {
+  Req& q = reqs_[r];
+  router::RouteRequest route{q.spec.prompt_tokens, q.spec.output_tokens,
+                             router::ReplayOnChoice::kUnspecified};
+  absl::StatusOr<router::Decision> decision = policy_->Select(route);
+  if (!decision.ok()) {
+    if (absl::IsResourceExhausted(decision.status())) return false;
+    Fail(r);
+    return true;
+  }
+  auto index = [](const std::string& id) { return std::stoi(id.substr(1)); };
+  q.decode = index(decision->decode_id);
+  q.prefill = index(decision->prefill_id);
+  q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
+  DecodeInst& d = decode_[q.decode];
+  if (!TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size, &d.free_blocks)) {
+    return false;  // the router's view was stale: retry like the gateway does
+  }
+  ++d.reserved;
+  PrefillInst& p = prefill_[q.prefill];
+  p.queue.push_back(r);
+  p.queued_tokens += q.spec.prompt_tokens;
+  if (p.current < 0) StartPrefill(q.prefill);
+  return true;
+}
+
+void Simulator::Fail(int r) {
+  reqs_[r].result.completed = false;
+  --unfinished_;
+}
+
+void Simulator::Finish(int r) {
+  Req& q = reqs_[r];
+  q.result.finish_s = now_;
+  q.result.completed = true;
+  q.result.replayed_on_decode = q.replay_on_decode;
+  DecodeInst& d = decode_[q.decode];
+  d.free_blocks += BlocksForRequest(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size);
+  --d.reserved;
+  --unfinished_;
+}
+
+void Simulator::StartPrefill(int p) {
+  PrefillInst& inst = prefill_[p];
+  if (inst.current >= 0 || inst.queue.empty()) return;
+  const int r = inst.queue.front();
+  inst.queue.pop_front();
+  inst.current = r;
+  const Req& q = reqs_[r];
+  inst.queued_tokens -= q.spec.prompt_tokens;
+  Push(now_ + cost_->PrefillSeconds(q.spec.prompt_tokens, !q.replay_on_decode, o_.prefill_gpus),
+       EventKind::kPrefillDone, p);
+}
+
+void Simulator::OnPrefillDone(int p) {
+  PrefillInst& inst = prefill_[p];
+  const int r = inst.current;
+  inst.current = -1;
+  Req& q = reqs_[r];
+  if (!q.replay_on_decode) {  // the prefill instance made the first token
+    q.result.first_token_s = now_;
+    q.generated = 1;
+  }
+  if (q.generated >= q.spec.output_tokens) {
+    Finish(r);
+  } else {
+    const double start = std::max(now_, inst.link_free_s);
+    inst.link_free_s = start + cost_->TransferSeconds(q.spec.prompt_tokens, q.replay_on_decode);
+    Push(inst.link_free_s, EventKind::kTransferDone, r);
+  }
+  StartPrefill(p);
+}
+
+void Simulator::OnTransferDone(int r) {
+  const int d = reqs_[r].decode;
+  decode_[d].ready.push_back(r);
+  if (!decode_[d].busy) StartDecodeStep(d);
+}
+
+void Simulator::StartDecodeStep(int d) {
+  DecodeInst& inst = decode_[d];
+  while (!inst.ready.empty() && static_cast<int>(inst.running.size()) < o_.max_batch) {
+    inst.running.push_back(inst.ready.front());
+    inst.ready.pop_front();
+  }
+  if (inst.running.empty()) return;
+  Work work = cost_->DecodeStepBaseWork();
+  int64_t batch = 0, sum_context = 0, sum_local = 0;
+  const int64_t w = cost_->config().sliding_window;
+  for (int r : inst.running) {
+    const Req& q = reqs_[r];
+    if (q.generated == 0) {
+      work += cost_->DecodeReplayWork(q.spec.prompt_tokens);
+      continue;
+    }
+    const int64_t context = q.spec.prompt_tokens + q.generated;
+    ++batch;
+    sum_context += context;
+    if (w > 0) sum_local += std::min(w, context);
+  }
+  work += cost_->DecodeBatchWork(batch, sum_context, sum_local);
+  inst.busy = true;
+  ++decode_steps_;
+  Push(now_ + cost_->StepSeconds(work, o_.decode_gpus), EventKind::kDecodeStepDone, d);
+}
+
+void Simulator::OnDecodeStepDone(int d) {
+  DecodeInst& inst = decode_[d];
+  inst.busy = false;
+  std::vector<int> still;
+  still.reserve(inst.running.size());
+  for (int r : inst.running) {
+    Req& q = reqs_[r];
+    if (++q.generated == 1) q.result.first_token_s = now_;
+    if (q.generated >= q.spec.output_tokens) {
+      Finish(r);
+    } else {
+      still.push_back(r);
+    }
+  }
+  inst.running.swap(still);
+  StartDecodeStep(d);
+}
+
+void Simulator::Heartbeat() {
+  const absl::Time t = ToTime(now_);
+  for (const PrefillInst& p : prefill_) {
+    router::WorkerLoad load;
+    load.queued_prefill_tokens = p.queued_tokens;
+    load.inflight_prefill_tokens = p.current >= 0 ? reqs_[p.current].spec.prompt_tokens : 0;
+    load.last_heartbeat = t;
+    (void)table_.Update(p.id, load);  // registered above: cannot be NOT_FOUND
+  }
+  for (const DecodeInst& d : decode_) {
+    router::WorkerLoad load;
+    load.running_sequences = static_cast<int64_t>(d.running.size());
+    load.waiting_sequences = d.reserved - load.running_sequences;
+    load.free_kv_blocks = d.free_blocks;
+    load.last_heartbeat = t;
+    (void)table_.Update(d.id, load);
+  }
+  while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
+  if (unfinished_ > 0) Push(now_ + o_.heartbeat_s, EventKind::kHeartbeat, 0);
+}
+
+SimSummary Simulator::Run() {
+  while (!events_.empty() && unfinished_ > 0) {
+    const Event e = events_.top();
+    events_.pop();
+    now_ = e.t;
+    switch (e.kind) {
+      case EventKind::kArrival: {
+        const Req& q = reqs_[e.index];
+        if (q.spec.prompt_tokens > prefill_room_tokens_ ||
+            BlocksForRequest(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size) >
+                max_decode_blocks_) {
+          Fail(e.index);  // can never fit
+        } else if (!retry_.empty() || !Route(e.index)) {
+          retry_.push_back(e.index);  // FIFO behind earlier waiting requests
+        }
+        break;
+      }
+      case EventKind::kPrefillDone: OnPrefillDone(e.index); break;
+      case EventKind::kTransferDone: OnTransferDone(e.index); break;
+      case EventKind::kDecodeStepDone: OnDecodeStepDone(e.index); break;
+      case EventKind::kHeartbeat: Heartbeat(); break;
+    }
+  }
+
+  SimSummary s;
+  s.requests = static_cast<int>(reqs_.size());
+  s.decode_steps = decode_steps_;
+  std::vector<double> ttft, tpot;
+  double first_arrival = reqs_.empty() ? 0 : reqs_.front().spec.arrival_s, last_finish = first_arrival;
+  int64_t output_tokens = 0;
+  for (const Req& q : reqs_) {
+    const RequestResult& r = q.result;
+    s.results.push_back(r);
+    if (!r.completed) {
+      ++s.failed;
+      continue;
+    }
+    ++s.completed;
+    if (r.replayed_on_decode) ++s.replays_on_decode;
+    ttft.push_back(r.ttft_s());
+    tpot.push_back(r.tpot_s());
+    output_tokens += r.output_tokens;
+    last_finish = std::max(last_finish, r.finish_s);
+    if (r.ttft_s() <= o_.ttft_slo_s && r.tpot_s() <= o_.tpot_slo_s) ++s.met_slo;
+  }
+  s.attainment = s.requests > 0 ? static_cast<double>(s.met_slo) / s.requests : 0;
+  s.makespan_s = last_finish - first_arrival;
+  if (s.makespan_s > 0) {
+    s.throughput = s.completed / s.makespan_s;
+    s.goodput = s.met_slo / s.makespan_s;
+    s.output_tokens_per_s = static_cast<double>(output_tokens) / s.makespan_s;
+  }
+  s.ttft_p50 = Percentile(ttft, 0.5);
+  s.ttft_p90 = Percentile(ttft, 0.9);
+  s.ttft_p99 = Percentile(ttft, 0.99);
+  s.tpot_p50 = Percentile(tpot, 0.5);
+  s.tpot_p90 = Percentile(tpot, 0.9);
+  s.tpot_p99 = Percentile(tpot, 0.99);
+  return s;
+}
+
+}  // namespace
+
+std::string SimSummary::ToString() const {
+  return absl::StrFormat(
+      "requests=%d completed=%d failed=%d met=%d attainment=%.17g ttft=%.17g/%.17g/%.17g "
+      "tpot=%.17g/%.17g/%.17g makespan=%.17g goodput=%.17g steps=%d replays_on_decode=%d",
+      requests, completed, failed, met_slo, attainment, ttft_p50, ttft_p90, ttft_p99, tpot_p50,
+      tpot_p90, tpot_p99, makespan_s, goodput, decode_steps, replays_on_decode);
+}
+
+absl::StatusOr<SimSummary> RunSimulation(const SimOptions& o) {
+  if (o.prefill_instances < 1 || o.decode_instances < 1 || o.prefill_gpus < 1 ||
+      o.decode_gpus < 1) {
+    return absl::InvalidArgumentError("sim: instance counts and GPUs per instance must be >= 1");
+  }
+  if (o.block_size < 1 || o.max_batch < 1 || !(o.heartbeat_s > 0)) {
+    return absl::InvalidArgumentError("sim: block_size, max_batch and heartbeat must be > 0");
+  }
+  CostModel::Options cost;
+  cost.config = o.model;
+  cost.gpu = o.gpu;
+  cost.link_bytes_per_s = o.link_bytes_per_s;
+  ASSIGN_OR_RETURN(std::unique_ptr<CostModel> model, CostModel::Create(cost));
+  std::vector<RequestSpec> trace = o.requests;
+  if (trace.empty()) {
+    ASSIGN_OR_RETURN(trace, MakeWorkload(o.workload));
+  }
+  for (const RequestSpec& r : trace) {
+    if (r.prompt_tokens < 1 || r.output_tokens < 1) {
+      return absl::InvalidArgumentError("sim: every request needs prompt and output >= 1 token");
+    }
+  }
+  Simulator sim(o, std::move(model));
+  RETURN_IF_ERROR(sim.Init(std::move(trace)));
+  return sim.Run();
+}
+
+}  // namespace ced::sim

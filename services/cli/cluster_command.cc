@@ -1,0 +1,244 @@
+// `ced cluster`: the compose topology (router, gateway, prefill pool, decode
+// pool) as local processes on loopback — the embedded default deployment.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "ced/internal/router.grpc.pb.h"
+#include "services/cli/commands.h"
+#include "services/cli/flags.h"
+#include "services/cli/service_commands.h"
+#include "services/common/grpc_util.h"
+
+extern char** environ;
+
+namespace ced::cli {
+namespace {
+
+constexpr char kWords[] = "cluster";
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  std::string grpc, metrics, kv;
+  std::thread reader;
+};
+
+std::mutex g_print_mu;
+
+std::string Port(int base, int offset) { return base == 0 ? "0" : std::to_string(base + offset); }
+
+// Starts `ced serve --role=...`, forwards its output with a prefix and waits
+// (at most 120 s) for its "listening on" line.
+absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  std::vector<std::string> full = {"ced", "serve"};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int rc = posix_spawn(&c->pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return absl::InternalError(absl::StrCat("cannot start ", c->name));
+  }
+  FILE* out = fdopen(fds[0], "r");
+  std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+))?\))");
+  char line[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() < deadline && fgets(line, sizeof line, out)) {
+    std::cmatch m;
+    if (std::regex_search(line, m, re)) {
+      c->grpc = m[1];
+      c->metrics = m[2];
+      c->kv = m[4];
+      ready = true;
+    }
+    std::lock_guard<std::mutex> lock(g_print_mu);
+    std::printf("[%s] %s", c->name.c_str(), line);
+    std::fflush(stdout);
+  }
+  if (!ready) {
+    fclose(out);
+    return absl::UnavailableError(absl::StrCat(c->name, " did not become ready (see its log)"));
+  }
+  c->reader = std::thread([out, name = c->name] {
+    char buf[4096];
+    while (fgets(buf, sizeof buf, out)) {
+      std::lock_guard<std::mutex> lock(g_print_mu);
+      std::printf("[%s] %s", name.c_str(), buf);
+      std::fflush(stdout);
+    }
+    fclose(out);
+  });
+  return absl::OkStatus();
+}
+
+void StopAll(std::vector<std::unique_ptr<Child>>& children, int grace_ms) {
+  for (auto it = children.rbegin(); it != children.rend(); ++it) {
+    if ((*it)->pid > 0) kill((*it)->pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  for (auto& c : children) {
+    while (c->pid > 0) {
+      int st;
+      pid_t r = waitpid(c->pid, &st, WNOHANG);
+      if (r == c->pid || r < 0) {
+        c->pid = -1;
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, &st, 0);
+        c->pid = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (c->reader.joinable()) c->reader.join();
+  }
+}
+
+// Waits until the router lists the expected number of live workers.
+bool WaitForWorkers(const std::string& router, int prefill, int decode, int timeout_s) {
+  auto stub = ced::internal::Router::NewStub(services::MakeChannel(router));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    ced::internal::ListWorkersResponse resp;
+    if (stub->ListWorkers(&ctx, {}, &resp).ok()) {
+      int p = 0, d = 0;
+      for (const auto& w : resp.workers()) {
+        if (!w.live()) continue;
+        (w.info().role() == ced::internal::ROLE_PREFILL ? p : d)++;
+      }
+      if (p >= prefill && d >= decode) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+}  // namespace
+
+int RunCluster(const std::vector<std::string>& args) {
+  const std::vector<FlagSpec> specs = {
+      {"model", "", "model directory shared by every role"},
+      {"prefill", "1", "prefill workers"},
+      {"decode", "1", "decode workers"},
+      {"base-port", "50050", "gateway port; router +1, prefill +10+i, decode +30+j, kv +50+j; 0 = any free ports"},
+      {"metrics-base-port", "9100", "gateway metrics port; router +1, prefill +10+i, decode +30+j; 0 = any"},
+      {"replay-on", "auto", "router default: prefill, decode or auto"},
+      {"replay-mode", "bounded", "router default: bounded or exact"},
+      {"prefill-replay-capable", "true", "prefill workers hold the decoder too (true/false)"},
+      {"kv-transport", "ucx", "ucx or inproc... (ucx between processes)"},
+      {"kv-format", "", "cache format override for every worker"},
+      {"kv-cache-mb", "256", "global KV cache budget per worker, MiB"},
+      {"ready-file", "", "write the addresses of every service here once ready"},
+  };
+  auto f = Flags::Parse(specs, args);
+  if (!f.ok()) return Fail(kWords, std::string(f.status().message()), 2);
+  if (f->help()) {
+    std::printf("%s", FormatHelp("ced cluster --model DIR [--prefill N] [--decode M]",
+                                 "Starts router, gateway, a prefill pool and a decode pool as "
+                                 "local processes on loopback; stops them on SIGINT/SIGTERM.",
+                                 specs).c_str());
+    return 0;
+  }
+  const std::string model = f->Get("model");
+  if (model.empty()) return Fail(kWords, "--model is required", 2);
+  auto np = f->GetInt("prefill"), nd = f->GetInt("decode"), bp = f->GetInt("base-port"),
+       mp = f->GetInt("metrics-base-port");
+  if (!np.ok() || !nd.ok() || !bp.ok() || !mp.ok() || *np < 0 || *nd < 1) {
+    return Fail(kWords, "--prefill >= 0, --decode >= 1 and ports must be integers", 2);
+  }
+  const int base = static_cast<int>(*bp), mbase = static_cast<int>(*mp);
+  services::InstallShutdownSignals();
+  std::vector<std::unique_ptr<Child>> children;
+  auto start = [&](const std::string& name, std::vector<std::string> a) -> absl::Status {
+    auto c = std::make_unique<Child>();
+    c->name = name;
+    absl::Status s = Spawn(c.get(), a);
+    children.push_back(std::move(c));
+    return s;
+  };
+  std::vector<std::string> common_worker = {"--model", model, "--kv-transport",
+                                            f->Get("kv-transport"), "--kv-cache-mb",
+                                            f->Get("kv-cache-mb")};
+  if (!f->Get("kv-format").empty()) {
+    common_worker.insert(common_worker.end(), {"--kv-format", f->Get("kv-format")});
+  }
+  absl::Status s = start("router", {"--role=router", "--listen", "127.0.0.1:" + Port(base, 1),
+                                    "--metrics-listen", "127.0.0.1:" + Port(mbase, 1),
+                                    "--replay-on", f->Get("replay-on"), "--replay-mode",
+                                    f->Get("replay-mode"), "--model", model});
+  const std::string router = s.ok() ? children.back()->grpc : "";
+  for (int i = 0; s.ok() && i < *np; ++i) {
+    std::vector<std::string> a = {"--role=prefill", "--worker-id", absl::StrCat("prefill-", i),
+                                  "--listen", "127.0.0.1:" + Port(base, 10 + i),
+                                  "--metrics-listen", "127.0.0.1:" + Port(mbase, 10 + i),
+                                  "--router", router};
+    a.insert(a.end(), common_worker.begin(), common_worker.end());
+    if (f->Get("prefill-replay-capable") == "true") a.push_back("--replay-capable");
+    s = start(absl::StrCat("prefill-", i), a);
+  }
+  for (int j = 0; s.ok() && j < *nd; ++j) {
+    std::vector<std::string> a = {"--role=decode", "--worker-id", absl::StrCat("decode-", j),
+                                  "--listen", "127.0.0.1:" + Port(base, 30 + j),
+                                  "--metrics-listen", "127.0.0.1:" + Port(mbase, 30 + j),
+                                  "--kv-listen", "127.0.0.1:" + Port(base, 50 + j),
+                                  "--router", router};
+    a.insert(a.end(), common_worker.begin(), common_worker.end());
+    s = start(absl::StrCat("decode-", j), a);
+  }
+  if (s.ok()) {
+    s = start("gateway", {"--role=gateway", "--listen", "127.0.0.1:" + Port(base, 0),
+                          "--metrics-listen", "127.0.0.1:" + Port(mbase, 0), "--router", router,
+                          "--model", model});
+  }
+  if (s.ok() && !WaitForWorkers(router, static_cast<int>(*np), static_cast<int>(*nd), 60)) {
+    s = absl::UnavailableError("workers did not register with the router in time");
+  }
+  if (!s.ok()) {
+    StopAll(children, 5000);
+    return Fail(kWords, std::string(s.message()));
+  }
+  std::string summary;
+  for (const auto& c : children) {
+    absl::StrAppend(&summary, c->name, " grpc=", c->grpc, " metrics=", c->metrics,
+                    c->kv.empty() ? "" : " kv=" + c->kv, "\n");
+  }
+  if (!f->Get("ready-file").empty()) {
+    std::ofstream(f->Get("ready-file") + ".tmp") << summary;
+    std::rename((f->Get("ready-file") + ".tmp").c_str(), f->Get("ready-file").c_str());
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_print_mu);
+    std::printf("cluster ready: gateway %s\n%s", children.back()->grpc.c_str(), summary.c_str());
+    std::fflush(stdout);
+  }
+  services::WaitForShutdownSignal();
+  std::printf("cluster: stopping\n");
+  StopAll(children, 35000);
+  return 0;
+}
+
+}  // namespace ced::cli

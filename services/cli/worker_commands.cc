@@ -1,0 +1,159 @@
+// `ced serve --role=prefill|decode`: the two worker roles.
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "services/cli/commands.h"
+#include "services/cli/flags.h"
+#include "services/cli/service_commands.h"
+#include "services/decode/decode_worker.h"
+#include "services/prefill/prefill_worker.h"
+
+namespace ced::cli {
+namespace {
+
+std::vector<FlagSpec> EngineFlags() {
+  return {
+      {"model", "", "model directory (config.json + model.safetensors)"},
+      {"device", "cpu", "compute backend"},
+      {"kv-format", "", "cache format override: f32, bf16, fp8_e4m3, fp4_e2m1"},
+      {"kv-cache-mb", "256", "global KV cache budget in MiB"},
+      {"block-size", "16", "tokens per KV block"},
+      {"max-sequences", "64", "sequences alive at once (local windows)"},
+      {"kv-transport", "ucx", "KV data plane: ucx (UCX_TLS picks tcp/shm) or inproc"},
+      {"router", "127.0.0.1:50051", "router address; empty = do not register"},
+      {"worker-id", "", "unique id (default: role-port)"},
+      {"advertise-address", "", "gRPC address registered with the router (default: the bound one)"},
+      {"drain-timeout-ms", "30000", "SIGTERM: finish in-flight work for at most this long"},
+  };
+}
+
+absl::Status FillEngine(const Flags& f, EngineOptions* e) {
+  e->model_dir = f.Get("model");
+  if (e->model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  e->device = f.Get("device");
+  if (!f.Get("kv-format").empty()) {
+    KvFormat k;
+    if (!kernels::ParseKvFormat(f.Get("kv-format"), &k)) {
+      return absl::InvalidArgumentError("--kv-format must be f32, bf16, fp8_e4m3 or fp4_e2m1");
+    }
+    e->kv_format = k;
+  }
+  auto mb = f.GetInt("kv-cache-mb");
+  auto bs = f.GetInt("block-size");
+  auto ms = f.GetInt("max-sequences");
+  for (const absl::Status& s : {mb.status(), bs.status(), ms.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (*mb < 1) return absl::InvalidArgumentError("--kv-cache-mb must be >= 1");
+  e->kv_cache_bytes = *mb << 20;
+  e->block_size = static_cast<int>(*bs);
+  e->max_sequences = static_cast<int>(*ms);
+  return absl::OkStatus();
+}
+
+int ServeDecode(const std::vector<std::string>& args) {
+  std::vector<FlagSpec> specs = EngineFlags();
+  specs.push_back({"listen", "127.0.0.1:50070", "gRPC listen address"});
+  specs.push_back({"metrics-listen", "127.0.0.1:9120", "Prometheus /metrics listen address"});
+  specs.push_back({"kv-listen", "127.0.0.1:50080", "KV data plane listen address"});
+  specs.push_back({"advertise-kv-address", "", "KV address registered with the router (default: the bound one)"});
+  specs.push_back({"max-batch", "64", "sequences per decode step"});
+  specs.push_back({"reservation-timeout-ms", "30000", "release reservations whose K/V never arrives"});
+  auto f = Flags::Parse(specs, args);
+  if (!f.ok()) return Fail("serve --role=decode", std::string(f.status().message()), 2);
+  if (f->help()) {
+    std::printf("%s", FormatHelp("ced serve --role=decode --model DIR [flags]",
+                                 "Decode worker: full model, continuous batching; receives K/V "
+                                 "from prefill workers over the KV data plane.",
+                                 specs).c_str());
+    return 0;
+  }
+  services::DecodeWorkerOptions o;
+  if (absl::Status s = FillEngine(*f, &o.engine); !s.ok()) {
+    return Fail("serve --role=decode", std::string(s.message()), 2);
+  }
+  o.grpc_address = f->Get("listen");
+  o.metrics_address = f->Get("metrics-listen");
+  o.kv_address = f->Get("kv-listen");
+  o.kv_transport = f->Get("kv-transport");
+  o.router_address = f->Get("router");
+  o.advertise_address = f->Get("advertise-address");
+  o.advertise_kv_address = f->Get("advertise-kv-address");
+  o.worker_id = f->Get("worker-id").empty() ? "decode-" + o.grpc_address : f->Get("worker-id");
+  auto mb = f->GetInt("max-batch");
+  auto rt = f->GetInt("reservation-timeout-ms");
+  auto dt = f->GetInt("drain-timeout-ms");
+  if (!mb.ok() || !rt.ok() || !dt.ok()) return Fail("serve --role=decode", "bad integer flag", 2);
+  o.max_batch = static_cast<int>(*mb);
+  o.reservation_timeout_ms = static_cast<int>(*rt);
+  o.drain_timeout_ms = static_cast<int>(*dt);
+  services::InstallShutdownSignals();
+  auto w = services::DecodeWorker::Start(o);
+  if (!w.ok()) return Fail("serve --role=decode", std::string(w.status().message()));
+  std::printf("decode listening on %s (metrics %s, kv %s)\n", (*w)->grpc_address().c_str(),
+              (*w)->metrics_address().c_str(), (*w)->kv_address().c_str());
+  std::fflush(stdout);
+  services::WaitForShutdownSignal();
+  (*w)->Drain();
+  (*w)->Shutdown();
+  return 0;
+}
+
+int ServePrefill(const std::vector<std::string>& args) {
+  std::vector<FlagSpec> specs = EngineFlags();
+  specs.push_back({"listen", "127.0.0.1:50060", "gRPC listen address"});
+  specs.push_back({"metrics-listen", "127.0.0.1:9110", "Prometheus /metrics listen address"});
+  specs.push_back({"replay-capable", "", "also hold the decoder, so the replay can run here", true});
+  specs.push_back({"chunk", "256", "default prefill chunk in tokens"});
+  specs.push_back({"max-queued", "256", "queued prefill requests before RESOURCE_EXHAUSTED"});
+  auto f = Flags::Parse(specs, args);
+  if (!f.ok()) return Fail("serve --role=prefill", std::string(f.status().message()), 2);
+  if (f->help()) {
+    std::printf("%s", FormatHelp("ced serve --role=prefill --model DIR [flags]",
+                                 "Prefill worker: encoder-only (or encoder + replay) chunked "
+                                 "prefill; streams each chunk's K/V to the decode worker.",
+                                 specs).c_str());
+    return 0;
+  }
+  services::PrefillWorkerOptions o;
+  if (absl::Status s = FillEngine(*f, &o.engine); !s.ok()) {
+    return Fail("serve --role=prefill", std::string(s.message()), 2);
+  }
+  o.engine.weights = f->GetBool("replay-capable") ? WeightSet::kEncoderReplay
+                                                   : WeightSet::kEncoderOnly;
+  o.grpc_address = f->Get("listen");
+  o.metrics_address = f->Get("metrics-listen");
+  o.kv_transport = f->Get("kv-transport");
+  o.router_address = f->Get("router");
+  o.advertise_address = f->Get("advertise-address");
+  o.worker_id = f->Get("worker-id").empty() ? "prefill-" + o.grpc_address : f->Get("worker-id");
+  auto chunk = f->GetInt("chunk");
+  auto mq = f->GetInt("max-queued");
+  auto dt = f->GetInt("drain-timeout-ms");
+  if (!chunk.ok() || !mq.ok() || !dt.ok() || *chunk < 1) {
+    return Fail("serve --role=prefill", "bad integer flag", 2);
+  }
+  o.default_chunk_tokens = static_cast<int>(*chunk);
+  o.max_queued_requests = static_cast<int>(*mq);
+  o.drain_timeout_ms = static_cast<int>(*dt);
+  services::InstallShutdownSignals();
+  auto w = services::PrefillWorker::Start(o);
+  if (!w.ok()) return Fail("serve --role=prefill", std::string(w.status().message()));
+  std::printf("prefill listening on %s (metrics %s)\n", (*w)->grpc_address().c_str(),
+              (*w)->metrics_address().c_str());
+  std::fflush(stdout);
+  services::WaitForShutdownSignal();
+  (*w)->Drain();
+  (*w)->Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int RunWorkerRole(const std::string& role, const std::vector<std::string>& args) {
+  if (role == "decode") return ServeDecode(args);
+  if (role == "prefill") return ServePrefill(args);
+  return Fail("serve", "unknown role " + role, 2);
+}
+
+}  // namespace ced::cli

@@ -1,0 +1,54 @@
+#include "services/common/worker_util.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ced::services {
+
+uint64_t RequestIdHash(const std::string& request_id) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : request_id) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;
+}
+
+std::string ModelFingerprint(const ModelConfig& config) {
+  return absl::StrFormat("%016x", RequestIdHash(ConfigToJson(config)));
+}
+
+SamplingParams FromProto(const ced::internal::SamplingParams& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  s.seed = p.seed();
+  return s;
+}
+
+void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out) {
+  out->set_temperature(p.temperature);
+  out->set_top_k(p.top_k);
+  out->set_top_p(p.top_p);
+  out->set_seed(p.seed);
+}
+
+absl::Status ValidatePrompt(const google::protobuf::RepeatedField<int32_t>& ids,
+                            const ModelConfig& config, const std::string& field) {
+  if (ids.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: token id ", ids[i],
+                                                     " is outside [0, ", config.vocab_size, ")"));
+    }
+  }
+  if (ids.size() > config.max_position) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.size(),
+                                                   " tokens exceed max_position ",
+                                                   config.max_position));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ced::services

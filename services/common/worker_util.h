@@ -1,0 +1,25 @@
+// Small helpers shared by the prefill and decode workers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "ced/internal/common.pb.h"
+#include "engine/model/config.h"
+#include "engine/runtime/engine.h"
+#include "engine/sampling/sampler.h"
+
+namespace ced::services {
+
+// 64-bit FNV-1a of a request id: the numeric request id on the KV wire.
+uint64_t RequestIdHash(const std::string& request_id);
+// A stable digest of every config key: workers of one cluster must agree.
+std::string ModelFingerprint(const ModelConfig& config);
+SamplingParams FromProto(const ced::internal::SamplingParams& p);
+void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out);
+// Validates a prompt of token ids (non-empty, in vocabulary); errors name `field`.
+absl::Status ValidatePrompt(const google::protobuf::RepeatedField<int32_t>& ids,
+                            const ModelConfig& config, const std::string& field);
+
+}  // namespace ced::services

@@ -1,0 +1,258 @@
+#include "services/decode/decode_worker.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "services/decode/request.h"
+
+namespace ced::services {
+
+using ced::internal::FinishReason;
+using ced::internal::TokenChunk;
+
+namespace {
+
+uint64_t RandomToken() {
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
+  uint64_t t = 0;
+  while (t == 0) t = rng();
+  return t;
+}
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
+    const DecodeWorkerOptions& options) {
+  std::unique_ptr<DecodeWorker> w(new DecodeWorker(options));
+  RETURN_IF_ERROR(w->Init());
+  return w;
+}
+
+absl::Status DecodeWorker::Init() {
+  if (options_.engine.weights != WeightSet::kFull) {
+    return absl::InvalidArgumentError("a decode worker holds the full model");
+  }
+  ASSIGN_OR_RETURN(engine_, Engine::Create(options_.engine));
+  m_ = std::make_unique<Metrics>();
+  auto gauge = [&](const char* name, const char* help) -> absl::StatusOr<metrics::Gauge*> {
+    ASSIGN_OR_RETURN(auto* f, registry_.AddGauge(name, help));
+    return &f->WithLabels({});
+  };
+  auto counter = [&](const char* name, const char* help,
+                     metrics::Labels labels) -> absl::StatusOr<metrics::Counter*> {
+    std::vector<std::string> names;
+    for (const auto& [k, v] : labels) names.push_back(k);
+    ASSIGN_OR_RETURN(auto* f, registry_.AddCounter(name, help, names));
+    return &f->WithLabels(labels);
+  };
+  auto hist = [&](const char* name, const char* help,
+                  std::vector<double> b) -> absl::StatusOr<metrics::Histogram*> {
+    ASSIGN_OR_RETURN(auto* f, registry_.AddHistogram(name, help, std::move(b)));
+    return &f->WithLabels({});
+  };
+  ASSIGN_OR_RETURN(m_->running, gauge("ced_decode_running_sequences", "Sequences in the decode batch."));
+  ASSIGN_OR_RETURN(m_->waiting, gauge("ced_decode_waiting_sequences", "Reserved sequences waiting for K/V or a batch slot."));
+  ASSIGN_OR_RETURN(m_->kv_used, gauge("ced_kv_blocks_used", "Global KV cache blocks in use (reserved)."));
+  ASSIGN_OR_RETURN(m_->kv_free, gauge("ced_kv_blocks_free", "Global KV cache blocks free."));
+  ASSIGN_OR_RETURN(m_->weights_bytes, gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
+  ASSIGN_OR_RETURN(m_->steps, counter("ced_decode_steps_total", "Batched decode steps.", {}));
+  ASSIGN_OR_RETURN(m_->generated, counter("ced_generated_tokens_total", "Tokens generated.", {}));
+  ASSIGN_OR_RETURN(m_->transfer_bytes, counter("ced_kv_transfer_bytes_total", "K/V bytes moved over the data plane.", {{"direction", "in"}}));
+  ASSIGN_OR_RETURN(m_->replays, registry_.AddCounter("ced_replays_total", "Replays by where they ran.", {"placement"}));
+  ASSIGN_OR_RETURN(m_->requests, registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
+  ASSIGN_OR_RETURN(m_->step_seconds, hist("ced_decode_step_seconds", "Time of one batched decode step.", metrics::LatencySecondsBuckets()));
+  ASSIGN_OR_RETURN(m_->transfer_seconds, hist("ced_kv_transfer_seconds", "Reservation to all K/V landed.", metrics::LatencySecondsBuckets()));
+  ASSIGN_OR_RETURN(m_->ttft_seconds, hist("ced_decode_time_to_first_token_seconds", "Reservation to first token on this worker.", metrics::LatencySecondsBuckets()));
+  ASSIGN_OR_RETURN(m_->itl_seconds, hist("ced_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", metrics::LatencySecondsBuckets()));
+  ASSIGN_OR_RETURN(m_->batch_size, hist("ced_decode_batch_size", "Sequences per decode step.", metrics::TokenCountBuckets()));
+  m_->weights_bytes->Set(static_cast<double>(engine_->weights().resident_bytes()));
+
+  kv_transport::TransportOptions to;
+  to.kind = options_.kv_transport;
+  ASSIGN_OR_RETURN(transport_, kv_transport::CreateKvTransport(to));
+  sink_ = MakeDecodeSink(this);
+  ASSIGN_OR_RETURN(kv_address_, transport_->Listen(options_.kv_address, sink_.get()));
+
+  service_ = MakeDecodeService(this);
+  ServerOptions so;
+  so.grpc_address = options_.grpc_address;
+  so.metrics_address = options_.metrics_address;
+  so.services = {service_.get()};
+  so.health_service_name = "ced.internal.DecodeWorker";
+  so.registry = &registry_;
+  ASSIGN_OR_RETURN(server_, RunningServer::Start(so));
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+
+  if (!options_.router_address.empty()) {
+    RouterClient::Options ro;
+    ro.router_address = options_.router_address;
+    auto& info = ro.worker;
+    info.set_worker_id(options_.worker_id);
+    info.set_role(ced::internal::ROLE_DECODE);
+    info.set_grpc_address(options_.advertise_address.empty() ? server_->grpc_address()
+                                                             : options_.advertise_address);
+    info.set_kv_address(options_.advertise_kv_address.empty() ? kv_address_
+                                                              : options_.advertise_kv_address);
+    info.set_weights(ced::internal::WEIGHTS_HELD_FULL);
+    info.set_total_kv_blocks(engine_->cache_stats().global_blocks_total);
+    info.set_block_size(engine_->cache_stats().block_size);
+    info.set_model_fingerprint(ModelFingerprint(engine_->config()));
+    info.set_kv_format(std::string(kernels::KvFormatName(engine_->kv_format())));
+    info.set_kv_transport(transport_->name());
+    ro.load = [this](ced::internal::LoadReport* r) { FillLoad(r); };
+    router_ = std::make_unique<RouterClient>(std::move(ro));
+    router_->Start();
+  }
+  return absl::OkStatus();
+}
+
+DecodeWorker::DecodeWorker(const DecodeWorkerOptions& options) : options_(options) {}
+
+DecodeWorker::~DecodeWorker() { Shutdown(); }
+
+void DecodeWorker::FillLoad(ced::internal::LoadReport* report) {
+  const CacheStats cs = engine_->cache_stats();
+  int running = 0, waiting = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, r] : requests_) (r->state == Request::kRunning ? running : waiting)++;
+  }
+  report->set_running_sequences(running);
+  report->set_waiting_sequences(waiting);
+  report->set_free_kv_blocks(cs.global_blocks_total - cs.global_blocks_used);
+  report->set_total_kv_blocks(cs.global_blocks_total);
+  m_->running->Set(running);
+  m_->waiting->Set(waiting);
+  m_->kv_used->Set(cs.global_blocks_used);
+  m_->kv_free->Set(cs.global_blocks_total - cs.global_blocks_used);
+}
+
+void DecodeWorker::Drain() {
+  draining_ = true;
+  if (server_) server_->SetServing(false);
+  if (router_) router_->Stop();
+  const auto until = Clock::now() + std::chrono::milliseconds(options_.drain_timeout_ms);
+  while (Clock::now() < until) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (requests_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void DecodeWorker::Shutdown() {
+  if (router_) router_->Stop();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ && !scheduler_.joinable()) return;
+    stop_ = true;
+    for (auto& [id, r] : requests_) {
+      if (r->stream) r->stream->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker shutting down"));
+    }
+  }
+  cv_.notify_all();
+  if (scheduler_.joinable()) scheduler_.join();
+  if (server_) server_->Shutdown(500);
+  transport_.reset();  // completes in-flight receives before the engine goes
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    requests_.clear();
+    by_token_.clear();
+  }
+}
+
+absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
+    const ced::internal::ReserveRequest& req) {
+  if (draining_) return absl::UnavailableError("decode worker is draining");
+  const ModelConfig& c = engine_->config();
+  RETURN_IF_ERROR(ValidateReserve(req, c));
+  auto r = std::make_unique<Request>();
+  r->id = req.request_id();
+  r->id_hash = RequestIdHash(req.request_id());
+  r->prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
+  r->sampling = FromProto(req.sampling());
+  r->stop.max_tokens = req.max_tokens();
+  r->stop.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  r->replay_mode = req.replay().mode() == ced::internal::REPLAY_MODE_EXACT ? ReplayMode::kExact
+                                                                           : ReplayMode::kBounded;
+  r->replay_window = req.replay().replay_window();
+  r->local_prefill = req.local_prefill();
+  r->received.assign(r->prompt.size(), 0);
+  r->t_reserve = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (requests_.count(r->id)) {
+      return absl::AlreadyExistsError(absl::StrCat("request_id '", r->id, "' is already reserved"));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(engine_mu_);
+    ASSIGN_OR_RETURN(r->seq, engine_->CreateSequence(static_cast<int>(r->prompt.size()) +
+                                                     req.max_tokens()));
+  }
+  r->transfer_token = RandomToken();
+  ced::internal::ReserveResponse resp;
+  resp.set_transfer_token(r->transfer_token);
+  resp.set_kv_address(kv_address_);
+  const CacheStats cs = engine_->cache_stats();
+  resp.set_block_size(cs.block_size);
+  resp.set_num_blocks((r->prompt.size() + req.max_tokens() + cs.block_size - 1) / cs.block_size);
+  resp.set_kv_format(std::string(kernels::KvFormatName(engine_->kv_format())));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (requests_.count(r->id)) {  // lost a race with a duplicate
+    std::lock_guard<std::mutex> elock(engine_mu_);
+    (void)engine_->ReleaseSequence(r->seq);
+    return absl::AlreadyExistsError(absl::StrCat("request_id '", r->id, "' is already reserved"));
+  }
+  by_token_[r->transfer_token] = r.get();
+  requests_[r->id] = std::move(r);
+  cv_.notify_all();
+  return resp;
+}
+
+void DecodeWorker::AttachStream(
+    const std::string& request_id,
+    std::shared_ptr<StreamWriter<TokenChunk>::Handle> stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) {
+    stream->Close(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                               absl::StrCat("request_id '", request_id, "' is not reserved here")));
+    return;
+  }
+  Request* r = it->second.get();
+  if (r->stream) {
+    stream->Close(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                               absl::StrCat("request_id '", request_id, "' is already streamed")));
+    return;
+  }
+  r->stream = std::move(stream);
+  for (auto& chunk : r->pending) r->stream->Push(std::move(chunk));
+  r->pending.clear();
+  if (r->final_status.has_value()) r->stream->Close(*r->final_status);
+  cv_.notify_all();
+}
+
+bool DecodeWorker::Cancel(const std::string& request_id, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  if (!it->second->cancelled) {
+    it->second->cancelled = true;
+    it->second->cancel_reason = why;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+}  // namespace ced::services

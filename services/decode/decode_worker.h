@@ -1,0 +1,101 @@
+// The decode worker (DESIGN.md §2): full model, continuous batching. A
+// request is admitted only with its KV blocks reserved (Reserve); its K/V
+// lands straight into those blocks through the KV transport; the worker runs
+// the replay when told, then decodes it in the batch and streams its tokens.
+//
+// Threads: gRPC threads (Reserve/Stream/Cancel), transport threads (the KV
+// sink), and one scheduler thread that owns all engine compute.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ced/internal/decode_worker.grpc.pb.h"
+#include "engine/runtime/engine.h"
+#include "engine/sampling/sampler.h"
+#include "services/common/grpc_util.h"
+#include "services/common/router_client.h"
+#include "services/common/stream_writer.h"
+#include "services/kv_transport/transport.h"
+#include "services/metrics/registry.h"
+
+namespace ced::services {
+
+struct DecodeWorkerOptions {
+  std::string worker_id = "decode-0";
+  EngineOptions engine;
+  std::string grpc_address = "127.0.0.1:0";
+  std::string metrics_address = "127.0.0.1:0";
+  std::string kv_address = "127.0.0.1:0";   // KV transport listener
+  std::string kv_transport = "ucx";         // ucx | inproc
+  std::string router_address;               // empty: do not register
+  std::string advertise_address;            // registered gRPC address (default: bound one)
+  std::string advertise_kv_address;         // registered KV address (default: bound one)
+  int max_batch = 64;                        // sequences per decode step
+  int reservation_timeout_ms = 30000;        // reserved but never streamed / K/V never arrived
+  int drain_timeout_ms = 30000;              // SIGTERM: finish in-flight work for this long
+};
+
+class DecodeWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeWorker>> Start(const DecodeWorkerOptions& options);
+  ~DecodeWorker();
+  const std::string& grpc_address() const { return server_->grpc_address(); }
+  const std::string& metrics_address() const { return server_->metrics_address(); }
+  const std::string& kv_address() const { return kv_address_; }
+  // NOT_SERVING, refuse new reservations, finish running requests (bounded
+  // by drain_timeout_ms), then stop.
+  void Drain();
+  void Shutdown();
+
+  class Service;
+  class Sink;
+  struct Request;
+
+ private:
+  explicit DecodeWorker(const DecodeWorkerOptions& options);
+  absl::Status Init();
+  void SchedulerLoop();
+  void FillLoad(ced::internal::LoadReport* report);
+
+  // Called with mu_ held by the service and the sink.
+  absl::StatusOr<ced::internal::ReserveResponse> Reserve(const ced::internal::ReserveRequest& r);
+  void AttachStream(const std::string& request_id,
+                    std::shared_ptr<StreamWriter<ced::internal::TokenChunk>::Handle> stream);
+  bool Cancel(const std::string& request_id, const std::string& why);
+
+  // Scheduler helpers (engine_mu_ held).
+  void StartRequest(Request* r);
+  void Emit(Request* r, int32_t token);
+  void Finish(Request* r, ced::internal::FinishReason reason, const std::string& detail,
+              const grpc::Status& status);
+
+  DecodeWorkerOptions options_;
+  std::unique_ptr<Engine> engine_;
+  std::mutex engine_mu_;  // engine compute and sequence create/release
+  std::unique_ptr<kv_transport::KvTransport> transport_;
+  std::unique_ptr<kv_transport::KvSink> sink_;
+  std::string kv_address_;
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<RunningServer> server_;
+  std::unique_ptr<RouterClient> router_;
+  metrics::Registry registry_;
+  struct Metrics;
+  std::unique_ptr<Metrics> m_;
+
+  std::mutex mu_;  // requests, transfer state
+  std::condition_variable cv_;
+  std::map<std::string, std::unique_ptr<Request>> requests_;
+  std::map<uint64_t, Request*> by_token_;
+  bool stop_ = false;
+  std::atomic<bool> draining_{false};
+  std::thread scheduler_;
+};
+
+}  // namespace ced::services

@@ -1,0 +1,65 @@
+// Per-request state of the decode worker (private to services/decode).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "services/common/worker_util.h"
+#include "services/decode/decode_worker.h"
+
+namespace ced::services {
+
+using Clock = std::chrono::steady_clock;
+
+struct DecodeWorker::Request {
+  enum State { kReserved, kReady, kRunning };
+  std::string id;
+  uint64_t id_hash = 0;
+  uint64_t transfer_token = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConditions stop;
+  ReplayMode replay_mode = ReplayMode::kBounded;
+  int replay_window = 0;
+  bool local_prefill = false;
+  SeqId seq = 0;
+
+  // Guarded by DecodeWorker::mu_.
+  State state = kReserved;
+  std::vector<char> received;  // per prompt token: global K/V landed
+  int received_tokens = 0;
+  bool tail_received = false;
+  std::vector<uint8_t> tail_bytes;
+  int inflight_messages = 0;   // accepted by the sink, not yet completed
+  bool cancelled = false;
+  std::string cancel_reason;
+  std::string transfer_error;  // a failed K/V message
+  std::shared_ptr<StreamWriter<ced::internal::TokenChunk>::Handle> stream;
+  std::vector<ced::internal::TokenChunk> pending;  // produced before Stream attached
+  std::optional<grpc::Status> final_status;        // finished before Stream attached
+  bool finished = false;
+
+  // Scheduler thread only.
+  int generated = 0;
+  int32_t last_token = -1;
+  bool replayed_here = false;
+  Clock::time_point t_reserve, t_ready, t_first, t_last;
+  double prefill_ms = 0, replay_ms = 0;
+};
+
+absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const ModelConfig& c);
+std::unique_ptr<kv_transport::KvSink> MakeDecodeSink(DecodeWorker* worker);
+std::unique_ptr<grpc::Service> MakeDecodeService(DecodeWorker* worker);
+
+struct DecodeWorker::Metrics {
+  metrics::Gauge *running, *waiting, *kv_used, *kv_free, *weights_bytes;
+  metrics::Counter *steps, *generated, *transfer_bytes;
+  metrics::Family<metrics::Counter>* replays;
+  metrics::Family<metrics::Counter>* requests;
+  metrics::Histogram *step_seconds, *transfer_seconds, *ttft_seconds, *itl_seconds, *batch_size;
+};
+
+}  // namespace ced::services

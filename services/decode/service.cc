@@ -1,0 +1,90 @@
+// ced.internal.DecodeWorker over the gRPC callback API.
+#include "absl/strings/str_cat.h"
+#include "services/decode/request.h"
+
+namespace ced::services {
+
+using ced::internal::TokenChunk;
+
+absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const ModelConfig& c) {
+  if (req.request_id().empty() || req.request_id().size() > 256) {
+    return absl::InvalidArgumentError("request_id: must be 1..256 bytes");
+  }
+  if (absl::Status s = ValidatePrompt(req.prompt_token_ids(), c, "prompt_token_ids"); !s.ok()) {
+    return s;
+  }
+  if (req.max_tokens() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: must be >= 1, got ", req.max_tokens()));
+  }
+  if (static_cast<int64_t>(req.prompt_token_ids_size()) + req.max_tokens() > c.max_position) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_tokens: prompt (", req.prompt_token_ids_size(), ") + max_tokens (", req.max_tokens(),
+        ") exceeds max_position ", c.max_position));
+  }
+  for (int i = 0; i < req.stop_token_ids_size(); ++i) {
+    if (req.stop_token_ids(i) < 0 || req.stop_token_ids(i) >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop_token_ids[", i, "]: ", req.stop_token_ids(i), " out of range"));
+    }
+  }
+  if (absl::Status s = ValidateSamplingParams(FromProto(req.sampling())); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.", s.message()));
+  }
+  if (req.replay().replay_window() < 0 ||
+      (req.replay().replay_window() > 0 &&
+       req.replay().replay_window() < std::max(c.sliding_window, 1))) {
+    return absl::InvalidArgumentError(absl::StrCat("replay.replay_window: must be 0 or >= ",
+                                                   std::max(c.sliding_window, 1)));
+  }
+  if (!ced::internal::ReplayMode_IsValid(req.replay().mode())) {
+    return absl::InvalidArgumentError("replay.mode: unknown value");
+  }
+  if (!req.local_prefill() && req.prefill_worker_id().empty()) {
+    return absl::InvalidArgumentError(
+        "prefill_worker_id: required unless local_prefill is set");
+  }
+  return absl::OkStatus();
+}
+
+class DecodeWorker::Service final : public ced::internal::DecodeWorker::CallbackService {
+ public:
+  explicit Service(DecodeWorker* w) : w_(w) {}
+
+  grpc::ServerUnaryReactor* Reserve(grpc::CallbackServerContext* ctx,
+                                    const ced::internal::ReserveRequest* req,
+                                    ced::internal::ReserveResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    auto r = w_->Reserve(*req);
+    if (r.ok()) *resp = *std::move(r);
+    reactor->Finish(ToGrpc(r.status()));
+    return reactor;
+  }
+
+  grpc::ServerWriteReactor<TokenChunk>* Stream(grpc::CallbackServerContext* ctx,
+                                               const ced::internal::StreamRequest* req) override {
+    const std::string id = req->request_id();
+    auto* writer = new StreamWriter<TokenChunk>(
+        [w = w_, id] { w->Cancel(id, "the stream was cancelled"); });
+    w_->AttachStream(id, writer->handle());
+    return writer;
+  }
+
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
+                                   const ced::internal::CancelRequest* req,
+                                   ced::internal::CancelResponse* resp) override {
+    resp->set_found(w_->Cancel(req->request_id(), "cancelled by the gateway"));
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  DecodeWorker* w_;
+};
+
+std::unique_ptr<grpc::Service> MakeDecodeService(DecodeWorker* worker) {
+  return std::make_unique<DecodeWorker::Service>(worker);
+}
+
+}  // namespace ced::services

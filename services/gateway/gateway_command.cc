@@ -1,0 +1,97 @@
+#include "services/gateway/gateway_command.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "services/cli/flags.h"
+#include "services/gateway/gateway_server.h"
+
+namespace ced::gateway {
+namespace {
+
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "ced gateway: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int RunGatewayCommand(const std::vector<std::string>& args) {
+  using cli::FlagSpec;
+  const std::vector<FlagSpec> specs = {
+      {"listen", "127.0.0.1:50050", "public gRPC address (host:port; port 0 picks one)"},
+      {"metrics-listen", "127.0.0.1:9100", "Prometheus /metrics address (empty: none)"},
+      {"router", "127.0.0.1:50051", "router address"},
+      {"model", "", "model directory (only config.json is read)"},
+      {"model-name", "", "name reported by ModelInfo (default: the directory name)"},
+      {"default-max-tokens", "64", "max_tokens for requests that leave it 0"},
+      {"max-inflight", "256", "requests served at once; more get RESOURCE_EXHAUSTED"},
+      {"max-request-bytes", "4194304", "largest request message; larger: RESOURCE_EXHAUSTED"},
+      {"route-timeout-ms", "2000", "router silent this long: UNAVAILABLE"},
+      {"replay-on", "", "default replay placement: prefill, decode, auto (empty: the router's)"},
+      {"replay-mode", "", "default replay length: bounded, exact (empty: the router's)"},
+  };
+  auto flags = cli::Flags::Parse(specs, args);
+  if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
+  if (flags->help()) {
+    std::printf("%s", cli::FormatHelp("ced gateway --model DIR [flags]",
+                                      "Runs the public gateway: validates and tokenizes "
+                                      "requests, places them through the router, and streams "
+                                      "tokens from the workers.",
+                                      specs)
+                          .c_str());
+    return 0;
+  }
+  if (!flags->positional().empty()) {
+    return Fail(absl::StrCat("unexpected argument '", flags->positional()[0], "'"), 2);
+  }
+  GatewayServerOptions options;
+  options.listen_address = flags->Get("listen");
+  options.metrics_address = flags->Get("metrics-listen");
+  options.router_address = flags->Get("router");
+  options.model_dir = flags->Get("model");
+  options.model_name = flags->Get("model-name");
+  if (options.model_dir.empty()) return Fail("--model is required", 2);
+  auto max_tokens = flags->GetInt("default-max-tokens");
+  auto inflight = flags->GetInt("max-inflight");
+  auto request_bytes = flags->GetInt("max-request-bytes");
+  auto route_timeout = flags->GetInt("route-timeout-ms");
+  for (const absl::Status& s :
+       {max_tokens.status(), inflight.status(), request_bytes.status(), route_timeout.status()}) {
+    if (!s.ok()) return Fail(std::string(s.message()), 2);
+  }
+  if (*max_tokens < 1 || *max_tokens > (1 << 30)) return Fail("--default-max-tokens must be >= 1", 2);
+  if (*inflight < 1 || *inflight > (1 << 20)) return Fail("--max-inflight must be >= 1", 2);
+  if (*request_bytes < 1024 || *request_bytes > (1 << 30)) {
+    return Fail("--max-request-bytes must be in [1024, 2^30]", 2);
+  }
+  if (*route_timeout < 1) return Fail("--route-timeout-ms must be >= 1", 2);
+  options.default_max_tokens = static_cast<int>(*max_tokens);
+  options.max_inflight = static_cast<int>(*inflight);
+  options.max_request_bytes = static_cast<int>(*request_bytes);
+  options.route_timeout = absl::Milliseconds(*route_timeout);
+  const std::string replay_on = flags->Get("replay-on");
+  if (replay_on == "prefill") options.default_replay_on = ced::internal::REPLAY_ON_PREFILL;
+  else if (replay_on == "decode") options.default_replay_on = ced::internal::REPLAY_ON_DECODE;
+  else if (replay_on == "auto") options.default_replay_on = ced::internal::REPLAY_ON_AUTO;
+  else if (!replay_on.empty()) return Fail("--replay-on must be prefill, decode or auto", 2);
+  const std::string mode = flags->Get("replay-mode");
+  if (mode == "bounded") options.default_replay_mode = ced::internal::REPLAY_MODE_BOUNDED;
+  else if (mode == "exact") options.default_replay_mode = ced::internal::REPLAY_MODE_EXACT;
+  else if (!mode.empty()) return Fail("--replay-mode must be bounded or exact", 2);
+
+  services::InstallShutdownSignals();
+  auto server = GatewayServer::Start(options);
+  if (!server.ok()) return Fail(std::string(server.status().message()), 1);
+  const std::string metrics =
+      (*server)->metrics_address().empty() ? "none" : (*server)->metrics_address();
+  std::printf("gateway listening on %s (metrics %s)\n", (*server)->grpc_address().c_str(),
+              metrics.c_str());
+  std::fflush(stdout);
+  const int sig = services::WaitForShutdownSignal();
+  std::fprintf(stderr, "gateway: signal %d, shutting down\n", sig);
+  (*server)->Shutdown();
+  return 0;
+}
+
+}  // namespace ced::gateway

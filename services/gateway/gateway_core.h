@@ -1,0 +1,78 @@
+// State shared by the gateway's RPC handlers and its per-request calls: the
+// model facts, the tokenizer, stubs and channels, metrics, admission.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ced/internal/router.grpc.pb.h"
+#include "engine/model/config.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "services/gateway/gateway_metrics.h"
+#include "services/gateway/request_validation.h"
+
+namespace ced::gateway {
+
+struct GatewaySettings {
+  std::string router_address;
+  std::string model_name;
+  ModelConfig model;
+  RequestLimits limits;
+  int max_inflight = 256;
+  // Bounds on internal calls (each also bounded by the client's deadline).
+  absl::Duration route_timeout = absl::Seconds(2);
+  absl::Duration reserve_timeout = absl::Seconds(10);
+  absl::Duration cancel_timeout = absl::Seconds(1);
+  // How long to wait for the prefill stream's end after the last token.
+  absl::Duration prefill_grace = absl::Seconds(5);
+  // For requests that leave them unspecified; UNSPECIFIED = the router's default.
+  ced::internal::ReplayOn default_replay_on = ced::internal::REPLAY_ON_UNSPECIFIED;
+  ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
+};
+
+// Thread-safe.
+class GatewayCore {
+ public:
+  GatewayCore(GatewaySettings settings, std::unique_ptr<Tokenizer> tokenizer,
+              GatewayMetrics metrics);
+
+  const GatewaySettings& settings() const { return settings_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const GatewayMetrics& metrics() const { return metrics_; }
+  ced::internal::Router::Stub* router() { return router_.get(); }
+  // One channel per worker address, created on first use and kept.
+  std::shared_ptr<grpc::Channel> Channel(const std::string& address);
+
+  // Admission: false when max_inflight requests are in flight.
+  bool TryAdmit();
+  void Release();
+
+  // Counts running per-request threads; WaitForCalls blocks until none run.
+  void CallStarted();
+  void CallEnded();
+  void WaitForCalls();
+
+  // "gw-" + 16 random hex digits.
+  std::string NewRequestId();
+
+ private:
+  const GatewaySettings settings_;
+  const std::unique_ptr<Tokenizer> tokenizer_;
+  const GatewayMetrics metrics_;
+  std::unique_ptr<ced::internal::Router::Stub> router_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  int running_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t id_state_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ced::gateway

@@ -1,0 +1,48 @@
+#include "services/gateway/gateway_metrics.h"
+
+#include "engine/common/status.h"
+
+namespace ced::gateway {
+
+absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registry) {
+  GatewayMetrics m;
+  ASSIGN_OR_RETURN(m.requests, registry->AddCounter("ced_gateway_requests_total",
+                                                    "Generate requests by outcome.",
+                                                    {"outcome"}));
+  for (const char* outcome : {"length", "stop", "invalid_argument", "cancelled",
+                              "deadline_exceeded", "resource_exhausted", "unavailable"}) {
+    m.requests->WithLabelValues({outcome});
+  }
+  const std::vector<double> latency = metrics::LatencySecondsBuckets();
+  ASSIGN_OR_RETURN(auto* ttft,
+                   registry->AddHistogram("ced_gateway_ttft_seconds",
+                                          "Time to first token, from request receipt to the "
+                                          "first token written to the client.",
+                                          latency));
+  ASSIGN_OR_RETURN(auto* itl, registry->AddHistogram("ced_gateway_inter_token_latency_seconds",
+                                                     "Time between consecutive tokens written "
+                                                     "to the client, per token.",
+                                                     latency));
+  ASSIGN_OR_RETURN(auto* e2e, registry->AddHistogram("ced_gateway_e2e_latency_seconds",
+                                                     "Request receipt to the final message.",
+                                                     latency));
+  ASSIGN_OR_RETURN(auto* prompt, registry->AddCounter("ced_gateway_prompt_tokens_total",
+                                                      "Prompt tokens of admitted requests."));
+  ASSIGN_OR_RETURN(auto* generated, registry->AddCounter("ced_gateway_generated_tokens_total",
+                                                         "Tokens streamed to clients."));
+  ASSIGN_OR_RETURN(auto* inflight, registry->AddGauge("ced_gateway_inflight_requests",
+                                                      "Generate requests being served."));
+  m.ttft_seconds = &ttft->WithLabels({});
+  m.inter_token_latency_seconds = &itl->WithLabels({});
+  m.e2e_latency_seconds = &e2e->WithLabels({});
+  m.prompt_tokens = &prompt->WithLabels({});
+  m.generated_tokens = &generated->WithLabels({});
+  m.inflight_requests = &inflight->WithLabels({});
+  return m;
+}
+
+void GatewayMetrics::CountRequest(const std::string& outcome) const {
+  requests->WithLabelValues({outcome}).Increment();
+}
+
+}  // namespace ced::gateway

@@ -1,0 +1,29 @@
+// The gateway's Prometheus metrics. Pointers stay valid for the registry's
+// lifetime; every metric is thread-safe.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "services/metrics/registry.h"
+
+namespace ced::gateway {
+
+struct GatewayMetrics {
+  // Registers every family in `registry` (not owned; must outlive the result).
+  static absl::StatusOr<GatewayMetrics> Create(metrics::Registry* registry);
+
+  // outcome: "length", "stop" for completed requests, otherwise the
+  // lower-case status code ("invalid_argument", "cancelled", ...).
+  void CountRequest(const std::string& outcome) const;
+
+  metrics::Family<metrics::Counter>* requests = nullptr;
+  metrics::Histogram* ttft_seconds = nullptr;
+  metrics::Histogram* inter_token_latency_seconds = nullptr;
+  metrics::Histogram* e2e_latency_seconds = nullptr;
+  metrics::Counter* prompt_tokens = nullptr;
+  metrics::Counter* generated_tokens = nullptr;
+  metrics::Gauge* inflight_requests = nullptr;
+};
+
+}  // namespace ced::gateway

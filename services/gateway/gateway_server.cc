@@ -1,0 +1,122 @@
+#include "services/gateway/gateway_server.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/common/status.h"
+#include "services/metrics/process_metrics.h"
+
+namespace ced::gateway {
+
+absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
+    const GatewayServerOptions& options) {
+  if (options.default_max_tokens < 1) {
+    return absl::InvalidArgumentError("gateway: default_max_tokens must be >= 1");
+  }
+  if (options.max_inflight < 1) return absl::InvalidArgumentError("gateway: max_inflight must be >= 1");
+  if (options.router_address.empty()) {
+    return absl::InvalidArgumentError("gateway: a router address is required");
+  }
+  GatewaySettings settings;
+  if (options.model.has_value()) {
+    RETURN_IF_ERROR(ValidateConfig(*options.model));
+    settings.model = *options.model;
+  } else {
+    if (options.model_dir.empty()) {
+      return absl::InvalidArgumentError("gateway: a model directory (config.json) is required");
+    }
+    ASSIGN_OR_RETURN(settings.model, LoadConfigFile(options.model_dir + "/config.json"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                   CreateTokenizer(options.model_dir, settings.model.vocab_size));
+  settings.model_name = options.model_name;
+  if (settings.model_name.empty()) {
+    settings.model_name =
+        std::filesystem::path(options.model_dir).lexically_normal().filename().string();
+    if (settings.model_name.empty()) {
+      settings.model_name =
+          std::filesystem::path(options.model_dir).lexically_normal().parent_path().filename().string();
+    }
+    if (settings.model_name.empty()) settings.model_name = "ced";
+  }
+  settings.router_address = options.router_address;
+  settings.limits.vocab_size = settings.model.vocab_size;
+  settings.limits.max_position = settings.model.max_position;
+  settings.limits.default_max_tokens = options.default_max_tokens;
+  settings.max_inflight = options.max_inflight;
+  settings.route_timeout = options.route_timeout;
+  settings.default_replay_on = options.default_replay_on;
+  settings.default_replay_mode = options.default_replay_mode;
+
+  std::unique_ptr<GatewayServer> server(new GatewayServer());
+  RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&server->registry_));
+  ASSIGN_OR_RETURN(GatewayMetrics metrics, GatewayMetrics::Create(&server->registry_));
+  server->core_ = std::make_unique<GatewayCore>(std::move(settings), std::move(tokenizer), metrics);
+  server->service_ = std::make_unique<GatewayService>(server->core_.get());
+
+  services::ServerOptions grpc_options;
+  grpc_options.grpc_address = options.listen_address;
+  grpc_options.metrics_address = options.metrics_address;
+  grpc_options.services = {server->service_.get()};
+  grpc_options.health_service_name = "ced.v1.Gateway";
+  grpc_options.registry = &server->registry_;
+  grpc_options.max_message_bytes = options.max_request_bytes;
+  ASSIGN_OR_RETURN(server->server_, services::RunningServer::Start(grpc_options));
+  server->grpc_address_ = server->server_->grpc_address();
+  server->metrics_address_ = server->server_->metrics_address();
+  server->server_->SetServing(false);
+  GatewayServer* raw = server.get();
+  const absl::Duration interval = options.health_poll_interval;
+  server->health_thread_ = std::thread([raw, interval] { raw->HealthLoop(interval); });
+  return server;
+}
+
+GatewayServer::~GatewayServer() { Shutdown(); }
+
+bool GatewayServer::serving() const {
+  absl::MutexLock lock(&mu_);
+  return server_ != nullptr && server_->serving();
+}
+
+bool GatewayServer::PollRouter() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + core_->settings().route_timeout));
+  ced::internal::ListWorkersResponse workers;
+  if (!core_->router()->ListWorkers(&ctx, {}, &workers).ok()) return false;
+  bool prefill = false, decode = false;
+  for (const ced::internal::WorkerStatus& w : workers.workers()) {
+    if (!w.live()) continue;
+    prefill = prefill || w.info().role() == ced::internal::ROLE_PREFILL;
+    decode = decode || w.info().role() == ced::internal::ROLE_DECODE;
+  }
+  return prefill && decode;
+}
+
+void GatewayServer::HealthLoop(absl::Duration interval) {
+  while (true) {
+    const bool healthy = PollRouter();
+    absl::MutexLock lock(&mu_);
+    if (stop_) return;
+    if (healthy != server_->serving()) server_->SetServing(healthy);
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), interval);
+    if (stop_) return;
+  }
+}
+
+void GatewayServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (health_thread_.joinable()) health_thread_.join();
+  if (server_ != nullptr) {
+    server_->SetServing(false);
+    server_->Shutdown(/*deadline_ms=*/1000);
+  }
+  if (core_ != nullptr) core_->WaitForCalls();
+  absl::MutexLock lock(&mu_);
+  server_.reset();
+}
+
+}  // namespace ced::gateway

@@ -1,0 +1,79 @@
+// The gateway process: the public ced.v1.Gateway service (plus health and
+// reflection) and a Prometheus /metrics endpoint. Health is SERVING only
+// while the router answers and lists at least one live prefill and one live
+// decode worker.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "ced/internal/common.pb.h"
+#include "engine/model/config.h"
+#include "services/common/grpc_util.h"
+#include "services/gateway/gateway_core.h"
+#include "services/gateway/gateway_service.h"
+#include "services/metrics/registry.h"
+
+namespace ced::gateway {
+
+struct GatewayServerOptions {
+  std::string listen_address = "127.0.0.1:0";   // port 0 picks one
+  std::string metrics_address = "127.0.0.1:0";  // empty: no /metrics endpoint
+  std::string router_address = "127.0.0.1:50051";
+  // The model: config.json in model_dir (weights are not needed), or `model`
+  // when set (tests). model_name defaults to model_dir's last component.
+  std::string model_dir;
+  std::optional<ModelConfig> model;
+  std::string model_name;
+  int default_max_tokens = 64;
+  int max_inflight = 256;                   // RESOURCE_EXHAUSTED beyond
+  int max_request_bytes = 4 << 20;          // larger messages: RESOURCE_EXHAUSTED
+  absl::Duration route_timeout = absl::Seconds(2);  // router silent longer: UNAVAILABLE
+  absl::Duration health_poll_interval = absl::Seconds(1);
+  // Used for requests that leave them unspecified; UNSPECIFIED = the router's.
+  ced::internal::ReplayOn default_replay_on = ced::internal::REPLAY_ON_UNSPECIFIED;
+  ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
+};
+
+// Start() binds and serves; Shutdown() (or the destructor) cancels what is in
+// flight and waits for it. Accessors are thread-safe.
+class GatewayServer {
+ public:
+  // INVALID_ARGUMENT / NOT_FOUND for a bad model or options, UNAVAILABLE when
+  // an address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(const GatewayServerOptions& options);
+  ~GatewayServer();
+  GatewayServer(const GatewayServer&) = delete;
+  GatewayServer& operator=(const GatewayServer&) = delete;
+
+  const std::string& grpc_address() const { return grpc_address_; }
+  const std::string& metrics_address() const { return metrics_address_; }
+  // What grpc.health.v1 reports (as of the last poll of the router).
+  bool serving() const;
+  std::string MetricsText() const { return registry_.Serialize(); }
+  // Idempotent. In-flight calls get ~1 s to finish, then are cancelled.
+  void Shutdown();
+
+ private:
+  GatewayServer() = default;
+  void HealthLoop(absl::Duration interval);
+  bool PollRouter();
+
+  metrics::Registry registry_;  // outlives everything below
+  std::unique_ptr<GatewayCore> core_;
+  std::unique_ptr<GatewayService> service_;
+  std::unique_ptr<services::RunningServer> server_;
+  std::string grpc_address_, metrics_address_;
+
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread health_thread_;
+};
+
+}  // namespace ced::gateway

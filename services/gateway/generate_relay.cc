@@ -1,0 +1,215 @@
+// GenerateCall, second half: relaying the worker streams to the client.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "services/gateway/generate_call.h"
+#include "services/gateway/request_parsing.h"
+
+namespace ced::gateway {
+namespace {
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+grpc::Status Internal(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INTERNAL, message);
+}
+
+}  // namespace
+
+grpc::Status GenerateCall::CheckChunk(const ced::internal::TokenChunk& chunk) const {
+  const int vocab = core_->settings().limits.vocab_size;
+  if (chunk.start_step() < 0) {
+    return Internal(absl::StrCat("start_step ", chunk.start_step(), " is negative"));
+  }
+  for (int32_t id : chunk.token_ids()) {
+    if (id < 0 || id >= vocab) {
+      return Internal(absl::StrCat("token id ", id, " is outside [0, ", vocab, ")"));
+    }
+  }
+  if (!ced::internal::FinishReason_IsValid(chunk.finish_reason())) {
+    return Internal(absl::StrCat("unknown finish_reason ", chunk.finish_reason()));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateCall::Relay() {
+  const GatewaySettings& settings = core_->settings();
+  const std::string decode_prefix = absl::StrCat("decode worker ", route_.decode().worker_id(), ": ");
+  const std::string prefill_prefix =
+      absl::StrCat("prefill worker ", route_.prefill().worker_id(), ": ");
+  bool decode_ended = false;
+  bool prefill_ended = !prefill_started_;
+  bool have_final = false;
+  bool prefill_given_up = false;
+  absl::Time decode_ended_at;
+  while (!decode_ended || !prefill_ended) {
+    Event event;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Condition ready(this, &GenerateCall::Ready);
+      if (decode_ended && !prefill_given_up) {
+        // The tokens are complete; the prefill's summary should follow at once.
+        if (!mu_.AwaitWithDeadline(ready, decode_ended_at + settings.prefill_grace)) {
+          prefill_given_up = true;
+          prefill_ctx_.TryCancel();
+          continue;
+        }
+      } else {
+        mu_.Await(ready);
+      }
+      if (cancelled_) return CancelStatus();
+      event = std::move(events_.front());
+      events_.pop_front();
+    }
+    switch (event.kind) {
+      case Event::Kind::kFirstToken: {
+        const int32_t id = event.prefill.first_token().token_id();
+        if (id < 0 || id >= settings.limits.vocab_size) {
+          return Internal(absl::StrCat(prefill_prefix, "first token id ", id, " is outside [0, ",
+                                       settings.limits.vocab_size, ")"));
+        }
+        assembler_.Add(0, {id});
+        break;
+      }
+      case Event::Kind::kPrefillDone:
+        prefill_done_ = event.prefill.done();
+        break;
+      case Event::Kind::kPrefillEnd:
+        prefill_ended = true;
+        if (event.status.ok()) {
+          prefill_complete_ = true;
+        } else if (!prefill_given_up) {
+          return grpc::Status(event.status.error_code(),
+                              prefill_prefix + event.status.error_message());
+        }
+        break;
+      case Event::Kind::kChunk: {
+        if (have_final) break;  // nothing may follow the final chunk
+        grpc::Status valid = CheckChunk(event.chunk);
+        if (!valid.ok()) return Internal(decode_prefix + valid.error_message());
+        assembler_.Add(event.chunk.start_step(),
+                       {event.chunk.token_ids().data(),
+                        static_cast<size_t>(event.chunk.token_ids_size())});
+        if (event.chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
+          have_final = true;
+          final_chunk_ = std::move(event.chunk);
+        }
+        break;
+      }
+      case Event::Kind::kDecodeEnd:
+        decode_ended = true;
+        decode_ended_at = absl::Now();
+        if (!event.status.ok()) {
+          return grpc::Status(event.status.error_code(),
+                              decode_prefix + event.status.error_message());
+        }
+        if (!have_final) return Internal(decode_prefix + "token stream ended without a final chunk");
+        decode_complete_ = true;
+        break;
+    }
+    Emit(assembler_.TakeReady());
+    if (assembler_.stopped()) {
+      SendFinal("", ced::internal::FINISH_REASON_STOP, assembler_.matched_stop());
+      return grpc::Status::OK;
+    }
+  }
+
+  switch (final_chunk_.finish_reason()) {
+    case ced::internal::FINISH_REASON_LENGTH:
+    case ced::internal::FINISH_REASON_STOP:
+      break;
+    case ced::internal::FINISH_REASON_CANCELLED:
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          decode_prefix + "request cancelled " + final_chunk_.finish_detail());
+    default:
+      return Internal(decode_prefix + final_chunk_.finish_detail());
+  }
+  if (assembler_.has_gap() || assembler_.emitted() == 0) {
+    return Internal(absl::StrCat("the token of step ", assembler_.emitted(),
+                                 " never arrived (decode worker ", route_.decode().worker_id(),
+                                 ", prefill worker ", route_.prefill().worker_id(), ")"));
+  }
+  const std::string tail = assembler_.Finish();
+  if (assembler_.stopped()) {
+    SendFinal(tail, ced::internal::FINISH_REASON_STOP, assembler_.matched_stop());
+  } else {
+    SendFinal(tail, final_chunk_.finish_reason(), final_chunk_.finish_detail());
+  }
+  return grpc::Status::OK;
+}
+
+void GenerateCall::Emit(const TokenAssembler::Output& output) {
+  if (output.token_ids.empty() && output.text.empty()) return;
+  const GatewayMetrics& metrics = core_->metrics();
+  const absl::Time now = absl::Now();
+  const size_t n = output.token_ids.size();
+  if (n > 0) {
+    if (first_token_at_ == absl::InfinitePast()) {
+      first_token_at_ = now;
+      metrics.ttft_seconds->Observe(absl::ToDoubleSeconds(now - received_));
+    } else {
+      const double per_token = absl::ToDoubleSeconds(now - last_token_at_) / static_cast<double>(n);
+      for (size_t i = 0; i < n; ++i) metrics.inter_token_latency_seconds->Observe(per_token);
+    }
+    last_token_at_ = now;
+    metrics.generated_tokens->Increment(static_cast<double>(n));
+  }
+  ced::v1::GenerateResponse response;
+  response.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
+  response.set_text(output.text);
+  response.set_request_id(request_.request_id);
+  grpc::ByteBuffer buffer;
+  if (SerializeMessage(response, &buffer).ok()) out_->Push(std::move(buffer));
+}
+
+void GenerateCall::SendFinal(const std::string& text, ced::internal::FinishReason reason,
+                             const std::string& detail) {
+  const ModelConfig& model = core_->settings().model;
+  const absl::Time now = absl::Now();
+  ced::v1::GenerateResponse response;
+  response.set_text(text);
+  response.set_finish_reason(static_cast<ced::v1::FinishReason>(reason));
+  response.set_finish_detail(detail);
+  response.set_request_id(request_.request_id);
+
+  ced::v1::Usage* usage = response.mutable_usage();
+  usage->set_prompt_tokens(static_cast<int32_t>(request_.prompt_token_ids.size()));
+  usage->set_completion_tokens(assembler_.emitted());
+  usage->set_cached_prompt_tokens(final_chunk_.cached_prompt_tokens());
+
+  const bool local = route_.local_prefill();
+  const ced::internal::Timings& worker = local ? final_chunk_.timings() : prefill_done_.timings();
+  ced::v1::Timings* timings = response.mutable_timings();
+  timings->set_queue_ms(Ms(prefill_start_ - received_) + worker.queue_ms());
+  timings->set_prefill_ms(worker.prefill_ms());
+  timings->set_transfer_ms(
+      std::max(prefill_done_.timings().transfer_ms(), final_chunk_.timings().transfer_ms()));
+  if (first_token_at_ != absl::InfinitePast()) timings->set_ttft_ms(Ms(first_token_at_ - received_));
+  timings->set_total_ms(Ms(now - received_));
+
+  ced::v1::Placement* placement = response.mutable_placement();
+  if (!local) placement->set_prefill_worker_id(route_.prefill().worker_id());
+  placement->set_decode_worker_id(route_.decode().worker_id());
+  ced::internal::ReplayOn replay_on = route_.replay_on();
+  if (prefill_done_.replayed()) {
+    replay_on = ced::internal::REPLAY_ON_PREFILL;
+  } else if (final_chunk_.replayed_here()) {
+    replay_on = ced::internal::REPLAY_ON_DECODE;
+  }
+  placement->set_replay_on(static_cast<ced::v1::ReplayOn>(replay_on));
+  placement->set_replay_mode(static_cast<ced::v1::ReplayMode>(route_.replay_mode()));
+  int window = 0;
+  if (!model.IsDecoderOnly()) {
+    window = route_.replay_mode() == ced::internal::REPLAY_MODE_EXACT ? model.ExactReplayWindow()
+                                                                      : model.replay_window;
+  }
+  placement->set_replay_window(window);
+  placement->set_local_prefill(local);
+
+  grpc::ByteBuffer buffer;
+  if (SerializeMessage(response, &buffer).ok()) out_->Push(std::move(buffer));
+}
+
+}  // namespace ced::gateway

@@ -1,0 +1,470 @@
+#include "services/prefill/prefill_worker.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "engine/sampling/sampler.h"
+#include "services/common/worker_util.h"
+
+namespace ced::services {
+
+using Clock = std::chrono::steady_clock;
+using ced::internal::PrefillResponse;
+using kv_transport::ConstSpan;
+using kv_transport::KvMessageHeader;
+using kv_transport::KvMessageKind;
+
+std::unique_ptr<grpc::Service> MakePrefillService(PrefillWorker* worker);
+
+struct PrefillWorker::Metrics {
+  metrics::Gauge *queue_depth, *queued_tokens, *weights_bytes;
+  metrics::Counter *prompt_tokens, *transfer_bytes, *replays;
+  metrics::Family<metrics::Counter>* requests;
+  metrics::Histogram *prefill_seconds, *ttft_seconds, *transfer_seconds;
+};
+
+struct PrefillWorker::Job {
+  ced::internal::PrefillRequest req;
+  std::vector<int32_t> tokens;
+  uint64_t id_hash = 0;
+  bool replay_here = false;
+  int chunk = 0;
+  std::shared_ptr<StreamWriter<PrefillResponse>::Handle> stream;
+  Clock::time_point t_received;
+  // Guarded by the worker's mu_.
+  bool cancelled = false;
+  int pending_sends = 0;
+  absl::Status send_error;
+  int64_t sent_bytes = 0;
+  double transfer_ms = 0;
+};
+
+struct PrefillWorker::SendTask {
+  std::shared_ptr<Job> job;
+  KvMessageHeader header;
+  std::vector<ConstSpan> payload;
+  std::vector<uint8_t> owned;  // the tail's bytes
+};
+
+absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
+    const PrefillWorkerOptions& options) {
+  std::unique_ptr<PrefillWorker> w(new PrefillWorker(options));
+  RETURN_IF_ERROR(w->Init());
+  return w;
+}
+
+absl::Status PrefillWorker::Init() {
+  ASSIGN_OR_RETURN(engine_, Engine::Create(options_.engine));
+  m_ = std::make_unique<Metrics>();
+  auto gauge = [&](const char* n, const char* h) -> absl::StatusOr<metrics::Gauge*> {
+    ASSIGN_OR_RETURN(auto* f, registry_.AddGauge(n, h));
+    return &f->WithLabels({});
+  };
+  auto hist = [&](const char* n, const char* h) -> absl::StatusOr<metrics::Histogram*> {
+    ASSIGN_OR_RETURN(auto* f, registry_.AddHistogram(n, h, metrics::LatencySecondsBuckets()));
+    return &f->WithLabels({});
+  };
+  ASSIGN_OR_RETURN(m_->queue_depth, gauge("ced_prefill_queue_depth", "Prefill requests waiting."));
+  ASSIGN_OR_RETURN(m_->queued_tokens, gauge("ced_prefill_outstanding_tokens", "Prompt tokens queued or in flight."));
+  ASSIGN_OR_RETURN(m_->weights_bytes, gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
+  ASSIGN_OR_RETURN(auto* pt, registry_.AddCounter("ced_prompt_tokens_total", "Prompt tokens prefilled."));
+  m_->prompt_tokens = &pt->WithLabels({});
+  ASSIGN_OR_RETURN(auto* tb, registry_.AddCounter("ced_kv_transfer_bytes_total", "K/V bytes moved over the data plane.", {"direction"}));
+  m_->transfer_bytes = &tb->WithLabels({{"direction", "out"}});
+  ASSIGN_OR_RETURN(auto* rp, registry_.AddCounter("ced_replays_total", "Replays by where they ran.", {"placement"}));
+  m_->replays = &rp->WithLabels({{"placement", "prefill"}});
+  ASSIGN_OR_RETURN(m_->requests, registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
+  ASSIGN_OR_RETURN(m_->prefill_seconds, hist("ced_prefill_seconds", "Compute time of one prefill."));
+  ASSIGN_OR_RETURN(m_->ttft_seconds, hist("ced_prefill_time_to_first_token_seconds", "Receipt to first token sampled here (replay on prefill)."));
+  ASSIGN_OR_RETURN(m_->transfer_seconds, hist("ced_kv_transfer_seconds", "Time of one K/V message send, until the receiver's verdict."));
+  m_->weights_bytes->Set(static_cast<double>(engine_->weights().resident_bytes()));
+
+  kv_transport::TransportOptions to;
+  to.kind = options_.kv_transport;
+  ASSIGN_OR_RETURN(transport_, kv_transport::CreateKvTransport(to));
+  service_ = MakePrefillService(this);
+  ServerOptions so;
+  so.grpc_address = options_.grpc_address;
+  so.metrics_address = options_.metrics_address;
+  so.services = {service_.get()};
+  so.health_service_name = "ced.internal.PrefillWorker";
+  so.registry = &registry_;
+  ASSIGN_OR_RETURN(server_, RunningServer::Start(so));
+  compute_ = std::thread([this] { ComputeLoop(); });
+  sender_ = std::thread([this] { SenderLoop(); });
+  if (!options_.router_address.empty()) {
+    RouterClient::Options ro;
+    ro.router_address = options_.router_address;
+    auto& info = ro.worker;
+    info.set_worker_id(options_.worker_id);
+    info.set_role(ced::internal::ROLE_PREFILL);
+    info.set_grpc_address(options_.advertise_address.empty() ? server_->grpc_address()
+                                                             : options_.advertise_address);
+    const bool full = engine_->weights().lm_head.loaded();
+    info.set_weights(options_.engine.weights == WeightSet::kEncoderOnly && !full
+                         ? ced::internal::WEIGHTS_HELD_ENCODER_ONLY
+                         : ced::internal::WEIGHTS_HELD_ENCODER_REPLAY);
+    info.set_total_kv_blocks(engine_->cache_stats().global_blocks_total);
+    info.set_block_size(engine_->cache_stats().block_size);
+    info.set_model_fingerprint(ModelFingerprint(engine_->config()));
+    info.set_kv_format(std::string(kernels::KvFormatName(engine_->kv_format())));
+    info.set_kv_transport(transport_->name());
+    ro.load = [this](ced::internal::LoadReport* r) { FillLoad(r); };
+    router_ = std::make_unique<RouterClient>(std::move(ro));
+    router_->Start();
+  }
+  return absl::OkStatus();
+}
+
+PrefillWorker::PrefillWorker(const PrefillWorkerOptions& o) : options_(o) {}
+
+PrefillWorker::~PrefillWorker() { Shutdown(); }
+
+void PrefillWorker::FillLoad(ced::internal::LoadReport* report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t queued = 0;
+  for (const auto& j : queue_) queued += static_cast<int64_t>(j->tokens.size());
+  report->set_queued_prefill_tokens(queued);
+  report->set_inflight_prefill_tokens(current_remaining_tokens_);
+  const CacheStats cs = engine_->cache_stats();
+  report->set_free_kv_blocks(cs.global_blocks_total - cs.global_blocks_used);
+  report->set_total_kv_blocks(cs.global_blocks_total);
+  m_->queue_depth->Set(static_cast<double>(queue_.size()));
+  m_->queued_tokens->Set(static_cast<double>(queued + current_remaining_tokens_));
+}
+
+void PrefillWorker::Drain() {
+  draining_ = true;
+  if (server_) server_->SetServing(false);
+  if (router_) router_->Stop();
+  const auto until = Clock::now() + std::chrono::milliseconds(options_.drain_timeout_ms);
+  while (Clock::now() < until) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty() && current_ == nullptr && sends_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void PrefillWorker::Shutdown() {
+  if (router_) router_->Stop();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+    for (auto& j : queue_) {
+      j->stream->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker shutting down"));
+    }
+    queue_.clear();
+    if (current_) current_->cancelled = true;
+  }
+  cv_.notify_all();
+  send_cv_.notify_all();
+  if (compute_.joinable()) compute_.join();
+  if (sender_.joinable()) sender_.join();
+  if (server_) server_->Shutdown(500);
+  transport_.reset();
+}
+
+absl::Status PrefillWorker::Enqueue(std::shared_ptr<Job> job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (draining_ || stop_) return absl::UnavailableError("prefill worker is draining");
+  if (queue_.size() >= static_cast<size_t>(options_.max_queued_requests)) {
+    return absl::ResourceExhaustedError(absl::StrCat("prefill queue is full (",
+                                                     options_.max_queued_requests, " requests)"));
+  }
+  queue_.push_back(std::move(job));
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+bool PrefillWorker::Cancel(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool found = false;
+  for (auto& j : queue_) {
+    if (j->req.request_id() == request_id) {
+      j->cancelled = true;
+      found = true;
+    }
+  }
+  if (current_ && current_->req.request_id() == request_id) {
+    current_->cancelled = true;
+    found = true;
+  }
+  return found;
+}
+
+void PrefillWorker::QueueSend(const std::shared_ptr<Job>& job, KvMessageHeader h,
+                              std::vector<ConstSpan> payload) {
+  auto task = std::make_unique<SendTask>();
+  task->job = job;
+  task->header = h;
+  task->payload = std::move(payload);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++job->pending_sends;
+  sends_.push_back(std::move(task));
+  send_cv_.notify_all();
+}
+
+void PrefillWorker::SenderLoop() {
+  while (true) {
+    std::unique_ptr<SendTask> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      send_cv_.wait(lock, [this] { return stop_ || !sends_.empty(); });
+      if (sends_.empty()) return;
+      task = std::move(sends_.front());
+      sends_.pop_front();
+    }
+    Job& job = *task->job;
+    absl::Status status;
+    bool skip;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      skip = !job.send_error.ok() || job.cancelled;
+    }
+    const auto t0 = Clock::now();
+    if (!skip) {
+      status = transport_->Send(job.req.decode_kv_address(), task->header, task->payload);
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!skip) {
+      m_->transfer_seconds->Observe(secs);
+      if (status.ok()) {
+        job.sent_bytes += static_cast<int64_t>(task->header.payload_bytes);
+        job.transfer_ms += secs * 1000.0;
+        m_->transfer_bytes->Increment(static_cast<double>(task->header.payload_bytes));
+      } else if (job.send_error.ok()) {
+        job.send_error = absl::Status(
+            status.code(), absl::StrCat("sending K/V to ", job.req.decode_kv_address(), ": ",
+                                        status.message()));
+      }
+    }
+    --job.pending_sends;
+    cv_.notify_all();
+  }
+}
+
+void PrefillWorker::ComputeLoop() {
+  while (true) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = queue_.front();
+      queue_.pop_front();
+      current_ = job;
+      current_remaining_tokens_ = static_cast<int64_t>(job->tokens.size());
+    }
+    RunJob(job);
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.reset();
+    current_remaining_tokens_ = 0;
+  }
+}
+
+}  // namespace ced::services
+
+namespace ced::services {
+
+void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
+  Job& job = *jp;
+  const ModelConfig& c = engine_->config();
+  auto is_cancelled = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return job.cancelled || !job.send_error.ok();
+  };
+  auto fail = [&](const absl::Status& s) {
+    m_->requests->WithLabels({{"outcome", s.code() == absl::StatusCode::kCancelled ? "cancelled" : "error"}}).Increment();
+    job.stream->Close(ToGrpc(s));
+  };
+  if (is_cancelled()) return fail(absl::CancelledError("prefill cancelled before it started"));
+  const int n = static_cast<int>(job.tokens.size());
+  SeqId seq;
+  {
+    auto s = engine_->CreateSequence(n);
+    if (!s.ok()) return fail(s.status());
+    seq = *s;
+  }
+  KvMessageHeader base;
+  base.request_id = job.id_hash;
+  base.transfer_token = job.req.transfer_token();
+  base.format = engine_->kv_format();
+  PrefillOptions po;
+  po.replay = job.req.replay().mode() == ced::internal::REPLAY_MODE_EXACT ? ReplayMode::kExact
+                                                                          : ReplayMode::kBounded;
+  po.replay_window = job.req.replay().replay_window();
+  po.defer_replay = !job.replay_here;
+  po.chunk_tokens = job.chunk;
+  po.cancelled = is_cancelled;
+  po.on_chunk = [&](int begin, int end) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current_remaining_tokens_ = n - end;
+    }
+    const int skip = std::min(end, std::max(begin, job.req.skip_prefix_tokens()));
+    if (skip >= end) return;
+    auto regions = engine_->GlobalRegions(seq, skip, end);
+    if (!regions.ok()) return;
+    KvMessageHeader h = base;
+    h.kind = KvMessageKind::kGlobalRange;
+    h.token_begin = static_cast<uint32_t>(skip);
+    h.token_end = static_cast<uint32_t>(end);
+    std::vector<ConstSpan> payload;
+    for (const ByteRegion& r : *regions) {
+      payload.push_back({r.data, r.size});
+      h.payload_bytes += r.size;
+    }
+    QueueSend(jp, h, std::move(payload));
+  };
+  const auto t0 = Clock::now();
+  auto pre = engine_->Prefill(seq, job.tokens, po);
+  const double compute_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  absl::Status status = pre.status();
+  int32_t first = -1;
+  std::vector<uint8_t> tail_bytes;
+  if (status.ok()) {
+    m_->prefill_seconds->Observe(compute_s);
+    m_->prompt_tokens->Increment(n);
+    if (pre->replay_done) {
+      first = SampleToken(pre->logits.data(), c.vocab_size, FromProto(job.req.sampling()), 0);
+      if (!c.IsDecoderOnly()) m_->replays->Increment();
+      ced::internal::PrefillResponse r;
+      r.mutable_first_token()->set_token_id(first);
+      const double ttft = std::chrono::duration<double, std::milli>(Clock::now() - job.t_received).count();
+      r.mutable_first_token()->set_ttft_ms(ttft);
+      m_->ttft_seconds->Observe(ttft / 1000.0);
+      job.stream->Push(std::move(r));
+    }
+    auto tail = engine_->ExportTail(seq, first);
+    status = tail.status();
+    if (tail.ok()) tail_bytes = EncodeTail(*tail);
+  }
+  if (status.ok()) {
+    KvMessageHeader h = base;
+    h.kind = KvMessageKind::kTail;
+    h.token_begin = 0;
+    h.token_end = static_cast<uint32_t>(n);
+    h.flags = kv_transport::kKvFlagFinal;
+    h.payload_bytes = tail_bytes.size();
+    QueueSend(jp, h, {{tail_bytes.data(), tail_bytes.size()}});
+  }
+  // Wait for every message of this job (the cache and tail bytes must outlive them).
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return job.pending_sends == 0; });
+    if (status.ok() && !job.send_error.ok()) status = job.send_error;
+    if (status.ok() && job.cancelled) status = absl::CancelledError("prefill cancelled");
+  }
+  (void)engine_->ReleaseSequence(seq);
+  if (!status.ok()) {
+    if (status.code() != absl::StatusCode::kCancelled && job.send_error.ok()) {
+      // Tell the decode worker to stop waiting for this transfer.
+      KvMessageHeader h = base;
+      h.kind = KvMessageKind::kAbort;
+      (void)transport_->Send(job.req.decode_kv_address(), h, {});
+    }
+    return fail(status);
+  }
+  ced::internal::PrefillResponse done;
+  auto* d = done.mutable_done();
+  d->set_prompt_tokens(n);
+  d->set_transferred_bytes(job.sent_bytes);
+  d->set_replayed(pre->replay_done && !c.IsDecoderOnly());
+  d->mutable_timings()->set_prefill_ms(compute_s * 1000.0);
+  d->mutable_timings()->set_transfer_ms(job.transfer_ms);
+  job.stream->Push(std::move(done));
+  job.stream->Close(grpc::Status::OK);
+  m_->requests->WithLabels({{"outcome", "ok"}}).Increment();
+}
+
+class PrefillWorker::Service final : public ced::internal::PrefillWorker::CallbackService {
+ public:
+  explicit Service(PrefillWorker* w) : w_(w) {}
+
+  grpc::ServerWriteReactor<PrefillResponse>* Prefill(
+      grpc::CallbackServerContext* ctx, const ced::internal::PrefillRequest* req) override {
+    auto job = std::make_shared<Job>();
+    job->t_received = Clock::now();
+    const std::string id = req->request_id();
+    PrefillWorker* w = w_;
+    auto* writer = new StreamWriter<PrefillResponse>([w, id] { w->Cancel(id); });
+    job->stream = writer->handle();
+    absl::Status s = Validate(*req);
+    if (s.ok()) {
+      job->req = *req;
+      job->tokens.assign(req->token_ids().begin(), req->token_ids().end());
+      job->id_hash = RequestIdHash(id);
+      job->replay_here = req->replay().replay_on() == ced::internal::REPLAY_ON_PREFILL;
+      job->chunk = req->chunk_size() > 0 ? req->chunk_size() : w_->options_.default_chunk_tokens;
+      s = w_->Enqueue(job);
+    }
+    if (!s.ok()) writer->handle()->Close(ToGrpc(s));
+    return writer;
+  }
+
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
+                                   const ced::internal::CancelRequest* req,
+                                   ced::internal::CancelResponse* resp) override {
+    resp->set_found(w_->Cancel(req->request_id()));
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  absl::Status Validate(const ced::internal::PrefillRequest& req) const {
+    const ModelConfig& c = w_->engine_->config();
+    if (req.request_id().empty() || req.request_id().size() > 256) {
+      return absl::InvalidArgumentError("request_id: must be 1..256 bytes");
+    }
+    RETURN_IF_ERROR(ValidatePrompt(req.token_ids(), c, "token_ids"));
+    if (req.decode_kv_address().empty()) {
+      return absl::InvalidArgumentError("decode_kv_address: required");
+    }
+    if (req.transfer_token() == 0) return absl::InvalidArgumentError("transfer_token: required");
+    if (req.chunk_size() < 0 || req.chunk_size() > 65536) {
+      return absl::InvalidArgumentError("chunk_size: must be in [0, 65536]");
+    }
+    if (req.skip_prefix_tokens() < 0 || req.skip_prefix_tokens() > req.token_ids_size()) {
+      return absl::InvalidArgumentError("skip_prefix_tokens: out of range");
+    }
+    const std::string format(kernels::KvFormatName(w_->engine_->kv_format()));
+    if (!req.kv_format().empty() && req.kv_format() != format) {
+      return absl::InvalidArgumentError(absl::StrCat("kv_format: the decode worker expects ",
+                                                     req.kv_format(), ", this worker stores ",
+                                                     format));
+    }
+    if (absl::Status s = ValidateSamplingParams(FromProto(req.sampling())); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.", s.message()));
+    }
+    if (!ced::internal::ReplayOn_IsValid(req.replay().replay_on()) ||
+        !ced::internal::ReplayMode_IsValid(req.replay().mode())) {
+      return absl::InvalidArgumentError("replay: unknown enum value");
+    }
+    if (req.replay().replay_window() < 0 ||
+        (req.replay().replay_window() > 0 &&
+         req.replay().replay_window() < std::max(c.sliding_window, 1))) {
+      return absl::InvalidArgumentError(absl::StrCat("replay.replay_window: must be 0 or >= ",
+                                                     std::max(c.sliding_window, 1)));
+    }
+    if (req.replay().replay_on() == ced::internal::REPLAY_ON_PREFILL && !c.IsDecoderOnly() &&
+        !w_->engine_->weights().lm_head.loaded()) {
+      return absl::FailedPreconditionError(
+          "replay.replay_on: this prefill worker holds encoder-only weights and cannot replay");
+    }
+    return absl::OkStatus();
+  }
+
+  PrefillWorker* w_;
+};
+
+std::unique_ptr<grpc::Service> MakePrefillService(PrefillWorker* worker) {
+  return std::make_unique<PrefillWorker::Service>(worker);
+}
+
+}  // namespace ced::services

@@ -1,0 +1,89 @@
+// The prefill worker (DESIGN.md §2): holds the encoder and the decoder's
+// global-K/V projections (plus the decoder when it may replay), runs chunked
+// prefill one prompt at a time, and streams each finished chunk's global K/V
+// to the decode worker while the next chunk computes.
+//
+// Threads: gRPC threads enqueue jobs; one compute thread runs the engine; one
+// sender thread moves K/V over the transport.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ced/internal/prefill_worker.grpc.pb.h"
+#include "engine/runtime/engine.h"
+#include "services/common/grpc_util.h"
+#include "services/common/router_client.h"
+#include "services/common/stream_writer.h"
+#include "services/kv_transport/transport.h"
+#include "services/metrics/registry.h"
+
+namespace ced::services {
+
+struct PrefillWorkerOptions {
+  std::string worker_id = "prefill-0";
+  EngineOptions engine;  // weights: kEncoderOnly, or kEncoderReplay to replay here
+  std::string grpc_address = "127.0.0.1:0";
+  std::string metrics_address = "127.0.0.1:0";
+  std::string kv_transport = "ucx";
+  std::string router_address;  // empty: do not register
+  std::string advertise_address;  // registered gRPC address (default: bound one)
+  int default_chunk_tokens = 256;
+  int max_queued_requests = 256;
+  int drain_timeout_ms = 30000;
+};
+
+class PrefillWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Start(const PrefillWorkerOptions& options);
+  ~PrefillWorker();
+  const std::string& grpc_address() const { return server_->grpc_address(); }
+  const std::string& metrics_address() const { return server_->metrics_address(); }
+  void Drain();
+  void Shutdown();
+
+  struct Job;
+  class Service;
+
+ private:
+  explicit PrefillWorker(const PrefillWorkerOptions& o);
+  absl::Status Init();
+  absl::Status Enqueue(std::shared_ptr<Job> job);
+  bool Cancel(const std::string& request_id);
+  void ComputeLoop();
+  void SenderLoop();
+  void RunJob(const std::shared_ptr<Job>& job);
+  // Queues one message for the sender; the job's completion waits for it.
+  void QueueSend(const std::shared_ptr<Job>& job, kv_transport::KvMessageHeader h,
+                 std::vector<kv_transport::ConstSpan> payload);
+  void FillLoad(ced::internal::LoadReport* report);
+
+  PrefillWorkerOptions options_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<kv_transport::KvTransport> transport_;
+  std::unique_ptr<grpc::Service> service_;
+  std::unique_ptr<RunningServer> server_;
+  std::unique_ptr<RouterClient> router_;
+  metrics::Registry registry_;
+  struct Metrics;
+  std::unique_ptr<Metrics> m_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<Job> current_;
+  int64_t current_remaining_tokens_ = 0;
+  struct SendTask;
+  std::deque<std::unique_ptr<SendTask>> sends_;
+  std::condition_variable send_cv_;
+  bool stop_ = false;
+  std::atomic<bool> draining_{false};
+  std::thread compute_, sender_;
+};
+
+}  // namespace ced::services

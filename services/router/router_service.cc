@@ -1,0 +1,268 @@
+#include "services/router/router_service.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "services/common/grpc_util.h"
+#include "services/router/router_validation.h"
+
+namespace ced::router {
+namespace {
+
+constexpr const char* kRoleLabels[] = {"prefill", "decode"};
+constexpr const char* kStateLabels[] = {"live", "stale"};
+
+ced::internal::Role ToProtoRole(Role role) {
+  return role == Role::kPrefill ? ced::internal::ROLE_PREFILL : ced::internal::ROLE_DECODE;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RouterServiceImpl>> RouterServiceImpl::Create(
+    const RouterServiceOptions& options) {
+  if (options.registry == nullptr) {
+    return absl::InvalidArgumentError("router service: metrics registry is required");
+  }
+  if (options.heartbeat_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("router service: heartbeat_timeout must be > 0");
+  }
+  if (options.default_replay_mode != ced::internal::REPLAY_MODE_BOUNDED &&
+      options.default_replay_mode != ced::internal::REPLAY_MODE_EXACT) {
+    return absl::InvalidArgumentError("router service: default_replay_mode must be BOUNDED or EXACT");
+  }
+  std::unique_ptr<RouterServiceImpl> service(new RouterServiceImpl(options));
+  ASSIGN_OR_RETURN(service->policy_, CedRoutingPolicy::Create(&service->table_, options.policy));
+  RETURN_IF_ERROR(service->RegisterMetrics());
+  return service;
+}
+
+RouterServiceImpl::RouterServiceImpl(const RouterServiceOptions& options)
+    : options_(options), table_(WorkerTable::Options{options.heartbeat_timeout}) {}
+
+absl::Status RouterServiceImpl::RegisterMetrics() {
+  metrics::Registry* r = options_.registry;
+  ASSIGN_OR_RETURN(metrics_.decisions,
+                   r->AddCounter("ced_router_decisions_total",
+                                 "Routing decisions, by replay placement and local prefill.",
+                                 {"replay_on", "local_prefill"}));
+  ASSIGN_OR_RETURN(metrics_.route_errors,
+                   r->AddCounter("ced_router_route_errors_total",
+                                 "Route calls that failed, by status code.", {"code"}));
+  ASSIGN_OR_RETURN(metrics_.workers,
+                   r->AddGauge("ced_router_workers", "Registered workers by role and state.",
+                               {"role", "state"}));
+  ASSIGN_OR_RETURN(auto* registrations,
+                   r->AddCounter("ced_router_registrations_total",
+                                 "Accepted worker registrations (restarts included)."));
+  ASSIGN_OR_RETURN(auto* heartbeats,
+                   r->AddCounter("ced_router_heartbeats_total", "Accepted load reports."));
+  ASSIGN_OR_RETURN(auto* stale, r->AddCounter("ced_router_stale_transitions_total",
+                                              "Times a worker went stale (missed heartbeats)."));
+  metrics_.registrations = &registrations->WithLabels({});
+  metrics_.heartbeats = &heartbeats->WithLabels({});
+  metrics_.stale_transitions = &stale->WithLabels({});
+  // Export every label combination from the start (as 0).
+  for (const char* replay_on : {"prefill", "decode"}) {
+    for (const char* local : {"true", "false"}) {
+      metrics_.decisions->WithLabelValues({replay_on, local});
+    }
+  }
+  for (const char* role : kRoleLabels) {
+    for (const char* state : kStateLabels) metrics_.workers->WithLabelValues({role, state});
+  }
+  r->AddCollectHook([this] { RefreshWorkerGauges(); });
+  return absl::OkStatus();
+}
+
+void RouterServiceImpl::RefreshWorkerGauges() const {
+  int counts[2][2] = {{0, 0}, {0, 0}};
+  for (const WorkerState& w : table_.Snapshot(absl::Now())) {
+    ++counts[w.info.role == Role::kPrefill ? 0 : 1][w.live ? 0 : 1];
+  }
+  for (int role = 0; role < 2; ++role) {
+    for (int state = 0; state < 2; ++state) {
+      metrics_.workers->WithLabelValues({kRoleLabels[role], kStateLabels[state]})
+          .Set(counts[role][state]);
+    }
+  }
+}
+
+absl::Status RouterServiceImpl::DoRegister(const ced::internal::RegisterRequest& request,
+                                           ced::internal::RegisterResponse* response) {
+  if (!request.has_worker()) {
+    return absl::InvalidArgumentError("worker: must be set");
+  }
+  const ced::internal::WorkerInfo& worker = request.worker();
+  ASSIGN_OR_RETURN(WorkerInfo info, ValidateWorkerInfo(worker));
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    // Every live worker must serve the same model. A stale worker of another
+    // model is forgotten (it must register again, and will be checked then).
+    for (const WorkerState& other : table_.Snapshot(now)) {
+      auto it = infos_.find(other.info.id);
+      if (other.info.id == info.id || it == infos_.end() ||
+          it->second.model_fingerprint() == worker.model_fingerprint()) {
+        continue;
+      }
+      if (other.live) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker.model_fingerprint: worker ", info.id, " serves model ",
+            worker.model_fingerprint(), " but live worker ", other.info.id, " serves model ",
+            it->second.model_fingerprint(), "; every worker of a cluster must load the same model"));
+      }
+      (void)table_.Remove(other.info.id);
+      infos_.erase(it);
+    }
+    RETURN_IF_ERROR(table_.Register(info, now));
+    infos_[info.id] = worker;
+  }
+  metrics_.registrations->Increment();
+  std::fprintf(stderr, "router: registered %s worker %s at %s\n",
+               kRoleLabels[info.role == Role::kPrefill ? 0 : 1], info.id.c_str(),
+               worker.grpc_address().c_str());
+  const absl::Duration interval = options_.heartbeat_interval > absl::ZeroDuration()
+                                      ? options_.heartbeat_interval
+                                      : options_.heartbeat_timeout / 3;
+  response->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(interval));
+  response->set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(options_.heartbeat_timeout));
+  return absl::OkStatus();
+}
+
+absl::Status RouterServiceImpl::DoHeartbeat(const ced::internal::LoadReport& request,
+                                            ced::internal::HeartbeatResponse* response) {
+  ASSIGN_OR_RETURN(WorkerLoad load, ValidateLoadReport(request, absl::Now()));
+  absl::Status status = table_.Update(request.worker_id(), load);
+  if (absl::IsNotFound(status)) {
+    response->set_reregister(true);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(status);
+  metrics_.heartbeats->Increment();
+  return absl::OkStatus();
+}
+
+absl::Status RouterServiceImpl::DoRoute(const ced::internal::RouteRequest& request,
+                                        ced::internal::RouteResponse* response) {
+  ASSIGN_OR_RETURN(RouteRequest route, ValidateRouteRequest(request));
+  ASSIGN_OR_RETURN(Decision decision, policy_->Select(route));
+  {
+    absl::MutexLock lock(&mu_);
+    auto decode = infos_.find(decision.decode_id);
+    if (decode == infos_.end()) {
+      return absl::UnavailableError(
+          absl::StrCat("decode worker ", decision.decode_id, " left during routing; retry"));
+    }
+    ced::internal::WorkerEndpoint* d = response->mutable_decode();
+    d->set_worker_id(decode->second.worker_id());
+    d->set_grpc_address(decode->second.grpc_address());
+    d->set_kv_address(decode->second.kv_address());
+    if (!decision.local_prefill) {
+      auto prefill = infos_.find(decision.prefill_id);
+      if (prefill == infos_.end()) {
+        return absl::UnavailableError(
+            absl::StrCat("prefill worker ", decision.prefill_id, " left during routing; retry"));
+      }
+      ced::internal::WorkerEndpoint* p = response->mutable_prefill();
+      p->set_worker_id(prefill->second.worker_id());
+      p->set_grpc_address(prefill->second.grpc_address());
+    }
+  }
+  response->set_local_prefill(decision.local_prefill);
+  response->set_replay_on(decision.replay_on == ReplayOn::kPrefill
+                              ? ced::internal::REPLAY_ON_PREFILL
+                              : ced::internal::REPLAY_ON_DECODE);
+  response->set_replay_mode(request.replay_mode() != ced::internal::REPLAY_MODE_UNSPECIFIED
+                                ? request.replay_mode()
+                                : options_.default_replay_mode);
+  response->set_est_prefill_wait_tokens(decision.est_prefill_wait_tokens);
+  response->set_kv_blocks(decision.kv_blocks);
+  metrics_.decisions
+      ->WithLabelValues({ReplayOnName(decision.replay_on), decision.local_prefill ? "true" : "false"})
+      .Increment();
+  return absl::OkStatus();
+}
+
+void RouterServiceImpl::DoListWorkers(ced::internal::ListWorkersResponse* response) const {
+  const absl::Time now = absl::Now();
+  const std::vector<WorkerState> states = table_.Snapshot(now);
+  absl::MutexLock lock(&mu_);
+  for (const WorkerState& state : states) {
+    auto it = infos_.find(state.info.id);
+    if (it == infos_.end()) continue;  // removed since the snapshot
+    ced::internal::WorkerStatus* w = response->add_workers();
+    *w->mutable_info() = it->second;
+    w->mutable_info()->set_role(ToProtoRole(state.info.role));
+    ced::internal::LoadReport* load = w->mutable_load();
+    load->set_worker_id(state.info.id);
+    load->set_queued_prefill_tokens(state.load.queued_prefill_tokens);
+    load->set_inflight_prefill_tokens(state.load.inflight_prefill_tokens);
+    load->set_running_sequences(static_cast<int32_t>(state.load.running_sequences));
+    load->set_waiting_sequences(static_cast<int32_t>(state.load.waiting_sequences));
+    load->set_free_kv_blocks(state.load.free_kv_blocks);
+    load->set_total_kv_blocks(state.info.total_kv_blocks);
+    w->set_live(state.live);
+    w->set_heartbeat_age_ms(absl::ToInt64Milliseconds(now - state.load.last_heartbeat));
+    w->set_pending_prefill_tokens(state.pending.prefill_tokens);
+    w->set_pending_kv_blocks(state.pending.kv_blocks);
+    w->set_pending_sequences(state.pending.sequences);
+  }
+}
+
+void RouterServiceImpl::MarkStale(absl::Time now) {
+  for (const std::string& id : table_.MarkStale(now)) {
+    metrics_.stale_transitions->Increment();
+    std::fprintf(stderr, "router: worker %s is stale (no heartbeat for %lld ms); no new work\n",
+                 id.c_str(),
+                 static_cast<long long>(absl::ToInt64Milliseconds(options_.heartbeat_timeout)));
+  }
+}
+
+grpc::Status RouterServiceImpl::Register(grpc::ServerContext*,
+                                         const ced::internal::RegisterRequest* request,
+                                         ced::internal::RegisterResponse* response) {
+  return services::ToGrpc(DoRegister(*request, response));
+}
+
+grpc::Status RouterServiceImpl::Deregister(grpc::ServerContext*,
+                                           const ced::internal::DeregisterRequest* request,
+                                           ced::internal::DeregisterResponse*) {
+  absl::Status status = ValidateToken("worker_id", request->worker_id(), kMaxIdBytes);
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    status = table_.Remove(request->worker_id());
+    infos_.erase(request->worker_id());
+  }
+  if (status.ok()) {
+    std::fprintf(stderr, "router: deregistered worker %s\n", request->worker_id().c_str());
+  }
+  return services::ToGrpc(status);
+}
+
+grpc::Status RouterServiceImpl::Heartbeat(grpc::ServerContext*,
+                                          const ced::internal::LoadReport* request,
+                                          ced::internal::HeartbeatResponse* response) {
+  return services::ToGrpc(DoHeartbeat(*request, response));
+}
+
+grpc::Status RouterServiceImpl::Route(grpc::ServerContext*,
+                                      const ced::internal::RouteRequest* request,
+                                      ced::internal::RouteResponse* response) {
+  absl::Status status = DoRoute(*request, response);
+  if (!status.ok()) {
+    metrics_.route_errors->WithLabelValues({StatusCodeLabel(status.code())}).Increment();
+    response->Clear();
+  }
+  return services::ToGrpc(status);
+}
+
+grpc::Status RouterServiceImpl::ListWorkers(grpc::ServerContext*,
+                                            const ced::internal::ListWorkersRequest*,
+                                            ced::internal::ListWorkersResponse* response) {
+  DoListWorkers(response);
+  return grpc::Status::OK;
+}
+
+}  // namespace ced::router

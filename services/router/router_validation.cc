@@ -1,0 +1,172 @@
+#include "services/router/router_validation.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "kernels/cpu/kv_codec.h"
+
+namespace ced::router {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+absl::Status NonNegative(absl::string_view field, int64_t value) {
+  if (value >= 0) return absl::OkStatus();
+  return Invalid(field, absl::StrCat("must be >= 0, got ", value));
+}
+
+}  // namespace
+
+absl::Status ValidateToken(absl::string_view field, absl::string_view value, size_t max_bytes) {
+  if (value.empty()) return Invalid(field, "must not be empty");
+  if (value.size() > max_bytes) {
+    return Invalid(field, absl::StrCat("must be at most ", max_bytes, " bytes, got ",
+                                       value.size()));
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c <= 0x20 || c >= 0x7f) {
+      return Invalid(field, absl::StrCat("byte ", i, " (0x", absl::Hex(c),
+                                         ") is not printable ASCII"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerInfo> ValidateWorkerInfo(const ced::internal::WorkerInfo& worker) {
+  RETURN_IF_ERROR(ValidateToken("worker.worker_id", worker.worker_id(), kMaxIdBytes));
+  RETURN_IF_ERROR(ValidateToken("worker.grpc_address", worker.grpc_address(), kMaxAddressBytes));
+  RETURN_IF_ERROR(
+      ValidateToken("worker.model_fingerprint", worker.model_fingerprint(), kMaxIdBytes));
+  WorkerInfo info;
+  info.id = worker.worker_id();
+  switch (worker.role()) {
+    case ced::internal::ROLE_PREFILL:
+      info.role = Role::kPrefill;
+      break;
+    case ced::internal::ROLE_DECODE:
+      info.role = Role::kDecode;
+      break;
+    default:
+      return Invalid("worker.role",
+                     absl::StrCat("must be ROLE_PREFILL or ROLE_DECODE, got ", worker.role()));
+  }
+  switch (worker.weights()) {
+    case ced::internal::WEIGHTS_HELD_ENCODER_ONLY:
+      info.weights = WeightsHeld::kEncoderOnly;
+      break;
+    case ced::internal::WEIGHTS_HELD_ENCODER_REPLAY:
+      info.weights = WeightsHeld::kEncoderReplay;
+      break;
+    case ced::internal::WEIGHTS_HELD_FULL:
+      info.weights = WeightsHeld::kFull;
+      break;
+    default:
+      return Invalid("worker.weights",
+                     absl::StrCat("must be ENCODER_ONLY, ENCODER_REPLAY or FULL, got ",
+                                  worker.weights()));
+  }
+  RETURN_IF_ERROR(NonNegative("worker.total_kv_blocks", worker.total_kv_blocks()));
+  RETURN_IF_ERROR(NonNegative("worker.block_size", worker.block_size()));
+  info.total_kv_blocks = worker.total_kv_blocks();
+  info.block_size = worker.block_size();
+  if (!worker.kv_format().empty()) {
+    kernels::KvFormat format;
+    if (!kernels::ParseKvFormat(worker.kv_format(), &format)) {
+      return Invalid("worker.kv_format",
+                     absl::StrCat("must be f32, bf16, fp8_e4m3 or fp4_e2m1, got '",
+                                  absl::CHexEscape(worker.kv_format()), "'"));
+    }
+  }
+  if (!worker.kv_transport().empty()) {
+    RETURN_IF_ERROR(ValidateToken("worker.kv_transport", worker.kv_transport(), 32));
+  }
+  if (info.role == Role::kDecode) {
+    if (info.weights != WeightsHeld::kFull) {
+      return Invalid("worker.weights", "a decode worker must hold FULL weights");
+    }
+    RETURN_IF_ERROR(ValidateToken("worker.kv_address", worker.kv_address(), kMaxAddressBytes));
+    if (info.block_size <= 0) {
+      return Invalid("worker.block_size",
+                     absl::StrCat("must be > 0 for a decode worker, got ", info.block_size));
+    }
+    if (info.total_kv_blocks <= 0) {
+      return Invalid("worker.total_kv_blocks", absl::StrCat("must be > 0 for a decode worker, got ",
+                                                            info.total_kv_blocks));
+    }
+    if (worker.kv_format().empty()) {
+      return Invalid("worker.kv_format", "must be set for a decode worker");
+    }
+  } else if (!worker.kv_address().empty()) {
+    RETURN_IF_ERROR(ValidateToken("worker.kv_address", worker.kv_address(), kMaxAddressBytes));
+  }
+  return info;
+}
+
+absl::StatusOr<WorkerLoad> ValidateLoadReport(const ced::internal::LoadReport& report,
+                                              absl::Time now) {
+  RETURN_IF_ERROR(ValidateToken("worker_id", report.worker_id(), kMaxIdBytes));
+  RETURN_IF_ERROR(NonNegative("queued_prefill_tokens", report.queued_prefill_tokens()));
+  RETURN_IF_ERROR(NonNegative("inflight_prefill_tokens", report.inflight_prefill_tokens()));
+  RETURN_IF_ERROR(NonNegative("running_sequences", report.running_sequences()));
+  RETURN_IF_ERROR(NonNegative("waiting_sequences", report.waiting_sequences()));
+  RETURN_IF_ERROR(NonNegative("free_kv_blocks", report.free_kv_blocks()));
+  RETURN_IF_ERROR(NonNegative("total_kv_blocks", report.total_kv_blocks()));
+  if (report.total_kv_blocks() > 0 && report.free_kv_blocks() > report.total_kv_blocks()) {
+    return Invalid("free_kv_blocks", absl::StrCat("must be <= total_kv_blocks (",
+                                                  report.total_kv_blocks(), "), got ",
+                                                  report.free_kv_blocks()));
+  }
+  WorkerLoad load;
+  load.queued_prefill_tokens = report.queued_prefill_tokens();
+  load.inflight_prefill_tokens = report.inflight_prefill_tokens();
+  load.running_sequences = report.running_sequences();
+  load.waiting_sequences = report.waiting_sequences();
+  load.free_kv_blocks = report.free_kv_blocks();
+  load.last_heartbeat = now;
+  return load;
+}
+
+absl::StatusOr<RouteRequest> ValidateRouteRequest(const ced::internal::RouteRequest& request) {
+  if (!request.request_id().empty()) {
+    RETURN_IF_ERROR(ValidateToken("request_id", request.request_id(), kMaxIdBytes));
+  }
+  if (request.prompt_tokens() < 1) {
+    return Invalid("prompt_tokens", absl::StrCat("must be >= 1, got ", request.prompt_tokens()));
+  }
+  if (request.max_tokens() < 1) {
+    return Invalid("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens()));
+  }
+  RouteRequest out;
+  out.prompt_tokens = request.prompt_tokens();
+  out.max_tokens = request.max_tokens();
+  switch (request.replay_on()) {
+    case ced::internal::REPLAY_ON_UNSPECIFIED:
+      out.replay_on = ReplayOnChoice::kUnspecified;
+      break;
+    case ced::internal::REPLAY_ON_PREFILL:
+      out.replay_on = ReplayOnChoice::kPrefill;
+      break;
+    case ced::internal::REPLAY_ON_DECODE:
+      out.replay_on = ReplayOnChoice::kDecode;
+      break;
+    case ced::internal::REPLAY_ON_AUTO:
+      out.replay_on = ReplayOnChoice::kAuto;
+      break;
+    default:
+      return Invalid("replay_on", absl::StrCat("unknown value ", request.replay_on()));
+  }
+  if (!ced::internal::ReplayMode_IsValid(request.replay_mode())) {
+    return Invalid("replay_mode", absl::StrCat("unknown value ", request.replay_mode()));
+  }
+  return out;
+}
+
+std::string StatusCodeLabel(absl::StatusCode code) {
+  return absl::AsciiStrToLower(absl::StatusCodeToString(code));
+}
+
+}  // namespace ced::router

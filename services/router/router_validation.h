@@ -1,0 +1,39 @@
+// Validation and conversion of the router's wire messages. Pure functions;
+// every error is INVALID_ARGUMENT and names the offending field.
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ced/internal/router.pb.h"
+#include "services/router_policy/policy.h"
+#include "services/router_policy/worker_table.h"
+
+namespace ced::router {
+
+inline constexpr size_t kMaxIdBytes = 128;
+inline constexpr size_t kMaxAddressBytes = 4096;
+
+// OK when `value` is 1..max_bytes printable ASCII without spaces.
+absl::Status ValidateToken(absl::string_view field, absl::string_view value, size_t max_bytes);
+
+// Checks `worker` (role, weights, sizes, addresses, formats) and converts it.
+// Decode workers need FULL weights, a kv_address, block_size > 0,
+// total_kv_blocks > 0 and a kv_format.
+absl::StatusOr<WorkerInfo> ValidateWorkerInfo(const ced::internal::WorkerInfo& worker);
+
+// Checks a load report (non-empty worker_id, non-negative counts, free <= total)
+// and converts it; `now` becomes its receipt time.
+absl::StatusOr<WorkerLoad> ValidateLoadReport(const ced::internal::LoadReport& report,
+                                              absl::Time now);
+
+// Checks a route request (prompt_tokens and max_tokens >= 1, known enums,
+// request_id printable and short) and converts it for the policy.
+absl::StatusOr<RouteRequest> ValidateRouteRequest(const ced::internal::RouteRequest& request);
+
+// "unavailable", "resource_exhausted", ...: a metric label for `code`.
+std::string StatusCodeLabel(absl::StatusCode code);
+
+}  // namespace ced::router

@@ -1,0 +1,120 @@
+// Starts `ced cluster` (router, gateway, prefill and decode pools as real
+// processes on loopback) for a test and tears it down afterwards.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace ced::testing {
+
+inline std::string CedBinary() {
+  const char* dir = std::getenv("CED_BINARY_DIR");
+  return std::string(dir ? dir : ".") + "/bin/ced";
+}
+
+// name -> {"grpc": ..., "metrics": ..., "kv": ...}
+using ClusterAddresses = std::map<std::string, std::map<std::string, std::string>>;
+
+class LocalCluster {
+ public:
+  // Extra flags go to `ced cluster`. Blocks until ready (or fails the test).
+  LocalCluster(const std::string& model_dir, std::vector<std::string> flags) {
+    ready_file_ = ::testing::TempDir() + "/ced_cluster_ready_" + std::to_string(getpid()) + "_" +
+                  std::to_string(counter_++);
+    std::remove(ready_file_.c_str());
+    log_ = ready_file_ + ".log";
+    std::vector<std::string> args = {CedBinary(), "cluster", "--model", model_dir,
+                                     "--base-port", "0", "--metrics-base-port", "0",
+                                     "--ready-file", ready_file_};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    EXPECT_EQ(posix_spawn(&pid_, args[0].c_str(), &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(ready_file_);
+      if (in) {
+        std::string line;
+        while (std::getline(in, line)) {
+          std::istringstream ls(line);
+          std::string name, kv;
+          ls >> name;
+          while (ls >> kv) {
+            auto eq = kv.find('=');
+            if (eq != std::string::npos) addresses_[name][kv.substr(0, eq)] = kv.substr(eq + 1);
+          }
+        }
+        ready_ = true;
+        return;
+      }
+      int st;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "cluster did not become ready; log:\n" << Log();
+  }
+  ~LocalCluster() { Stop(); }
+
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    int st = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (waitpid(pid_, &st, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &st, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    exit_status_ = st;
+    pid_ = -1;
+  }
+
+  bool ready() const { return ready_; }
+  const ClusterAddresses& addresses() const { return addresses_; }
+  std::string gateway() const { return addresses_.at("gateway").at("grpc"); }
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  int exit_status() const { return exit_status_; }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  std::string ready_file_, log_;
+  bool ready_ = false;
+  ClusterAddresses addresses_;
+  int exit_status_ = -1;
+};
+
+}  // namespace ced::testing

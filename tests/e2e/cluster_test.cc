@@ -1,0 +1,260 @@
+// End to end: client -> gateway -> router -> prefill worker -> K/V over UCX
+// -> decode worker -> tokens, all real processes on loopback; the tokens are
+// compared with a colocated run of the same engine in this process.
+#include <grpcpp/grpcpp.h>
+
+#include <thread>
+
+#include "ced/v1/gateway.grpc.pb.h"
+#include "engine/model/presets.h"
+#include "engine/runtime/engine.h"
+#include "engine/sampling/sampler.h"
+#include "tests/e2e/cluster_fixture.h"
+#include "tests/e2e/http_get.h"
+
+namespace ced::testing {
+namespace {
+
+struct GenResult {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  ced::v1::GenerateResponse last;
+};
+
+GenResult Generate(const std::string& gateway, const ced::v1::GenerateRequest& req) {
+  auto stub = ced::v1::Gateway::NewStub(
+      grpc::CreateChannel(gateway, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto reader = stub->Generate(&ctx, req);
+  GenResult r;
+  ced::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    r.tokens.insert(r.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    r.text += resp.text();
+    r.last = resp;
+  }
+  r.status = reader->Finish();
+  return r;
+}
+
+// Greedy/sampled tokens of the same engine in this process (colocated).
+std::vector<int32_t> Colocated(const std::string& model_dir, const std::vector<int32_t>& prompt,
+                               int max_tokens, ReplayMode mode, const SamplingParams& sp) {
+  EngineOptions o;
+  o.model_dir = model_dir;
+  auto engine = Engine::Create(o);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  auto seq = (*engine)->CreateSequence(static_cast<int>(prompt.size()) + max_tokens);
+  PrefillOptions po;
+  po.replay = mode;
+  auto pre = (*engine)->Prefill(*seq, prompt, po);
+  EXPECT_TRUE(pre.ok()) << pre.status();
+  std::vector<int32_t> out;
+  std::vector<float> logits = pre->logits;
+  const int V = (*engine)->config().vocab_size;
+  for (int step = 0; step < max_tokens; ++step) {
+    out.push_back(SampleToken(logits.data(), V, sp, step));
+    if (step + 1 == max_tokens) break;
+    DecodeInput in{*seq, out.back()};
+    auto next = (*engine)->Decode(absl::MakeConstSpan(&in, 1));
+    EXPECT_TRUE(next.ok());
+    logits = *next;
+  }
+  return out;
+}
+
+std::string MakeModelDir(const std::string& preset) {
+  const std::string dir = ::testing::TempDir() + "/ced_e2e_" + preset;
+  MakeModelOptions mo;
+  mo.preset = preset;
+  mo.seed = 3;
+  mo.out_dir = dir;
+  EXPECT_TRUE(MakeModel(mo).ok());
+  return dir;
+}
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back((i * 37 + salt * 11) % 256);
+  return p;
+}
+
+ced::v1::GenerateRequest Request(const std::vector<int32_t>& prompt, int max_tokens,
+                                 ced::v1::ReplayOn on) {
+  ced::v1::GenerateRequest req;
+  for (int32_t t : prompt) req.add_prompt_token_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  req.set_replay_on(on);
+  return req;
+}
+
+class CedClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new std::string(MakeModelDir("tiny"));
+    cluster_ = new LocalCluster(*model_, {"--prefill", "1", "--decode", "1"});
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    delete model_;
+  }
+  static inline std::string* model_ = nullptr;
+  static inline LocalCluster* cluster_ = nullptr;
+};
+
+TEST_F(CedClusterTest, DisaggregatedGreedyEqualsColocatedForBothReplayPlacements) {
+  ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
+  const auto prompt = Prompt(150, 1);  // longer than R: the bounded replay matters
+  const auto expected = Colocated(*model_, prompt, 24, ReplayMode::kBounded, SamplingParams{});
+  for (auto on : {ced::v1::REPLAY_ON_PREFILL, ced::v1::REPLAY_ON_DECODE}) {
+    GenResult r = Generate(cluster_->gateway(), Request(prompt, 24, on));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << cluster_->Log();
+    EXPECT_EQ(r.tokens, expected) << "replay_on " << on;
+    EXPECT_EQ(r.last.finish_reason(), ced::v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(r.last.usage().prompt_tokens(), 150);
+    EXPECT_EQ(r.last.usage().completion_tokens(), 24);
+    EXPECT_EQ(r.last.placement().replay_on(), on);
+    EXPECT_FALSE(r.last.placement().local_prefill());
+  }
+}
+
+TEST_F(CedClusterTest, ExactReplayAndSamplingAgreeAcrossPlacements) {
+  ASSERT_TRUE(cluster_->ready());
+  const auto prompt = Prompt(90, 2);
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_k = 40;
+  sp.seed = 1234;
+  const auto expected = Colocated(*model_, prompt, 16, ReplayMode::kExact, sp);
+  for (auto on : {ced::v1::REPLAY_ON_PREFILL, ced::v1::REPLAY_ON_DECODE}) {
+    auto req = Request(prompt, 16, on);
+    req.set_replay_mode(ced::v1::REPLAY_MODE_EXACT);
+    req.set_temperature(0.8f);
+    req.set_top_k(40);
+    req.set_seed(1234);
+    GenResult r = Generate(cluster_->gateway(), req);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, expected) << "replay_on " << on;
+  }
+}
+
+TEST_F(CedClusterTest, ConcurrentRequestsAreAllCorrect) {
+  ASSERT_TRUE(cluster_->ready());
+  constexpr int kRequests = 6;
+  std::vector<std::vector<int32_t>> expected(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    expected[i] = Colocated(*model_, Prompt(20 + 25 * i, i), 12, ReplayMode::kBounded, {});
+  }
+  std::vector<GenResult> got(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      got[i] = Generate(cluster_->gateway(),
+                        Request(Prompt(20 + 25 * i, i), 12, ced::v1::REPLAY_ON_AUTO));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message();
+    EXPECT_EQ(got[i].tokens, expected[i]) << "request " << i;
+  }
+}
+
+TEST_F(CedClusterTest, TextPromptStreamsText) {
+  ASSERT_TRUE(cluster_->ready());
+  ced::v1::GenerateRequest req;
+  req.set_prompt("Hello, disaggregated world");
+  req.set_max_tokens(8);
+  req.set_ignore_eos(true);
+  GenResult r = Generate(cluster_->gateway(), req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 8u);
+  EXPECT_EQ(r.last.finish_reason(), ced::v1::FINISH_REASON_LENGTH);
+}
+
+TEST_F(CedClusterTest, BadFieldIsInvalidArgumentNamingIt) {
+  ASSERT_TRUE(cluster_->ready());
+  auto req = Request(Prompt(5, 1), 8, ced::v1::REPLAY_ON_AUTO);
+  req.set_max_tokens(-3);
+  GenResult r = Generate(cluster_->gateway(), req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(r.status.error_message().find("max_tokens"), std::string::npos);
+  auto bad_token = Request({1, 2, 99999}, 8, ced::v1::REPLAY_ON_AUTO);
+  r = Generate(cluster_->gateway(), bad_token);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(r.status.error_message().find("prompt_token_ids"), std::string::npos);
+}
+
+TEST_F(CedClusterTest, EveryServiceServesPrometheusMetrics) {
+  ASSERT_TRUE(cluster_->ready());
+  // One request so the counters move.
+  ASSERT_TRUE(Generate(cluster_->gateway(), Request(Prompt(40, 5), 4, ced::v1::REPLAY_ON_DECODE))
+                  .status.ok());
+  const std::map<std::string, std::vector<std::string>> expected = {
+      {"gateway", {"ced_gateway_requests_total", "ced_gateway_ttft_seconds_bucket"}},
+      {"router", {"ced_router_decisions_total"}},
+      {"prefill-0", {"ced_prefill_seconds_bucket", "ced_kv_transfer_bytes_total{direction=\"out\"}",
+                     "ced_weights_resident_bytes"}},
+      {"decode-0", {"ced_decode_steps_total", "ced_kv_blocks_free", "ced_replays_total",
+                    "ced_kv_transfer_bytes_total{direction=\"in\"}"}},
+  };
+  for (const auto& [name, families] : expected) {
+    ASSERT_TRUE(cluster_->addresses().count(name)) << name;
+    int status = 0;
+    const std::string text = HttpGet(cluster_->addresses().at(name).at("metrics"), "/metrics",
+                                     &status);
+    EXPECT_EQ(status, 200) << name;
+    for (const auto& f : families) {
+      EXPECT_NE(text.find(f), std::string::npos) << name << " lacks " << f << "\n" << text;
+    }
+  }
+  // The prefill instance holds about half the decode instance's weights.
+  auto resident = [&](const std::string& name) {
+    const std::string text = HttpGet(cluster_->addresses().at(name).at("metrics"), "/metrics");
+    const auto at = text.find("\nced_weights_resident_bytes ");
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + 28));
+  };
+  const double prefill = resident("prefill-0"), decode = resident("decode-0");
+  EXPECT_GT(decode, 0);
+  // The default cluster's prefill workers may replay, so they hold the decoder too.
+  EXPECT_NEAR(prefill / decode, 1.0, 0.01);
+}
+
+TEST(CedClusterEncoderOnlyTest, EncoderOnlyPrefillHoldsHalfTheWeightsAndStillServes) {
+  const std::string model = MakeModelDir("tiny");
+  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1", "--prefill-replay-capable",
+                               "false", "--replay-on", "prefill"});
+  ASSERT_TRUE(cluster.ready()) << cluster.Log();
+  const auto prompt = Prompt(64, 9);
+  const auto expected = Colocated(model, prompt, 10, ReplayMode::kBounded, {});
+  // Asked to replay on prefill, the router must place it on decode instead.
+  GenResult r = Generate(cluster.gateway(), Request(prompt, 10, ced::v1::REPLAY_ON_PREFILL));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << cluster.Log();
+  EXPECT_EQ(r.tokens, expected);
+  EXPECT_EQ(r.last.placement().replay_on(), ced::v1::REPLAY_ON_DECODE);
+  auto resident = [&](const std::string& name) {
+    const std::string text = HttpGet(cluster.addresses().at(name).at("metrics"), "/metrics");
+    const auto at = text.find("\nced_weights_resident_bytes ");
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + 28));
+  };
+  const double ratio = resident("prefill-0") / resident("decode-0");
+  EXPECT_GT(ratio, 0.35);
+  EXPECT_LT(ratio, 0.65);
+}
+
+TEST(CedClusterDecoderOnlyTest, DecoderOnlyBaselineEqualsColocated) {
+  const std::string model = MakeModelDir("tiny-dec");
+  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1"});
+  ASSERT_TRUE(cluster.ready()) << cluster.Log();
+  const auto prompt = Prompt(70, 4);
+  const auto expected = Colocated(model, prompt, 16, ReplayMode::kBounded, {});
+  GenResult r = Generate(cluster.gateway(), Request(prompt, 16, ced::v1::REPLAY_ON_AUTO));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << cluster.Log();
+  EXPECT_EQ(r.tokens, expected);
+}
+
+}  // namespace
+}  // namespace ced::testing

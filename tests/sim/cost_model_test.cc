@@ -1,0 +1,124 @@
+#include "bench/sim/cost_model.h"
+
+#include <memory>
+
+#include "bench/sim/admission.h"
+#include "engine/model/presets.h"
+#include "gtest/gtest.h"
+
+namespace ced::sim {
+namespace {
+
+std::unique_ptr<CostModel> Make(const std::string& preset, const std::string& gpu = "h100") {
+  CostModel::Options options;
+  options.config = *PresetConfig(preset);
+  options.gpu = *GpuByName(gpu);
+  return *CostModel::Create(options);
+}
+
+TEST(CostModelTest, ReproducesSeedParameterCounts) {
+  std::unique_ptr<CostModel> ced = Make("llama3-70b-ced");
+  const Accounting& a = ced->accounting();
+  EXPECT_EQ(FormatParamCount(a.params_per_prompt_token), "34.9B");
+  EXPECT_EQ(FormatParamCount(a.params_per_generated_token), "69.5B");
+  EXPECT_NEAR(a.prompt_to_generated_ratio, 0.502, 5e-4);
+  // The decoder-only twin the simulator derives is the engine's own preset.
+  std::unique_ptr<CostModel> dec = Make("llama3-70b");
+  EXPECT_EQ(ComputeAccounting(DecoderOnlyTwin(ced->config())).params_per_prompt_token,
+            dec->accounting().params_per_prompt_token);
+  // Decoder-only prefill: every layer, no LM head (the 69.5B per generated
+  // token include the 1.05B LM head).
+  EXPECT_EQ(FormatParamCount(dec->accounting().params_per_prompt_token), "68.5B");
+}
+
+TEST(CostModelTest, CedPrefillOfALongPromptIsAboutTwiceAsFast) {
+  std::unique_ptr<CostModel> ced = Make("llama3-70b-ced");
+  std::unique_ptr<CostModel> dec = Make("llama3-70b");
+  for (int64_t n : {8192, 32768}) {
+    const double speedup = dec->PrefillSeconds(n, true, 4) / ced->PrefillSeconds(n, true, 4);
+    EXPECT_GT(speedup, 1.9) << n;
+    EXPECT_LT(speedup, 2.05) << n;
+  }
+}
+
+TEST(CostModelTest, PrefillIsTheRooflineOfAccountingFigures) {
+  std::unique_ptr<CostModel> ced = Make("llama3-70b-ced");
+  const Accounting& a = ced->accounting();
+  const ModelConfig& c = ced->config();
+  const int64_t n = 4096;
+  const double flops = 2.0 * (n * a.params_per_prompt_token + 1 * a.params_per_replayed_token +
+                              a.lm_head_params) +
+                       AttentionFlopsForPositions(c, 0, n, 40) +
+                       AttentionFlopsForPositions(c, n - 1, n, 40);
+  // Compute-bound at 4096 tokens: FLOPs / (4 x 989 TFLOP/s).
+  EXPECT_DOUBLE_EQ(ced->PrefillSeconds(n, true, 4), flops / (4 * 989e12));
+}
+
+TEST(CostModelTest, DecodeBatchWorkIsTheSumOfSequences) {
+  for (const char* preset : {"tiny", "llama3-70b-ced"}) {
+    std::unique_ptr<CostModel> m = Make(preset);
+    const ModelConfig& c = m->config();
+    Work sum;
+    int64_t ctx_sum = 0, local_sum = 0;
+    for (int64_t ctx : {1, 5, 16, 17, 300}) {
+      const Work w = m->DecodeSequenceWork(ctx);
+      EXPECT_NEAR(w.bytes,
+                  KvBytesReadPerDecodeStep(c, KvFormat::kBF16, ctx) +
+                      GlobalKvBytesPerToken(c, KvFormat::kBF16),
+                  1e-6 * w.bytes)
+          << preset << " " << ctx;
+      EXPECT_NEAR(w.flops,
+                  2.0 * m->accounting().params_per_generated_token +
+                      c.num_layers * AttentionFlopsPerLayer(c, ctx),
+                  1e-9 * w.flops)
+          << preset << " " << ctx;
+      sum += w;
+      ctx_sum += ctx;
+      local_sum += c.sliding_window > 0 ? std::min<int64_t>(c.sliding_window, ctx) : 0;
+    }
+    const Work batch = m->DecodeBatchWork(5, ctx_sum, local_sum);
+    EXPECT_NEAR(batch.flops, sum.flops, 1e-9 * sum.flops) << preset;
+    EXPECT_NEAR(batch.bytes, sum.bytes, 1e-9 * sum.bytes) << preset;
+  }
+}
+
+TEST(CostModelTest, KvRoomIsNinetyPercentOfHbmMinusWeights) {
+  std::unique_ptr<CostModel> ced = Make("llama3-70b-ced");
+  const double full = WeightSetBytes(ced->config(), WeightSet::kFull, 2);
+  const double encoder = WeightSetBytes(ced->config(), WeightSet::kEncoderOnly, 2);
+  EXPECT_DOUBLE_EQ(ced->KvRoomBytes(WeightSet::kFull, 4), 0.9 * 4 * 80e9 - full);
+  EXPECT_DOUBLE_EQ(ced->KvRoomBytes(ced->PrefillWeightSet(false), 2), 0.9 * 2 * 80e9 - encoder);
+  EXPECT_LT(encoder, 0.55 * full);
+  std::unique_ptr<CostModel> h200 = Make("llama3-70b-ced", "h200");
+  EXPECT_DOUBLE_EQ(h200->KvRoomBytes(WeightSet::kFull, 4), 0.9 * 4 * 141e9 - full);
+}
+
+TEST(CostModelTest, TransferCarriesGlobalKvAndHiddenStatesForDecodeReplay) {
+  std::unique_ptr<CostModel> ced = Make("llama3-70b-ced");
+  const double per_token = GlobalKvBytesPerToken(ced->config(), KvFormat::kBF16);
+  EXPECT_DOUBLE_EQ(ced->TransferBytes(1000, false), 1000 * per_token);  // W = 0: no local ring
+  EXPECT_DOUBLE_EQ(ced->TransferBytes(1000, true), 1000 * per_token + 1 * 8192 * 2);
+  EXPECT_DOUBLE_EQ(ced->TransferSeconds(1000, false), 1000 * per_token / 50e9);
+}
+
+TEST(CostModelTest, RejectsUnknownGpuAndBadModel) {
+  EXPECT_FALSE(GpuByName("a100").ok());
+  CostModel::Options options;
+  options.config = *PresetConfig("tiny");
+  options.config.num_encoder_layers = 99;
+  options.gpu = *GpuByName("h100");
+  EXPECT_FALSE(CostModel::Create(options).ok());
+}
+
+TEST(AdmissionTest, ReservesPromptPlusMaxTokens) {
+  int64_t free_blocks = 10;
+  EXPECT_EQ(BlocksForRequest(100, 60, 16), 10);
+  EXPECT_TRUE(TryAdmit(100, 60, 16, &free_blocks));
+  EXPECT_EQ(free_blocks, 0);
+  free_blocks = 9;
+  EXPECT_FALSE(TryAdmit(100, 60, 16, &free_blocks));
+  EXPECT_EQ(free_blocks, 9);
+}
+
+}  // namespace
+}  // namespace ced::sim

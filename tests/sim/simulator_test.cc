@@ -1,0 +1,148 @@
+#include "bench/sim/simulator.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "bench/sim/cost_model.h"
+#include "engine/model/presets.h"
+#include "gtest/gtest.h"
+
+namespace ced::sim {
+namespace {
+
+SimOptions Fleet(const std::string& preset, int prefill, int decode) {
+  SimOptions o;
+  o.model = *PresetConfig(preset);
+  o.gpu = *GpuByName("h100");
+  o.prefill_instances = prefill;
+  o.decode_instances = decode;
+  o.ttft_slo_s = 1;
+  o.workload.input_mean = 2048;
+  o.workload.output_mean = 64;
+  o.workload.rate = 20;
+  o.workload.num_requests = 300;
+  return o;
+}
+
+double Roofline(double flops, double bytes, int gpus) {
+  return std::max(flops / (gpus * 989e12), bytes / (gpus * 3.35e12));
+}
+
+TEST(SimulatorTest, SameSeedSameSummary) {
+  SimOptions o = Fleet("llama3-70b-ced", 2, 2);
+  const SimSummary a = *RunSimulation(o);
+  const SimSummary b = *RunSimulation(o);
+  EXPECT_EQ(a.ToString(), b.ToString());
+  EXPECT_EQ(a.completed, 300);
+  o.workload.seed = 2;
+  EXPECT_NE(RunSimulation(o)->ToString(), a.ToString());
+}
+
+// One request on an idle fleet, replay on prefill: the prefill instance makes
+// the first token; the second comes from the decode instance's first step
+// after the K/V transfer.
+TEST(SimulatorTest, UnloadedRequestMatchesHandRoofline) {
+  SimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  const int64_t n = 3000;
+  o.requests = {{0.0123, n, 2}};
+  const SimSummary s = *RunSimulation(o);
+  ASSERT_EQ(s.completed, 1);
+  const ModelConfig& c = o.model;
+  const Accounting a = ComputeAccounting(c);
+  const double kv_per_token = GlobalKvBytesPerToken(c, KvFormat::kBF16);
+  const double prefill_flops =
+      2.0 * (n * a.params_per_prompt_token + a.params_per_replayed_token + a.lm_head_params) +
+      AttentionFlopsForPositions(c, 0, n, 40) + AttentionFlopsForPositions(c, n - 1, n, 40);
+  const double prefill_bytes =
+      2.0 * (a.params_per_prompt_token + a.params_per_replayed_token + a.lm_head_params) +
+      n * kv_per_token;
+  const double prefill = Roofline(prefill_flops, prefill_bytes, 4);
+  const double transfer = n * kv_per_token / 50e9;
+  // Decode at context n + 1: the full weights, the K/V read, one token written.
+  const double step =
+      Roofline(2.0 * a.params_per_generated_token + 80 * AttentionFlopsPerLayer(c, n + 1),
+               2.0 * a.params_per_generated_token +
+                   KvBytesReadPerDecodeStep(c, KvFormat::kBF16, n + 1) + kv_per_token,
+               4);
+  const RequestResult& r = s.results[0];
+  EXPECT_NEAR(r.ttft_s(), prefill, 1e-9);
+  EXPECT_NEAR(r.tpot_s(), transfer + step, 1e-9);
+  EXPECT_NEAR(s.ttft_p50, prefill, 1e-9);
+}
+
+// Replay on decode: the encoder-only prefill, the transfer (global K/V + h_E
+// of the replayed token), then the decode instance's replay makes the first
+// token.
+TEST(SimulatorTest, UnloadedRequestWithReplayOnDecode) {
+  SimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  o.replay_on = router::ReplayOnChoice::kDecode;
+  const int64_t n = 3000;
+  o.requests = {{0, n, 1}};
+  const SimSummary s = *RunSimulation(o);
+  ASSERT_EQ(s.completed, 1);
+  EXPECT_EQ(s.replays_on_decode, 1);
+  const ModelConfig& c = o.model;
+  const Accounting a = ComputeAccounting(c);
+  const double kv_per_token = GlobalKvBytesPerToken(c, KvFormat::kBF16);
+  const double prefill =
+      Roofline(2.0 * n * a.params_per_prompt_token + AttentionFlopsForPositions(c, 0, n, 40),
+               2.0 * a.params_per_prompt_token + n * kv_per_token, 4);
+  const double transfer = (n * kv_per_token + 8192 * 2) / 50e9;
+  const double replay = Roofline(
+      2.0 * (a.params_per_replayed_token + a.lm_head_params) +
+          AttentionFlopsForPositions(c, n - 1, n, 40),
+      2.0 * a.params_per_generated_token + KvBytesReadPerDecodeStep(c, KvFormat::kBF16, n) / 2, 4);
+  EXPECT_NEAR(s.results[0].ttft_s(), prefill + transfer + replay, 1e-9);
+}
+
+TEST(SimulatorTest, DecoderOnlyFirstTokenComesFromPrefill) {
+  SimOptions o = Fleet("llama3-70b", 1, 1);
+  const int64_t n = 1024;
+  o.requests = {{0, n, 4}};
+  const SimSummary s = *RunSimulation(o);
+  std::unique_ptr<CostModel> cost = *CostModel::Create({o.model, o.gpu});
+  EXPECT_NEAR(s.results[0].ttft_s(), cost->PrefillSeconds(n, true, 4), 1e-12);
+  EXPECT_EQ(s.replays_on_decode, 0);
+}
+
+TEST(SimulatorTest, RequestsThatCannotFitFail) {
+  SimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  o.requests = {{0, 10'000'000, 4}, {0.1, 100, 4}};
+  const SimSummary s = *RunSimulation(o);
+  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.completed, 1);
+  EXPECT_FALSE(s.results[0].completed);
+}
+
+// Bursts land between two load reports: the naive router (reported queue
+// only) piles each burst on one prefill instance.
+TEST(SimulatorTest, NaiveRouterIsNeverBetterOnBursts) {
+  for (uint64_t seed : {1, 2, 3}) {
+    SimOptions o = Fleet("llama3-70b-ced", 3, 3);
+    o.ttft_slo_s = 0.5;
+    for (int burst = 0; burst < 20; ++burst) {
+      for (int i = 0; i < 6; ++i) {
+        o.requests.push_back({burst * 1.0 + 0.01, 2048 + 512 * static_cast<int64_t>((i + seed) % 4), 32});
+      }
+    }
+    const SimSummary smart = *RunSimulation(o);
+    o.count_inflight = false;
+    const SimSummary naive = *RunSimulation(o);
+    EXPECT_LE(naive.attainment, smart.attainment) << seed;
+    EXPECT_GT(naive.ttft_p90, smart.ttft_p90) << seed;
+  }
+}
+
+TEST(SimulatorTest, RejectsBadOptions) {
+  SimOptions o = Fleet("llama3-70b-ced", 0, 1);
+  EXPECT_FALSE(RunSimulation(o).ok());
+  o = Fleet("llama3-70b-ced", 1, 1);
+  o.workload.rate = 0;
+  EXPECT_FALSE(RunSimulation(o).ok());
+  o = Fleet("llama3-70b-ced", 1, 1);
+  o.prefill_gpus = 1;  // 141 GB of weights on one 80 GB GPU
+  EXPECT_FALSE(RunSimulation(o).ok());
+}
+
+}  // namespace
+}  // namespace ced::sim
