@@ -211,11 +211,15 @@ void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, Head
   }
 }
 
-// Long segments (prefill chunks, replay): per query head, one BLAS product
-// for the scores against global and local keys together, a vectorized
-// softmax over each row's valid keys (global [0, t], local [max(lo, t-W+1),
-// t]; every other weight is 0), one BLAS product for the values. Heads run
-// in parallel.
+// Long segments (prefill chunks, replay), per query head and per tile of
+// kTileRows query rows: BLAS products for the scores against the global keys
+// the tile can see ([0, last position]) and against its local keys, a
+// vectorized softmax over each row's valid keys (global [0, t], local
+// [max(lo, t-W+1), t]; every other weight is 0), BLAS products for the
+// values. Tiles keep the scores in cache and skip most of the causal and
+// window padding. Heads run in parallel.
+constexpr int kTileRows = 64;
+
 void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
   const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads, W = p.window;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -223,36 +227,59 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
   std::vector<HeadContext> ctxs(p.num_kv_heads);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int g = 0; g < p.num_kv_heads; ++g) GatherHead(p, s, g, &ctxs[g]);
-  const int cols = T + ctxs[0].local_count;
+  const int max_cols = T + std::min(ctxs[0].local_count, kTileRows + std::max(W, 1));
 #pragma omp parallel
   {
     Scratch& sc = ThreadScratch();
-    Grow(&sc.scores, static_cast<size_t>(n) * cols);
-    float* scores = sc.scores.data();  // [n, cols]
+    Grow(&sc.scores, static_cast<size_t>(kTileRows) * max_cols);
 #pragma omp for schedule(dynamic, 1)
     for (int h = 0; h < H; ++h) {
       const HeadContext& ctx = ctxs[h / group];
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, cols, D, scale,
-                  s.q + static_cast<size_t>(h) * D, H * D, ctx.k.data(), D, 0.0f, scores, cols);
-      for (int i = 0; i < n; ++i) {
-        const int t = s.q_begin + i, keys = t + 1;
-        float* row = scores + static_cast<size_t>(i) * cols;
-        // Local keys of this row: columns [l0, l1) (empty without a window).
-        int l0 = cols, l1 = cols;
-        if (W > 0) {
-          l0 = T + std::max(s.lo, t - W + 1) - ctx.local_begin;
-          l1 = T + keys - ctx.local_begin;
+      const float* qh = s.q + static_cast<size_t>(h) * D;
+      float* oh = s.out + static_cast<size_t>(h) * D;
+      for (int i0 = 0; i0 < n; i0 += kTileRows) {
+        const int rows = std::min(kTileRows, n - i0);
+        const int t0 = s.q_begin + i0, t1 = t0 + rows - 1;  // first and last position
+        const int gcols = t1 + 1;
+        // Local keys of the tile: positions [lpos, t1], rows T + lpos - local_begin.
+        const int lpos = W > 0 ? std::max(s.lo, t0 - W + 1) : t1 + 1;
+        const int lcols = t1 + 1 - lpos;
+        const int cols = gcols + lcols;
+        float* scores = sc.scores.data();  // [rows, cols]: global then local
+        const float* q = qh + static_cast<size_t>(i0) * H * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, gcols, D, scale, q, H * D,
+                    ctx.k.data(), D, 0.0f, scores, cols);
+        const size_t lrow = static_cast<size_t>(T) + lpos - ctx.local_begin;
+        if (lcols > 0) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, lcols, D, scale, q, H * D,
+                      ctx.k.data() + lrow * D, D, 0.0f, scores + gcols, cols);
         }
-        float m = MaxOf(row + l0, l1 - l0, -std::numeric_limits<float>::infinity());
-        m = MaxOf(row, keys, m);
-        const float inv = 1.0f / (ExpInPlace(row, keys, m) + ExpInPlace(row + l0, l1 - l0, m));
-        Scale(row, keys, inv);
-        Scale(row + l0, l1 - l0, inv);
-        std::fill(row + keys, row + l0, 0.0f);
-        std::fill(row + l1, row + cols, 0.0f);
+        for (int i = 0; i < rows; ++i) {
+          const int t = t0 + i, keys = t + 1;
+          float* row = scores + static_cast<size_t>(i) * cols;
+          // This row's local keys: columns [l0, l1) (empty without a window).
+          int l0 = cols, l1 = cols;
+          if (W > 0) {
+            l0 = gcols + std::max(s.lo, t - W + 1) - lpos;
+            l1 = gcols + keys - lpos;
+          }
+          float m = MaxOf(row + l0, l1 - l0, -std::numeric_limits<float>::infinity());
+          m = MaxOf(row, keys, m);
+          const float inv =
+              1.0f / (ExpInPlace(row, keys, m) + ExpInPlace(row + l0, l1 - l0, m));
+          Scale(row, keys, inv);
+          Scale(row + l0, l1 - l0, inv);
+          std::fill(row + keys, row + l0, 0.0f);
+          std::fill(row + l1, row + cols, 0.0f);
+        }
+        float* o = oh + static_cast<size_t>(i0) * H * D;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, gcols, 1.0f, scores,
+                    cols, ctx.v.data(), D, 0.0f, o, H * D);
+        if (lcols > 0) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, lcols, 1.0f,
+                      scores + gcols, cols, ctx.v.data() + lrow * D, D, 1.0f, o, H * D);
+        }
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, D, cols, 1.0f, scores, cols,
-                  ctx.v.data(), D, 0.0f, s.out + static_cast<size_t>(h) * D, H * D);
     }
   }
 }

@@ -60,7 +60,8 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
        {max_tokens.status(), inflight.status(), request_bytes.status(), route_timeout.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()), 2);
   }
-  if (*max_tokens < 1 || *max_tokens > (1 << 30)) return Fail("--default-max-tokens must be >= 1", 2);
+  if (*max_tokens < 1 || *max_tokens > (1 << 30))
+    return Fail("--default-max-tokens must be >= 1", 2);
   if (*inflight < 1 || *inflight > (1 << 20)) return Fail("--max-inflight must be >= 1", 2);
   if (*request_bytes < 1024 || *request_bytes > (1 << 30)) {
     return Fail("--max-request-bytes must be in [1024, 2^30]", 2);
@@ -71,14 +72,21 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.max_request_bytes = static_cast<int>(*request_bytes);
   options.route_timeout = absl::Milliseconds(*route_timeout);
   const std::string replay_on = flags->Get("replay-on");
-  if (replay_on == "prefill") options.default_replay_on = ced::internal::REPLAY_ON_PREFILL;
-  else if (replay_on == "decode") options.default_replay_on = ced::internal::REPLAY_ON_DECODE;
-  else if (replay_on == "auto") options.default_replay_on = ced::internal::REPLAY_ON_AUTO;
-  else if (!replay_on.empty()) return Fail("--replay-on must be prefill, decode or auto", 2);
+  if (replay_on == "prefill")
+    options.default_replay_on = ced::internal::REPLAY_ON_PREFILL;
+  else if (replay_on == "decode")
+    options.default_replay_on = ced::internal::REPLAY_ON_DECODE;
+  else if (replay_on == "auto")
+    options.default_replay_on = ced::internal::REPLAY_ON_AUTO;
+  else if (!replay_on.empty())
+    return Fail("--replay-on must be prefill, decode or auto", 2);
   const std::string mode = flags->Get("replay-mode");
-  if (mode == "bounded") options.default_replay_mode = ced::internal::REPLAY_MODE_BOUNDED;
-  else if (mode == "exact") options.default_replay_mode = ced::internal::REPLAY_MODE_EXACT;
-  else if (!mode.empty()) return Fail("--replay-mode must be bounded or exact", 2);
+  if (mode == "bounded")
+    options.default_replay_mode = ced::internal::REPLAY_MODE_BOUNDED;
+  else if (mode == "exact")
+    options.default_replay_mode = ced::internal::REPLAY_MODE_EXACT;
+  else if (!mode.empty())
+    return Fail("--replay-mode must be bounded or exact", 2);
 
   services::InstallShutdownSignals();
   auto server = GatewayServer::Start(options);

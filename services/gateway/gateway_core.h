@@ -2,11 +2,11 @@
 // model facts, the tokenizer, stubs and channels, metrics, admission.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"

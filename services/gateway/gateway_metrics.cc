@@ -7,8 +7,7 @@ namespace ced::gateway {
 absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registry) {
   GatewayMetrics m;
   ASSIGN_OR_RETURN(m.requests, registry->AddCounter("ced_gateway_requests_total",
-                                                    "Generate requests by outcome.",
-                                                    {"outcome"}));
+                                                    "Generate requests by outcome.", {"outcome"}));
   for (const char* outcome : {"length", "stop", "invalid_argument", "cancelled",
                               "deadline_exceeded", "resource_exhausted", "unavailable"}) {
     m.requests->WithLabelValues({outcome});
@@ -23,9 +22,9 @@ absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registr
                                                      "Time between consecutive tokens written "
                                                      "to the client, per token.",
                                                      latency));
-  ASSIGN_OR_RETURN(auto* e2e, registry->AddHistogram("ced_gateway_e2e_latency_seconds",
-                                                     "Request receipt to the final message.",
-                                                     latency));
+  ASSIGN_OR_RETURN(auto* e2e,
+                   registry->AddHistogram("ced_gateway_e2e_latency_seconds",
+                                          "Request receipt to the final message.", latency));
   ASSIGN_OR_RETURN(auto* prompt, registry->AddCounter("ced_gateway_prompt_tokens_total",
                                                       "Prompt tokens of admitted requests."));
   ASSIGN_OR_RETURN(auto* generated, registry->AddCounter("ced_gateway_generated_tokens_total",

@@ -14,7 +14,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   if (options.default_max_tokens < 1) {
     return absl::InvalidArgumentError("gateway: default_max_tokens must be >= 1");
   }
-  if (options.max_inflight < 1) return absl::InvalidArgumentError("gateway: max_inflight must be >= 1");
+  if (options.max_inflight < 1)
+    return absl::InvalidArgumentError("gateway: max_inflight must be >= 1");
   if (options.router_address.empty()) {
     return absl::InvalidArgumentError("gateway: a router address is required");
   }
@@ -35,8 +36,11 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     settings.model_name =
         std::filesystem::path(options.model_dir).lexically_normal().filename().string();
     if (settings.model_name.empty()) {
-      settings.model_name =
-          std::filesystem::path(options.model_dir).lexically_normal().parent_path().filename().string();
+      settings.model_name = std::filesystem::path(options.model_dir)
+                                .lexically_normal()
+                                .parent_path()
+                                .filename()
+                                .string();
     }
     if (settings.model_name.empty()) settings.model_name = "ced";
   }

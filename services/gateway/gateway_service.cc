@@ -35,10 +35,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
   }
   if (!core_->TryAdmit()) {
     metrics.CountRequest("resource_exhausted");
-    writer->handle()->Close(grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
-        "gateway: " + std::to_string(core_->settings().max_inflight) +
-            " requests in flight (--max-inflight); retry later"));
+    writer->handle()->Close(
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     "gateway: " + std::to_string(core_->settings().max_inflight) +
+                         " requests in flight (--max-inflight); retry later"));
     return writer;
   }
   if (valid->request_id.empty()) valid->request_id = core_->NewRequestId();
@@ -144,16 +144,16 @@ grpc::ServerUnaryReactor* GatewayService::ModelInfo(grpc::CallbackServerContext*
   // The live worker counts (and the fleet's fingerprint and cache format)
   // come from the router; without an answer they stay 0.
   auto* call = new ModelInfoCall;
-  call->context.set_deadline(
-      std::min(context->deadline(), absl::ToChronoTime(absl::Now() + core_->settings().route_timeout)));
+  call->context.set_deadline(std::min(
+      context->deadline(), absl::ToChronoTime(absl::Now() + core_->settings().route_timeout)));
   const ModelConfig* model = &core_->settings().model;
-  core_->router()->async()->ListWorkers(
-      &call->context, &call->request, &call->workers,
-      [call, reactor, response, model](grpc::Status status) {
-        if (status.ok()) AddWorkerFacts(call->workers, *model, response);
-        delete call;
-        reactor->Finish(grpc::Status::OK);
-      });
+  core_->router()->async()->ListWorkers(&call->context, &call->request, &call->workers,
+                                        [call, reactor, response, model](grpc::Status status) {
+                                          if (status.ok())
+                                            AddWorkerFacts(call->workers, *model, response);
+                                          delete call;
+                                          reactor->Finish(grpc::Status::OK);
+                                        });
   return reactor;
 }
 

@@ -16,16 +16,26 @@ grpc::Status WithPrefix(const std::string& prefix, const grpc::Status& status) {
 
 std::string OutcomeLabel(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::CANCELLED: return "cancelled";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "invalid_argument";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "deadline_exceeded";
-    case grpc::StatusCode::NOT_FOUND: return "not_found";
-    case grpc::StatusCode::ALREADY_EXISTS: return "already_exists";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "failed_precondition";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "resource_exhausted";
-    case grpc::StatusCode::UNAVAILABLE: return "unavailable";
-    case grpc::StatusCode::UNIMPLEMENTED: return "unimplemented";
-    default: return "error";
+    case grpc::StatusCode::CANCELLED:
+      return "cancelled";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "invalid_argument";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "deadline_exceeded";
+    case grpc::StatusCode::NOT_FOUND:
+      return "not_found";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "already_exists";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "failed_precondition";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "resource_exhausted";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "unavailable";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "unimplemented";
+    default:
+      return "error";
   }
 }
 
@@ -148,10 +158,10 @@ grpc::Status GenerateCall::Execute() {
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
         std::chrono::system_clock::now() < client_deadline_) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("router at ", settings.router_address,
-                                       " did not answer within ",
-                                       absl::FormatDuration(settings.route_timeout)));
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("router at ", settings.router_address, " did not answer within ",
+                       absl::FormatDuration(settings.route_timeout)));
     }
     return WithPrefix(absl::StrCat("router at ", settings.router_address, ": "), status);
   }
@@ -162,7 +172,8 @@ grpc::Status GenerateCall::Execute() {
 
   // 2. Reserve the sequence on the decode worker.
   const std::string& decode_id = route_.decode().worker_id();
-  decode_stub_ = ced::internal::DecodeWorker::NewStub(core_->Channel(route_.decode().grpc_address()));
+  decode_stub_ =
+      ced::internal::DecodeWorker::NewStub(core_->Channel(route_.decode().grpc_address()));
   ced::internal::ReserveRequest reserve;
   reserve.set_request_id(request_.request_id);
   *reserve.mutable_prompt_token_ids() = {request_.prompt_token_ids.begin(),
@@ -202,9 +213,8 @@ grpc::Status GenerateCall::Execute() {
     prefill.set_kv_format(reserved.kv_format());
     prefill_ctx_.set_deadline(client_deadline_);
     prefill_started_ = true;
-    prefill_thread_ = std::thread([this, prefill = std::move(prefill)]() mutable {
-      ReadPrefill(std::move(prefill));
-    });
+    prefill_thread_ = std::thread(
+        [this, prefill = std::move(prefill)]() mutable { ReadPrefill(std::move(prefill)); });
   }
   return Relay();
 }

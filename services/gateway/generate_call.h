@@ -6,14 +6,14 @@
 // to it. Cancel() may be called from any thread (the reactor's OnCancel).
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -34,8 +34,7 @@ class GenerateCall final {
 
   // `core` must outlive the call (GatewayCore::WaitForCalls). The request
   // must already hold its request id and be admitted (GatewayCore::TryAdmit).
-  GenerateCall(GatewayCore* core, ValidatedRequest request,
-               std::shared_ptr<Writer::Handle> out,
+  GenerateCall(GatewayCore* core, ValidatedRequest request, std::shared_ptr<Writer::Handle> out,
                std::chrono::system_clock::time_point client_deadline, absl::Time received);
   ~GenerateCall();
 

@@ -36,7 +36,8 @@ grpc::Status GenerateCall::CheckChunk(const ced::internal::TokenChunk& chunk) co
 
 grpc::Status GenerateCall::Relay() {
   const GatewaySettings& settings = core_->settings();
-  const std::string decode_prefix = absl::StrCat("decode worker ", route_.decode().worker_id(), ": ");
+  const std::string decode_prefix =
+      absl::StrCat("decode worker ", route_.decode().worker_id(), ": ");
   const std::string prefill_prefix =
       absl::StrCat("prefill worker ", route_.prefill().worker_id(), ": ");
   bool decode_ended = false;
@@ -89,9 +90,9 @@ grpc::Status GenerateCall::Relay() {
         if (have_final) break;  // nothing may follow the final chunk
         grpc::Status valid = CheckChunk(event.chunk);
         if (!valid.ok()) return Internal(decode_prefix + valid.error_message());
-        assembler_.Add(event.chunk.start_step(),
-                       {event.chunk.token_ids().data(),
-                        static_cast<size_t>(event.chunk.token_ids_size())});
+        assembler_.Add(
+            event.chunk.start_step(),
+            {event.chunk.token_ids().data(), static_cast<size_t>(event.chunk.token_ids_size())});
         if (event.chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
           have_final = true;
           final_chunk_ = std::move(event.chunk);
@@ -105,7 +106,8 @@ grpc::Status GenerateCall::Relay() {
           return grpc::Status(event.status.error_code(),
                               decode_prefix + event.status.error_message());
         }
-        if (!have_final) return Internal(decode_prefix + "token stream ended without a final chunk");
+        if (!have_final)
+          return Internal(decode_prefix + "token stream ended without a final chunk");
         decode_complete_ = true;
         break;
     }
@@ -186,7 +188,8 @@ void GenerateCall::SendFinal(const std::string& text, ced::internal::FinishReaso
   timings->set_prefill_ms(worker.prefill_ms());
   timings->set_transfer_ms(
       std::max(prefill_done_.timings().transfer_ms(), final_chunk_.timings().transfer_ms()));
-  if (first_token_at_ != absl::InfinitePast()) timings->set_ttft_ms(Ms(first_token_at_ - received_));
+  if (first_token_at_ != absl::InfinitePast())
+    timings->set_ttft_ms(Ms(first_token_at_ - received_));
   timings->set_total_ms(Ms(now - received_));
 
   ced::v1::Placement* placement = response.mutable_placement();

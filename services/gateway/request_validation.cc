@@ -78,18 +78,18 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
   if (request.max_tokens() == 0) {
     out.max_tokens = std::min(limits.default_max_tokens, room);
   } else if (request.max_tokens() > room) {
-    return Invalid("max_tokens",
-                   absl::StrCat("prompt (", prompt_tokens, " tokens) + max_tokens (",
-                                request.max_tokens(), ") exceeds the model's context of ",
-                                limits.max_position, " positions"));
+    return Invalid(
+        "max_tokens",
+        absl::StrCat("prompt (", prompt_tokens, " tokens) + max_tokens (", request.max_tokens(),
+                     ") exceeds the model's context of ", limits.max_position, " positions"));
   } else {
     out.max_tokens = request.max_tokens();
   }
 
   // Sampling.
   if (!std::isfinite(request.temperature()) || request.temperature() < 0) {
-    return Invalid("temperature",
-                   absl::StrCat("must be finite and >= 0 (0 = greedy), got ", request.temperature()));
+    return Invalid("temperature", absl::StrCat("must be finite and >= 0 (0 = greedy), got ",
+                                               request.temperature()));
   }
   const float top_p = request.top_p();
   if (!std::isfinite(top_p) || top_p < 0 || top_p > 1) {
@@ -106,15 +106,15 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
 
   // Stop conditions.
   if (request.stop_size() > limits.max_stop_strings) {
-    return Invalid("stop", absl::StrCat("at most ", limits.max_stop_strings,
-                                        " stop strings, got ", request.stop_size()));
+    return Invalid("stop", absl::StrCat("at most ", limits.max_stop_strings, " stop strings, got ",
+                                        request.stop_size()));
   }
   for (int i = 0; i < request.stop_size(); ++i) {
     const size_t bytes = request.stop(i).size();
     if (bytes < 1 || static_cast<int>(bytes) > limits.max_stop_string_bytes) {
-      return Invalid(absl::StrCat("stop[", i, "]"),
-                     absl::StrCat("must be 1 to ", limits.max_stop_string_bytes,
-                                  " bytes, got ", bytes));
+      return Invalid(
+          absl::StrCat("stop[", i, "]"),
+          absl::StrCat("must be 1 to ", limits.max_stop_string_bytes, " bytes, got ", bytes));
     }
     out.stop.push_back(request.stop(i));
   }
@@ -123,8 +123,8 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
                                                   " ids, got ", request.stop_token_ids_size()));
   }
   for (int i = 0; i < request.stop_token_ids_size(); ++i) {
-    RETURN_IF_ERROR(CheckTokenId(absl::StrCat("stop_token_ids[", i, "]"),
-                                 request.stop_token_ids(i), limits.vocab_size));
+    RETURN_IF_ERROR(CheckTokenId(absl::StrCat("stop_token_ids[", i, "]"), request.stop_token_ids(i),
+                                 limits.vocab_size));
     out.stop_token_ids.push_back(request.stop_token_ids(i));
   }
   out.ignore_eos = request.ignore_eos();

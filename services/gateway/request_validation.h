@@ -16,8 +16,8 @@
 namespace ced::gateway {
 
 struct RequestLimits {
-  int vocab_size = 0;    // token ids must be in [0, vocab_size)
-  int max_position = 0;  // prompt + max_tokens must fit
+  int vocab_size = 0;           // token ids must be in [0, vocab_size)
+  int max_position = 0;         // prompt + max_tokens must fit
   int default_max_tokens = 64;  // for max_tokens == 0 (clipped to fit the context)
   int max_stop_strings = 16;
   int max_stop_string_bytes = 256;
@@ -27,7 +27,7 @@ struct RequestLimits {
 
 // A request that passed validation, in the form the workers take.
 struct ValidatedRequest {
-  std::string request_id;  // as given; empty when the client left it empty
+  std::string request_id;                 // as given; empty when the client left it empty
   std::vector<int32_t> prompt_token_ids;  // tokenized prompt (BOS included when asked)
   int max_tokens = 0;                     // >= 1, resolved default
   SamplingParams sampling;                // top_p 0 already mapped to 1

@@ -47,8 +47,7 @@ class TokenAssembler {
 
   // `tokenizer` is not owned and must outlive this. At most `max_tokens`
   // tokens are ever emitted.
-  TokenAssembler(const Tokenizer* tokenizer, std::vector<std::string> stop_strings,
-                 int max_tokens);
+  TokenAssembler(const Tokenizer* tokenizer, std::vector<std::string> stop_strings, int max_tokens);
 
   // Records the tokens of steps [start_step, start_step + ids.size()). Steps
   // already emitted or recorded are ignored (counted in mismatches() when the

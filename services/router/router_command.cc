@@ -18,10 +18,14 @@ int Fail(const std::string& message, int code) {
 }
 
 bool ParseReplayOn(const std::string& value, ReplayOnChoice* out) {
-  if (value == "prefill") *out = ReplayOnChoice::kPrefill;
-  else if (value == "decode") *out = ReplayOnChoice::kDecode;
-  else if (value == "auto") *out = ReplayOnChoice::kAuto;
-  else return false;
+  if (value == "prefill")
+    *out = ReplayOnChoice::kPrefill;
+  else if (value == "decode")
+    *out = ReplayOnChoice::kDecode;
+  else if (value == "auto")
+    *out = ReplayOnChoice::kAuto;
+  else
+    return false;
   return true;
 }
 

@@ -19,8 +19,8 @@
 namespace ced::router {
 
 struct RouterServerOptions {
-  std::string listen_address = "127.0.0.1:0";     // port 0 picks one
-  std::string metrics_address = "127.0.0.1:0";    // empty: no /metrics endpoint
+  std::string listen_address = "127.0.0.1:0";   // port 0 picks one
+  std::string metrics_address = "127.0.0.1:0";  // empty: no /metrics endpoint
   absl::Duration heartbeat_timeout = absl::Milliseconds(3000);
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // 0: heartbeat_timeout / 3
   // How often the stale thread looks; 0: heartbeat_timeout / 4, at most 250 ms.

@@ -30,7 +30,8 @@ absl::StatusOr<std::unique_ptr<RouterServiceImpl>> RouterServiceImpl::Create(
   }
   if (options.default_replay_mode != ced::internal::REPLAY_MODE_BOUNDED &&
       options.default_replay_mode != ced::internal::REPLAY_MODE_EXACT) {
-    return absl::InvalidArgumentError("router service: default_replay_mode must be BOUNDED or EXACT");
+    return absl::InvalidArgumentError(
+        "router service: default_replay_mode must be BOUNDED or EXACT");
   }
   std::unique_ptr<RouterServiceImpl> service(new RouterServiceImpl(options));
   ASSIGN_OR_RETURN(service->policy_, CedRoutingPolicy::Create(&service->table_, options.policy));
@@ -108,10 +109,11 @@ absl::Status RouterServiceImpl::DoRegister(const ced::internal::RegisterRequest&
         continue;
       }
       if (other.live) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "worker.model_fingerprint: worker ", info.id, " serves model ",
-            worker.model_fingerprint(), " but live worker ", other.info.id, " serves model ",
-            it->second.model_fingerprint(), "; every worker of a cluster must load the same model"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker.model_fingerprint: worker ", info.id, " serves model ",
+                         worker.model_fingerprint(), " but live worker ", other.info.id,
+                         " serves model ", it->second.model_fingerprint(),
+                         "; every worker of a cluster must load the same model"));
       }
       (void)table_.Remove(other.info.id);
       infos_.erase(it);
@@ -180,7 +182,8 @@ absl::Status RouterServiceImpl::DoRoute(const ced::internal::RouteRequest& reque
   response->set_est_prefill_wait_tokens(decision.est_prefill_wait_tokens);
   response->set_kv_blocks(decision.kv_blocks);
   metrics_.decisions
-      ->WithLabelValues({ReplayOnName(decision.replay_on), decision.local_prefill ? "true" : "false"})
+      ->WithLabelValues(
+          {ReplayOnName(decision.replay_on), decision.local_prefill ? "true" : "false"})
       .Increment();
   return absl::OkStatus();
 }

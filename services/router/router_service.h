@@ -41,8 +41,7 @@ class RouterServiceImpl final : public ced::internal::Router::Service {
   static absl::StatusOr<std::unique_ptr<RouterServiceImpl>> Create(
       const RouterServiceOptions& options);
 
-  grpc::Status Register(grpc::ServerContext* context,
-                        const ced::internal::RegisterRequest* request,
+  grpc::Status Register(grpc::ServerContext* context, const ced::internal::RegisterRequest* request,
                         ced::internal::RegisterResponse* response) override;
   grpc::Status Deregister(grpc::ServerContext* context,
                           const ced::internal::DeregisterRequest* request,

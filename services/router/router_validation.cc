@@ -23,14 +23,14 @@ absl::Status NonNegative(absl::string_view field, int64_t value) {
 absl::Status ValidateToken(absl::string_view field, absl::string_view value, size_t max_bytes) {
   if (value.empty()) return Invalid(field, "must not be empty");
   if (value.size() > max_bytes) {
-    return Invalid(field, absl::StrCat("must be at most ", max_bytes, " bytes, got ",
-                                       value.size()));
+    return Invalid(field,
+                   absl::StrCat("must be at most ", max_bytes, " bytes, got ", value.size()));
   }
   for (size_t i = 0; i < value.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(value[i]);
     if (c <= 0x20 || c >= 0x7f) {
-      return Invalid(field, absl::StrCat("byte ", i, " (0x", absl::Hex(c),
-                                         ") is not printable ASCII"));
+      return Invalid(field,
+                     absl::StrCat("byte ", i, " (0x", absl::Hex(c), ") is not printable ASCII"));
     }
   }
   return absl::OkStatus();
@@ -65,9 +65,9 @@ absl::StatusOr<WorkerInfo> ValidateWorkerInfo(const ced::internal::WorkerInfo& w
       info.weights = WeightsHeld::kFull;
       break;
     default:
-      return Invalid("worker.weights",
-                     absl::StrCat("must be ENCODER_ONLY, ENCODER_REPLAY or FULL, got ",
-                                  worker.weights()));
+      return Invalid(
+          "worker.weights",
+          absl::StrCat("must be ENCODER_ONLY, ENCODER_REPLAY or FULL, got ", worker.weights()));
   }
   RETURN_IF_ERROR(NonNegative("worker.total_kv_blocks", worker.total_kv_blocks()));
   RETURN_IF_ERROR(NonNegative("worker.block_size", worker.block_size()));
@@ -94,8 +94,8 @@ absl::StatusOr<WorkerInfo> ValidateWorkerInfo(const ced::internal::WorkerInfo& w
                      absl::StrCat("must be > 0 for a decode worker, got ", info.block_size));
     }
     if (info.total_kv_blocks <= 0) {
-      return Invalid("worker.total_kv_blocks", absl::StrCat("must be > 0 for a decode worker, got ",
-                                                            info.total_kv_blocks));
+      return Invalid("worker.total_kv_blocks",
+                     absl::StrCat("must be > 0 for a decode worker, got ", info.total_kv_blocks));
     }
     if (worker.kv_format().empty()) {
       return Invalid("worker.kv_format", "must be set for a decode worker");
@@ -116,9 +116,9 @@ absl::StatusOr<WorkerLoad> ValidateLoadReport(const ced::internal::LoadReport& r
   RETURN_IF_ERROR(NonNegative("free_kv_blocks", report.free_kv_blocks()));
   RETURN_IF_ERROR(NonNegative("total_kv_blocks", report.total_kv_blocks()));
   if (report.total_kv_blocks() > 0 && report.free_kv_blocks() > report.total_kv_blocks()) {
-    return Invalid("free_kv_blocks", absl::StrCat("must be <= total_kv_blocks (",
-                                                  report.total_kv_blocks(), "), got ",
-                                                  report.free_kv_blocks()));
+    return Invalid("free_kv_blocks",
+                   absl::StrCat("must be <= total_kv_blocks (", report.total_kv_blocks(), "), got ",
+                                report.free_kv_blocks()));
   }
   WorkerLoad load;
   load.queued_prefill_tokens = report.queued_prefill_tokens();

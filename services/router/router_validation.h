@@ -3,10 +3,10 @@
 #pragma once
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "ced/internal/router.pb.h"
 #include "services/router_policy/policy.h"
 #include "services/router_policy/worker_table.h"

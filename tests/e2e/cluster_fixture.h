@@ -25,7 +25,7 @@ namespace ced::testing {
 
 inline std::string CedBinary() {
   const char* dir = std::getenv("CED_BINARY_DIR");
-  return std::string(dir ? dir : ".") + "/bin/ced";
+  return std::string(dir ? dir : CED_BINARY_DIR_DEFAULT) + "/bin/ced";
 }
 
 // name -> {"grpc": ..., "metrics": ..., "kv": ...}

@@ -93,9 +93,13 @@ ced::v1::GenerateRequest Request(const std::vector<int32_t>& prompt, int max_tok
 
 class CedClusterTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    model_ = new std::string(MakeModelDir("tiny"));
-    cluster_ = new LocalCluster(*model_, {"--prefill", "1", "--decode", "1"});
+  // Started lazily from SetUp (not SetUpTestSuite) so that a cluster that
+  // fails to start fails the test instead of skipping it.
+  void SetUp() override {
+    if (cluster_ == nullptr) {
+      model_ = new std::string(MakeModelDir("tiny"));
+      cluster_ = new LocalCluster(*model_, {"--prefill", "1", "--decode", "1"});
+    }
   }
   static void TearDownTestSuite() {
     delete cluster_;

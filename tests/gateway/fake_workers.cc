@@ -119,9 +119,9 @@ void FakePrefillWorker::SetScript(Script script) {
   script_ = std::move(script);
 }
 
-grpc::Status FakePrefillWorker::Prefill(grpc::ServerContext* context,
-                                        const ced::internal::PrefillRequest* request,
-                                        grpc::ServerWriter<ced::internal::PrefillResponse>* writer) {
+grpc::Status FakePrefillWorker::Prefill(
+    grpc::ServerContext* context, const ced::internal::PrefillRequest* request,
+    grpc::ServerWriter<ced::internal::PrefillResponse>* writer) {
   Script script;
   {
     absl::MutexLock lock(&mu_);
@@ -165,8 +165,7 @@ std::vector<ced::internal::PrefillRequest> FakePrefillWorker::prefills() const {
   return prefills_;
 }
 
-bool FakePrefillWorker::WaitForCancel(const std::string& request_id,
-                                      absl::Duration timeout) const {
+bool FakePrefillWorker::WaitForCancel(const std::string& request_id, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return Contains(cancels_, request_id); };
   return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);

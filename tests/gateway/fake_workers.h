@@ -82,8 +82,8 @@ class FakePrefillWorker final : public ced::internal::PrefillWorker::Service {
 };
 
 // A chunk of `text`'s bytes as token ids starting at `start_step`.
-ced::internal::TokenChunk Chunk(int start_step, const std::string& text,
-                                ced::internal::FinishReason finish =
-                                    ced::internal::FINISH_REASON_UNSPECIFIED);
+ced::internal::TokenChunk Chunk(
+    int start_step, const std::string& text,
+    ced::internal::FinishReason finish = ced::internal::FINISH_REASON_UNSPECIFIED);
 
 }  // namespace ced::gateway::testing

@@ -62,7 +62,8 @@ class GatewayTest : public ::testing::Test {
     workers_ = builder.BuildAndStart();
     ASSERT_NE(workers_, nullptr);
     const std::string address = absl::StrCat("127.0.0.1:", port);
-    auto router_stub = ced::internal::Router::NewStub(services::MakeChannel(router_->grpc_address()));
+    auto router_stub =
+        ced::internal::Router::NewStub(services::MakeChannel(router_->grpc_address()));
     if (with_prefill) ASSERT_TRUE(RegisterWorker(router_stub.get(), PrefillInfo(address)).ok());
     ASSERT_TRUE(RegisterWorker(router_stub.get(), DecodeInfo(address)).ok());
 
@@ -143,9 +144,9 @@ TEST_F(GatewayTest, StreamsOrderedTokensAndAFinalMessage) {
   ASSERT_EQ(reserves.size(), 1u);
   const ced::internal::ReserveRequest& reserve = reserves[0];
   EXPECT_EQ(reserve.request_id(), "req-1");
-  EXPECT_EQ(std::vector<int32_t>(reserve.prompt_token_ids().begin(),
-                                 reserve.prompt_token_ids().end()),
-            Ids("hi"));
+  EXPECT_EQ(
+      std::vector<int32_t>(reserve.prompt_token_ids().begin(), reserve.prompt_token_ids().end()),
+      Ids("hi"));
   EXPECT_EQ(reserve.max_tokens(), 5);
   EXPECT_EQ(std::vector<int32_t>(reserve.stop_token_ids().begin(), reserve.stop_token_ids().end()),
             std::vector<int32_t>{257})
@@ -245,8 +246,8 @@ TEST_F(GatewayTest, DeadlinePropagatesAndExpires) {
 }
 
 TEST_F(GatewayTest, ReserveErrorsPropagateTheirCode) {
-  decode_.SetScript({grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no free KV blocks"), {},
-                     false});
+  decode_.SetScript(
+      {grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no free KV blocks"), {}, false});
   const GenerateResult result = Generate(Request());
   EXPECT_EQ(result.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(result.status.error_message().find("no free KV blocks"), std::string::npos);
@@ -289,7 +290,8 @@ TEST_F(GatewayTest, InvalidRequestsNameTheFieldAndReachNoWorker) {
       {"stop[0]", [](GenerateRequest* r) { r->add_stop(""); }},
       {"stop_token_ids[0]", [](GenerateRequest* r) { r->add_stop_token_ids(-4); }},
       {"request_id", [](GenerateRequest* r) { r->set_request_id("tab\there"); }},
-      {"replay_on", [](GenerateRequest* r) { r->set_replay_on(static_cast<ced::v1::ReplayOn>(4)); }},
+      {"replay_on",
+       [](GenerateRequest* r) { r->set_replay_on(static_cast<ced::v1::ReplayOn>(4)); }},
       {"replay_mode",
        [](GenerateRequest* r) { r->set_replay_mode(static_cast<ced::v1::ReplayMode>(7)); }},
   };

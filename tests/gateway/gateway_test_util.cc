@@ -9,7 +9,8 @@
 
 namespace ced::gateway {
 
-GenerateResult CollectGenerate(ced::v1::Gateway::Stub* stub, const ced::v1::GenerateRequest& request,
+GenerateResult CollectGenerate(ced::v1::Gateway::Stub* stub,
+                               const ced::v1::GenerateRequest& request,
                                grpc::ClientContext* context) {
   GenerateResult result;
   auto reader = stub->Generate(context, request);
@@ -90,7 +91,8 @@ absl::StatusOr<bool> CheckHealth(const std::string& address) {
   std::vector<grpc::Slice> slices;
   std::string bytes;
   if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   // HealthCheckResponse{status: SERVING (1)} is the two bytes 08 01.
   return bytes == std::string("\x08\x01", 2);

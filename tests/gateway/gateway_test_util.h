@@ -24,7 +24,8 @@ struct GenerateResult {
 };
 
 // Reads a whole Generate stream.
-GenerateResult CollectGenerate(ced::v1::Gateway::Stub* stub, const ced::v1::GenerateRequest& request,
+GenerateResult CollectGenerate(ced::v1::Gateway::Stub* stub,
+                               const ced::v1::GenerateRequest& request,
                                grpc::ClientContext* context);
 
 // Workers "p0" (ENCODER_REPLAY) and "d0" (FULL, 1000 blocks of 16, bf16)

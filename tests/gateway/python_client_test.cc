@@ -24,8 +24,8 @@ using metrics::testing::TempDir;
 
 std::string Python() {
   // Debian's interpreter carries python3-grpcio; a PATH python3 may not.
-  for (const std::string& candidate : {std::string("/usr/bin/python3"),
-                                       metrics::testing::FindInPath("python3")}) {
+  for (const std::string& candidate :
+       {std::string("/usr/bin/python3"), metrics::testing::FindInPath("python3")}) {
     if (candidate.empty()) continue;
     std::string output;
     auto rc = RunCommand({candidate, "-c", "import grpc, google.protobuf"}, "", &output,
@@ -54,10 +54,10 @@ TEST(PythonClientTest, StreamsThroughTheGateway) {
   ASSERT_TRUE(router.ok()) << router.status();
   testing::FakeDecodeWorker decode;
   testing::FakePrefillWorker prefill;
-  decode.SetScript({grpc::Status::OK,
-                    {testing::Chunk(0, "He"),
-                     testing::Chunk(2, "llo", ced::internal::FINISH_REASON_LENGTH)},
-                    false});
+  decode.SetScript(
+      {grpc::Status::OK,
+       {testing::Chunk(0, "He"), testing::Chunk(2, "llo", ced::internal::FINISH_REASON_LENGTH)},
+       false});
   prefill.SetScript({'H', true, true, false, grpc::Status::OK});
   grpc::ServerBuilder builder;
   int port = 0;

@@ -107,7 +107,8 @@ TEST_F(RequestValidationTest, EveryBadFieldIsNamed) {
        }},
       {"request_id", [](GenerateRequest* r) { r->set_request_id(std::string(129, 'a')); }},
       {"request_id", [](GenerateRequest* r) { r->set_request_id("a b"); }},
-      {"replay_on", [](GenerateRequest* r) { r->set_replay_on(static_cast<ced::v1::ReplayOn>(9)); }},
+      {"replay_on",
+       [](GenerateRequest* r) { r->set_replay_on(static_cast<ced::v1::ReplayOn>(9)); }},
       {"replay_mode",
        [](GenerateRequest* r) { r->set_replay_mode(static_cast<ced::v1::ReplayMode>(3)); }},
   };

@@ -40,8 +40,8 @@ WorkerInfo Decode(const std::string& id, int64_t blocks = 100) {
   return w;
 }
 
-WorkerInfo Prefill(const std::string& id,
-                   ced::internal::WeightsHeld weights = ced::internal::WEIGHTS_HELD_ENCODER_REPLAY) {
+WorkerInfo Prefill(const std::string& id, ced::internal::WeightsHeld weights =
+                                              ced::internal::WEIGHTS_HELD_ENCODER_REPLAY) {
   WorkerInfo w;
   w.set_worker_id(id);
   w.set_role(ced::internal::ROLE_PREFILL);
@@ -203,8 +203,7 @@ TEST_F(RouterServiceTest, NoWorkerIsUnavailableAndNoRoomIsResourceExhausted) {
   EXPECT_EQ(DoRoute(Route(10, 10), &response).error_code(), grpc::StatusCode::UNAVAILABLE)
       << "no prefill worker";
   ASSERT_TRUE(Register(Prefill("p0")).ok());
-  EXPECT_EQ(DoRoute(Route(1000, 10), &response).error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(DoRoute(Route(1000, 10), &response).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_TRUE(DoRoute(Route(10, 10), &response).ok());
 }
 
@@ -267,7 +266,8 @@ TEST_F(RouterServiceTest, BadRegistrationsNameTheField) {
   const std::vector<BadField> cases = {
       {"empty id", "worker.worker_id", [](WorkerInfo* w) { w->set_worker_id(""); }},
       {"id with space", "worker.worker_id", [](WorkerInfo* w) { w->set_worker_id("a b"); }},
-      {"long id", "worker.worker_id", [](WorkerInfo* w) { w->set_worker_id(std::string(200, 'x')); }},
+      {"long id", "worker.worker_id",
+       [](WorkerInfo* w) { w->set_worker_id(std::string(200, 'x')); }},
       {"unknown role", "worker.role",
        [](WorkerInfo* w) { w->set_role(static_cast<ced::internal::Role>(7)); }},
       {"unspecified role", "worker.role",
@@ -343,7 +343,8 @@ TEST_F(RouterServiceTest, BadRouteRequestsNameTheField) {
       {"prompt_tokens", [](RouteRequest* r) { r->set_prompt_tokens(0); }},
       {"prompt_tokens", [](RouteRequest* r) { r->set_prompt_tokens(-5); }},
       {"max_tokens", [](RouteRequest* r) { r->set_max_tokens(0); }},
-      {"replay_on", [](RouteRequest* r) { r->set_replay_on(static_cast<ced::internal::ReplayOn>(8)); }},
+      {"replay_on",
+       [](RouteRequest* r) { r->set_replay_on(static_cast<ced::internal::ReplayOn>(8)); }},
       {"replay_mode",
        [](RouteRequest* r) { r->set_replay_mode(static_cast<ced::internal::ReplayMode>(-1)); }},
       {"request_id", [](RouteRequest* r) { r->set_request_id("a\nb"); }},

@@ -51,6 +51,7 @@ TEST(PlannerTest, TriesEverySplitAndReportsTheBest) {
   p.bisection_steps = 4;
   const PlanResult plan = *Plan(p);
   ASSERT_EQ(plan.splits.size(), 3u);
+  ASSERT_GE(plan.best, 0);
   for (size_t i = 0; i < plan.splits.size(); ++i) {
     EXPECT_EQ(plan.splits[i].prefill, static_cast<int>(i) + 1);
     EXPECT_EQ(plan.splits[i].decode, 3 - static_cast<int>(i));

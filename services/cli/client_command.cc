@@ -1,0 +1,305 @@
+// `ced client generate|tokenize|model-info`: a command-line client of the
+// public gateway API (ced.v1.Gateway).
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "ced/v1/gateway.grpc.pb.h"
+#include "services/cli/commands.h"
+#include "services/cli/flags.h"
+#include "services/common/grpc_util.h"
+
+namespace ced::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int RpcFail(const std::string& words, const grpc::Status& status) {
+  return Fail(
+      words,
+      absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                   ": ", status.error_message()));
+}
+
+std::string ToJson(const google::protobuf::Message& message, bool all_fields = false) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = all_fields;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+void SetTimeout(grpc::ClientContext* ctx, int64_t timeout_ms) {
+  if (timeout_ms > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  }
+}
+
+// Takes every --stop value out of `args` (the flag parser keeps only the last
+// of a repeated flag). Each value is a comma-separated list of C-escaped
+// strings: "\n\n" is two newlines, "\x2c" a comma.
+absl::Status ExtractStops(std::vector<std::string>* args, std::vector<std::string>* stops) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args->size(); ++i) {
+    const std::string& a = (*args)[i];
+    std::string value;
+    if (a == "--stop") {
+      if (i + 1 >= args->size()) return absl::InvalidArgumentError("flag --stop needs a value");
+      value = (*args)[++i];
+    } else if (a.rfind("--stop=", 0) == 0) {
+      value = a.substr(7);
+    } else {
+      rest.push_back(a);
+      continue;
+    }
+    for (absl::string_view piece : absl::StrSplit(value, ',')) {
+      std::string unescaped, error;
+      if (!absl::CUnescape(piece, &unescaped, &error)) {
+        return absl::InvalidArgumentError(absl::StrCat("--stop '", piece, "': ", error));
+      }
+      stops->push_back(unescaped);
+    }
+  }
+  *args = std::move(rest);
+  return absl::OkStatus();
+}
+
+absl::Status ParseIds(const std::string& text, google::protobuf::RepeatedField<int32_t>* ids) {
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(piece, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt-ids: '", piece, "' is not an integer"));
+    }
+    ids->Add(id);
+  }
+  return absl::OkStatus();
+}
+
+constexpr char kGenerateWords[] = "client generate";
+
+int Generate(const std::vector<std::string>& raw_args) {
+  const std::vector<FlagSpec> specs = {
+      {"gateway", "127.0.0.1:50050", "gateway address"},
+      {"prompt", "", "prompt text (or give it as the argument)"},
+      {"prompt-ids", "", "prompt as token ids, e.g. 1,2,3 (instead of text)"},
+      {"add-bos", "true", "prepend BOS to a text prompt (--add-bos=false to not)", true},
+      {"max-tokens", "0", "tokens to generate at most (0 = the gateway's default)"},
+      {"temperature", "0", "0 = greedy"},
+      {"top-k", "0", "0 = off"},
+      {"top-p", "0", "nucleus mass in (0, 1]; 0 = off"},
+      {"seed", "0", "sampling seed: same seed, same tokens"},
+      {"stop", "", "stop strings, comma-separated, C escapes (\\n, \\x2c); repeatable"},
+      {"stop-token-ids", "", "stop token ids, comma-separated"},
+      {"ignore-eos", "", "keep generating after EOS", true},
+      {"replay-on", "", "prefill, decode or auto (empty: the server's default)"},
+      {"replay-mode", "", "bounded or exact (empty: the server's default)"},
+      {"request-id", "", "request id (empty: the gateway makes one)"},
+      {"timeout-ms", "0", "deadline for the whole request (0 = none)"},
+      {"json", "", "print every response message as JSON instead of text", true},
+  };
+  std::vector<std::string> args = raw_args;
+  ced::v1::GenerateRequest request;
+  std::vector<std::string> stops;
+  if (absl::Status s = ExtractStops(&args, &stops); !s.ok()) {
+    return Fail(kGenerateWords, std::string(s.message()), 2);
+  }
+  auto flags = Flags::Parse(specs, args);
+  if (!flags.ok()) return Fail(kGenerateWords, std::string(flags.status().message()), 2);
+  if (flags->help()) {
+    std::printf("%s", FormatHelp("ced client generate [flags] [PROMPT]",
+                                 "Streams a completion from a running gateway: the text on "
+                                 "stdout, then finish reason, usage, timings and placement on "
+                                 "stderr.",
+                                 specs)
+                          .c_str());
+    return 0;
+  }
+  std::string prompt = flags->Get("prompt");
+  if (!flags->positional().empty()) {
+    if (!prompt.empty() || flags->positional().size() > 1) {
+      return Fail(kGenerateWords, "give the prompt once (--prompt or one argument)", 2);
+    }
+    prompt = flags->positional()[0];
+  }
+  request.set_prompt(prompt);
+  request.set_add_bos(flags->GetBool("add-bos"));
+  if (absl::Status s = ParseIds(flags->Get("prompt-ids"), request.mutable_prompt_token_ids());
+      !s.ok()) {
+    return Fail(kGenerateWords, std::string(s.message()), 2);
+  }
+  if (absl::Status s = ParseIds(flags->Get("stop-token-ids"), request.mutable_stop_token_ids());
+      !s.ok()) {
+    return Fail(kGenerateWords, std::string(s.message()), 2);
+  }
+  for (const std::string& stop : stops) request.add_stop(stop);
+  auto max_tokens = flags->GetInt("max-tokens");
+  auto top_k = flags->GetInt("top-k");
+  auto seed = flags->GetInt("seed");
+  auto timeout = flags->GetInt("timeout-ms");
+  auto temperature = flags->GetDouble("temperature");
+  auto top_p = flags->GetDouble("top-p");
+  for (const absl::Status& s : {max_tokens.status(), top_k.status(), seed.status(),
+                                timeout.status(), temperature.status(), top_p.status()}) {
+    if (!s.ok()) return Fail(kGenerateWords, std::string(s.message()), 2);
+  }
+  // Range checks are the gateway's job: it answers INVALID_ARGUMENT naming the field.
+  request.set_max_tokens(static_cast<int32_t>(*max_tokens));
+  request.set_top_k(static_cast<int32_t>(*top_k));
+  request.set_seed(static_cast<uint64_t>(*seed));
+  request.set_temperature(static_cast<float>(*temperature));
+  request.set_top_p(static_cast<float>(*top_p));
+  request.set_ignore_eos(flags->GetBool("ignore-eos"));
+  request.set_request_id(flags->Get("request-id"));
+  const std::string replay_on = flags->Get("replay-on");
+  if (replay_on == "prefill")
+    request.set_replay_on(ced::v1::REPLAY_ON_PREFILL);
+  else if (replay_on == "decode")
+    request.set_replay_on(ced::v1::REPLAY_ON_DECODE);
+  else if (replay_on == "auto")
+    request.set_replay_on(ced::v1::REPLAY_ON_AUTO);
+  else if (!replay_on.empty())
+    return Fail(kGenerateWords, "--replay-on must be prefill, decode or auto", 2);
+  const std::string mode = flags->Get("replay-mode");
+  if (mode == "bounded")
+    request.set_replay_mode(ced::v1::REPLAY_MODE_BOUNDED);
+  else if (mode == "exact")
+    request.set_replay_mode(ced::v1::REPLAY_MODE_EXACT);
+  else if (!mode.empty())
+    return Fail(kGenerateWords, "--replay-mode must be bounded or exact", 2);
+
+  auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, *timeout);
+  const bool json = flags->GetBool("json");
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first = start, last = start;
+  int tokens = 0;
+  ced::v1::GenerateResponse response, final_message;
+  auto reader = stub->Generate(&ctx, request);
+  while (reader->Read(&response)) {
+    if (response.token_ids_size() > 0) {
+      if (tokens == 0) first = Clock::now();
+      last = Clock::now();
+      tokens += response.token_ids_size();
+    }
+    if (json) {
+      std::printf("%s\n", ToJson(response).c_str());
+    } else {
+      std::fputs(response.text().c_str(), stdout);
+    }
+    std::fflush(stdout);
+    if (response.finish_reason() != ced::v1::FINISH_REASON_UNSPECIFIED) final_message = response;
+  }
+  const grpc::Status status = reader->Finish();
+  if (!json) std::fputs("\n", stdout);
+  if (!status.ok()) return RpcFail(kGenerateWords, status);
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  const ced::v1::Usage& usage = final_message.usage();
+  const ced::v1::Timings& t = final_message.timings();
+  const ced::v1::Placement& p = final_message.placement();
+  const std::string finish = ced::v1::FinishReason_Name(final_message.finish_reason());
+  std::fprintf(
+      stderr,
+      "[ced] %s%s | prompt %d tokens (cached %d), completion %d | TTFT %.1f ms, TPOT %.2f ms "
+      "(client) | gateway: queue %.1f ms, prefill %.1f ms, transfer %.1f ms, TTFT %.1f ms, "
+      "total %.1f ms | prefill %s, decode %s, replay on %s (%s, R=%d) | request %s\n",
+      finish.c_str(),
+      final_message.finish_detail().empty()
+          ? ""
+          : absl::StrCat(" (", absl::CEscape(final_message.finish_detail()), ")").c_str(),
+      usage.prompt_tokens(), usage.cached_prompt_tokens(), usage.completion_tokens(),
+      ms(first - start), tokens > 1 ? ms(last - first) / (tokens - 1) : 0.0, t.queue_ms(),
+      t.prefill_ms(), t.transfer_ms(), t.ttft_ms(), t.total_ms(),
+      p.local_prefill() ? "local" : p.prefill_worker_id().c_str(), p.decode_worker_id().c_str(),
+      ced::v1::ReplayOn_Name(p.replay_on()).c_str(),
+      ced::v1::ReplayMode_Name(p.replay_mode()).c_str(), p.replay_window(),
+      final_message.request_id().c_str());
+  return 0;
+}
+
+constexpr char kTokenizeWords[] = "client tokenize";
+
+int Tokenize(const std::vector<std::string>& args) {
+  const std::vector<FlagSpec> specs = {
+      {"gateway", "127.0.0.1:50050", "gateway address"},
+      {"text", "", "text to tokenize (or give it as the argument)"},
+      {"add-bos", "", "prepend BOS", true},
+      {"timeout-ms", "10000", "deadline (0 = none)"},
+  };
+  auto flags = Flags::Parse(specs, args);
+  if (!flags.ok()) return Fail(kTokenizeWords, std::string(flags.status().message()), 2);
+  if (flags->help()) {
+    std::printf("%s", FormatHelp("ced client tokenize [flags] [TEXT]",
+                                 "Prints the token ids the gateway makes of a text.", specs)
+                          .c_str());
+    return 0;
+  }
+  auto timeout = flags->GetInt("timeout-ms");
+  if (!timeout.ok()) return Fail(kTokenizeWords, std::string(timeout.status().message()), 2);
+  ced::v1::TokenizeRequest request;
+  request.set_text(flags->positional().empty() ? flags->Get("text") : flags->positional()[0]);
+  request.set_add_bos(flags->GetBool("add-bos"));
+  auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, *timeout);
+  ced::v1::TokenizeResponse response;
+  const grpc::Status status = stub->Tokenize(&ctx, request, &response);
+  if (!status.ok()) return RpcFail(kTokenizeWords, status);
+  std::string out;
+  for (int i = 0; i < response.token_ids_size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ",", response.token_ids(i));
+  }
+  std::printf("%s\n", out.c_str());
+  return 0;
+}
+
+constexpr char kModelInfoWords[] = "client model-info";
+
+int ModelInfo(const std::vector<std::string>& args) {
+  const std::vector<FlagSpec> specs = {
+      {"gateway", "127.0.0.1:50050", "gateway address"},
+      {"timeout-ms", "10000", "deadline (0 = none)"},
+  };
+  auto flags = Flags::Parse(specs, args);
+  if (!flags.ok()) return Fail(kModelInfoWords, std::string(flags.status().message()), 2);
+  if (flags->help()) {
+    std::printf("%s", FormatHelp("ced client model-info [flags]",
+                                 "Prints the served model's shape, accounting and workers as "
+                                 "JSON.",
+                                 specs)
+                          .c_str());
+    return 0;
+  }
+  auto timeout = flags->GetInt("timeout-ms");
+  if (!timeout.ok()) return Fail(kModelInfoWords, std::string(timeout.status().message()), 2);
+  auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, *timeout);
+  ced::v1::ModelInfoResponse response;
+  const grpc::Status status = stub->ModelInfo(&ctx, {}, &response);
+  if (!status.ok()) return RpcFail(kModelInfoWords, status);
+  std::printf("%s\n", ToJson(response, /*all_fields=*/true).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddClientCommand(std::vector<Command>* commands) {
+  commands->push_back({kGenerateWords, "stream a completion from a running gateway", Generate});
+  commands->push_back({kTokenizeWords, "tokenize text with a running gateway", Tokenize});
+  commands->push_back({kModelInfoWords, "show the model a running gateway serves", ModelInfo});
+}
+
+}  // namespace ced::cli
