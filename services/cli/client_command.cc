@@ -17,6 +17,7 @@
 #include "ced/v1/gateway.grpc.pb.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
+#include "services/cli/service_commands.h"
 #include "services/common/grpc_util.h"
 
 namespace ced::cli {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/cli/commands.h"
+#include "services/cli/service_commands.h"
 #include "services/common/grpc_util.h"
 #include "services/router/router_server.h"
 #include "tests/gateway/fake_workers.h"
@@ -22,8 +23,6 @@ int Fail(const std::string& words, const std::string& message, int code) {
   std::fprintf(stderr, "ced %s: %s\n", words.c_str(), message.c_str());
   return code;
 }
-
-void AddClientCommand(std::vector<Command>* commands);
 
 namespace {
 
@@ -115,6 +114,7 @@ TEST_F(ClientCommandTest, StopFlagsRepeatAndSplit) {
 }
 
 TEST_F(ClientCommandTest, JsonPrintsEveryMessage) {
+  prefill_.SetScript({std::nullopt, true, false, false, grpc::Status::OK});
   const CommandRun run =
       Invoke("client generate", {"--prompt-ids=1,2,3", "--max-tokens=8", "--json"});
   ASSERT_EQ(run.code, 0) << run.err;

@@ -15,6 +15,7 @@
 #include "ced/v1/gateway.grpc.pb.h"
 #include "engine/model/presets.h"
 #include "services/common/grpc_util.h"
+#include "services/gateway/gateway_command.h"
 #include "services/gateway/gateway_server.h"
 #include "services/router/router_server.h"
 #include "tests/gateway/fake_workers.h"
@@ -64,7 +65,9 @@ class GatewayTest : public ::testing::Test {
     const std::string address = absl::StrCat("127.0.0.1:", port);
     auto router_stub =
         ced::internal::Router::NewStub(services::MakeChannel(router_->grpc_address()));
-    if (with_prefill) ASSERT_TRUE(RegisterWorker(router_stub.get(), PrefillInfo(address)).ok());
+    if (with_prefill) {
+      ASSERT_TRUE(RegisterWorker(router_stub.get(), PrefillInfo(address)).ok());
+    }
     ASSERT_TRUE(RegisterWorker(router_stub.get(), DecodeInfo(address)).ok());
 
     GatewayServerOptions go = TestGatewayOptions(router_->grpc_address());
@@ -166,7 +169,7 @@ TEST_F(GatewayTest, StreamsOrderedTokensAndAFinalMessage) {
   EXPECT_TRUE(decode_.cancels().empty());
 
   const std::string metrics = gateway_->MetricsText();
-  for (const std::string& line :
+  for (const char* line :
        {"ced_gateway_requests_total{outcome=\"length\"} 1", "ced_gateway_generated_tokens_total 5",
         "ced_gateway_prompt_tokens_total 2", "ced_gateway_ttft_seconds_count 1",
         "ced_gateway_e2e_latency_seconds_count 1", "ced_gateway_inflight_requests 0"}) {
@@ -417,6 +420,14 @@ TEST_F(GatewayTest, HealthFollowsTheWorkers) {
   EXPECT_TRUE(WaitForHealth(gateway_->grpc_address(), /*serving=*/false, absl::Seconds(20)));
   ASSERT_TRUE(RegisterWorker(router.get(), PrefillInfo("127.0.0.1:1")).ok());
   EXPECT_TRUE(WaitForHealth(gateway_->grpc_address(), /*serving=*/true, absl::Seconds(20)));
+}
+
+TEST(GatewayCommandTest, UsageErrorsAndHelp) {
+  EXPECT_EQ(RunGatewayCommand({"--help"}), 0);
+  EXPECT_EQ(RunGatewayCommand({}), 2) << "--model is required";
+  EXPECT_EQ(RunGatewayCommand({"--model=m", "--max-inflight=0"}), 2);
+  EXPECT_EQ(RunGatewayCommand({"--model=m", "--replay-on=sideways"}), 2);
+  EXPECT_EQ(RunGatewayCommand({"--model=/nonexistent/model"}), 1);
 }
 
 }  // namespace

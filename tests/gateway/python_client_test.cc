@@ -81,7 +81,7 @@ TEST(PythonClientTest, StreamsThroughTheGateway) {
                   "", &output, absl::Seconds(120));
   ASSERT_TRUE(rc.ok()) << rc.status() << "\n" << output;
   EXPECT_EQ(*rc, 0) << output;
-  for (const std::string& line :
+  for (const char* line :
        {"health 0801\n", "tokenize 256,104,105\n", "tokens 72,101,108,108,111\n", "text Hello\n",
         "finish FINISH_REASON_LENGTH\n", "bad-request INVALID_ARGUMENT top_k:"}) {
     EXPECT_NE(output.find(line), std::string::npos) << line << "\n---\n" << output;

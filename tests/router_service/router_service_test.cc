@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "ced/internal/router.grpc.pb.h"
 #include "services/common/grpc_util.h"
+#include "services/router/router_command.h"
 #include "services/router/router_server.h"
 #include "tests/metrics/test_util.h"
 
@@ -426,7 +427,7 @@ TEST_F(RouterServiceTest, MetricsCountDecisionsAndRegistrations) {
   ASSERT_TRUE(DoRoute(Route(100000, 10), &response).error_code() ==
               grpc::StatusCode::RESOURCE_EXHAUSTED);
   const std::string text = ScrapeMetrics();
-  for (const std::string& line : {
+  for (const char* line : {
            "ced_router_decisions_total{replay_on=\"prefill\",local_prefill=\"false\"} 1",
            "ced_router_decisions_total{replay_on=\"decode\",local_prefill=\"false\"} 2",
            "ced_router_decisions_total{replay_on=\"decode\",local_prefill=\"true\"} 0",
@@ -439,6 +440,16 @@ TEST_F(RouterServiceTest, MetricsCountDecisionsAndRegistrations) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   }
   EXPECT_NE(server_->MetricsText().find("ced_router_registrations_total 2"), std::string::npos);
+}
+
+TEST(RouterCommandTest, UsageErrorsAndHelp) {
+  EXPECT_EQ(RunRouterCommand({"--help"}), 0);
+  EXPECT_EQ(RunRouterCommand({"--bogus"}), 2);
+  EXPECT_EQ(RunRouterCommand({"--replay-on=sideways"}), 2);
+  EXPECT_EQ(RunRouterCommand({"--replay-mode=approximate"}), 2);
+  EXPECT_EQ(RunRouterCommand({"--heartbeat-timeout-ms=0"}), 2);
+  EXPECT_EQ(RunRouterCommand({"extra"}), 2);
+  EXPECT_EQ(RunRouterCommand({"--model=/nonexistent/model"}), 1);
 }
 
 }  // namespace
