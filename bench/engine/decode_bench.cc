@@ -1,5 +1,7 @@
 #include "bench/engine/decode_bench.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -22,7 +24,7 @@ double WeightBytesPerStep(const ModelConfig& c, int batch) {
 }
 
 struct Measurement {
-  double seconds = 0, weight_bytes = 0, kv_bytes = 0, context_sum = 0;
+  double seconds = 0, cpu = 0, weight_bytes = 0, kv_bytes = 0, context_sum = 0;
   int steps = 0;
 };
 
@@ -40,12 +42,14 @@ absl::StatusOr<Measurement> RunSteps(Engine& engine, const std::vector<SeqId>& s
       m.context_sum += context;
     }
     m.weight_bytes += WeightBytesPerStep(c, batch);
+    const double c0 = ProcessCpuSeconds();
     const double t0 = NowSeconds();
     ASSIGN_OR_RETURN(std::vector<float> logits, engine.Decode(in));
     for (int b = 0; b < batch; ++b) {
       next[b] = Argmax(logits.data() + static_cast<size_t>(b) * c.vocab_size, c.vocab_size);
     }
     m.seconds += NowSeconds() - t0;
+    m.cpu += ProcessCpuSeconds() - c0;
     ++m.steps;
   }
   return m;
@@ -104,15 +108,17 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
       r.roofline_tokens_per_s.push_back(tokens / roofline_s);
       r.fraction.push_back(roofline_s / m.seconds);
       r.step_ms.push_back(m.seconds / m.steps * 1e3);
+      r.cpu_share.push_back(m.cpu / (m.seconds * omp_get_max_threads()));
       r.weight_bytes = m.weight_bytes / m.steps;
       r.kv_bytes = m.kv_bytes / m.steps;
       r.bytes_per_step = r.weight_bytes + r.kv_bytes;
       r.mean_context = m.context_sum / tokens;
       std::fprintf(stderr,
                    "[decode %d/%d] batch %2d: %.1f tokens/s (%.2f ms/step), roofline %.1f "
-                   "tokens/s, %.0f%% of roofline\n",
+                   "tokens/s, %.0f%% of roofline, CPU share %.0f%%\n",
                    rep + 1, options.repetitions, r.batch, r.tokens_per_s.back(),
-                   r.step_ms.back(), r.roofline_tokens_per_s.back(), 100 * r.fraction.back());
+                   r.step_ms.back(), r.roofline_tokens_per_s.back(), 100 * r.fraction.back(),
+                   100 * r.cpu_share.back());
     }
   }
   return report;

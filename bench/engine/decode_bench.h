@@ -26,6 +26,7 @@ struct DecodeBatchResult {
   // at the bandwidth of the probe sample taken in the same repetition.
   std::vector<double> tokens_per_s, roofline_tokens_per_s, fraction;
   std::vector<double> step_ms;
+  std::vector<double> cpu_share;  // process CPU time / (wall x threads)
   double bytes_per_step = 0;  // weights + K/V at the mean context (last rep)
   double weight_bytes = 0, kv_bytes = 0;
   double mean_context = 0;    // keys a step attends (global), mean over the last rep

@@ -1,5 +1,7 @@
 #include "bench/engine/prefill_bench.h"
 
+#include <omp.h>
+
 #include <cstdio>
 
 #include "bench/engine/bench_models.h"
@@ -12,7 +14,7 @@ namespace ced::bench {
 namespace {
 
 struct Timing {
-  double ttft = 0, encoder = 0, replay = 0;
+  double ttft = 0, encoder = 0, replay = 0, cpu = 0;
   int token = -1;
 };
 
@@ -24,6 +26,7 @@ absl::StatusOr<Timing> TimePrefill(Engine& engine, const std::vector<int32_t>& p
   PrefillOptions po = base;
   po.defer_replay = ced;
   Timing t;
+  const double c0 = ProcessCpuSeconds();
   const double t0 = NowSeconds();
   ASSIGN_OR_RETURN(PrefillResult pre, engine.Prefill(seq, prompt, po));
   const double t1 = NowSeconds();
@@ -33,6 +36,7 @@ absl::StatusOr<Timing> TimePrefill(Engine& engine, const std::vector<int32_t>& p
   }
   t.token = Argmax(logits.data(), static_cast<int>(logits.size()));
   const double t2 = NowSeconds();
+  t.cpu = ProcessCpuSeconds() - c0;
   t.ttft = t2 - t0;
   t.encoder = ced ? t1 - t0 : t.ttft;
   t.replay = ced ? t2 - t1 : 0;
@@ -100,13 +104,14 @@ absl::StatusOr<PrefillReport> RunPrefillBench(const PrefillBenchOptions& options
       v.ttft_s.push_back(t.ttft);
       v.encoder_s.push_back(t.encoder);
       v.replay_s.push_back(t.replay);
+      v.cpu_share.push_back(t.cpu / (t.ttft * omp_get_max_threads()));
       v.first_token = t.token;
       ttft[i] = t.ttft;
       std::fprintf(stderr,
                    "[prefill %d/%d] %-12s TTFT %.3f s (encoder pass %.3f s, replay %.3f s), "
-                   "%.1f GFLOP/s\n",
+                   "%.1f GFLOP/s, CPU share %.0f%%\n",
                    rep + 1, options.repetitions, v.name.c_str(), t.ttft, t.encoder, t.replay,
-                   v.flops() / t.ttft * 1e-9);
+                   v.flops() / t.ttft * 1e-9, 100 * v.cpu_share.back());
     }
     report.speedup_bounded.push_back(ttft[2] / ttft[0]);
     report.speedup_exact.push_back(ttft[2] / ttft[1]);

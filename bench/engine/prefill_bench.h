@@ -30,6 +30,9 @@ struct PrefillVariant {
   // Per repetition, seconds. encoder_s / replay_s split a CED prefill into
   // the chunked encoder pass (incl. decoder global K/V) and the replay.
   std::vector<double> ttft_s, encoder_s, replay_s;
+  // Per repetition: process CPU time / (TTFT x threads); well below 1 when
+  // the threads waited or other processes had the cores.
+  std::vector<double> cpu_share;
   int first_token = -1;
 };
 

@@ -9,6 +9,10 @@ namespace ced::bench {
 
 // Monotonic wall-clock seconds.
 double NowSeconds();
+// CPU seconds used by every thread of this process so far. With T threads,
+// cpu / (wall * T) below 1 means the threads were waiting or descheduled
+// (another process had the cores).
+double ProcessCpuSeconds();
 
 struct Summary {
   int n = 0;

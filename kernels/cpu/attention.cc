@@ -324,11 +324,13 @@ void AttentionCpu(const AttentionParams& p, const std::vector<AttentionSegment>&
     }
   }
   if (small.empty()) return;
-  // Tasks: each small segment split into `split` ranges of kv heads, enough
-  // for about two tasks per thread; whole rows are read when split is 1.
+  // Tasks: each small segment split into `split` ranges of kv heads, just
+  // enough for one task per thread; whole rows (contiguous memory) are read
+  // when split is 1.
   const int threads = omp_get_max_threads();
   const int G = p.num_kv_heads;
-  const int want = (2 * threads + static_cast<int>(small.size()) - 1) / static_cast<int>(small.size());
+  const int nsmall = static_cast<int>(small.size());
+  const int want = (threads + nsmall - 1) / nsmall;
   int split = std::min(G, std::max(1, want));
   while (G % split != 0) ++split;
   const int per = G / split;

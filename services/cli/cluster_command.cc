@@ -242,3 +242,52 @@ int RunCluster(const std::vector<std::string>& args) {
 }
 
 }  // namespace ced::cli
+
+namespace ced::cli {
+
+int RunUp(const std::vector<std::string>& args) {
+  std::string model, preset = "tiny", seed = "1";
+  std::vector<std::string> rest;
+  bool help = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto take = [&](const std::string& name, std::string* out) {
+      if (args[i] == "--" + name && i + 1 < args.size()) {
+        *out = args[++i];
+        return true;
+      }
+      if (args[i].rfind("--" + name + "=", 0) == 0) {
+        *out = args[i].substr(name.size() + 3);
+        return true;
+      }
+      return false;
+    };
+    if (take("model", &model) || take("preset", &preset) || take("seed", &seed)) continue;
+    if (args[i] == "--help" || args[i] == "-h") help = true;
+    rest.push_back(args[i]);
+  }
+  if (help) {
+    std::printf(
+        "Usage: ced up [--model DIR] [--preset tiny] [--seed 1] [ced cluster flags]\n\n"
+        "Starts router, gateway, one prefill and one decode worker (counts settable) as local\n"
+        "processes on loopback, making the model first when DIR has none (default DIR:\n"
+        "$HOME/.cache/ced/models/PRESET). Prints the addresses; Ctrl-C stops everything.\n\n"
+        "Own flags:\n  --model=DIR\n  --preset=tiny      preset to make when DIR has no model\n"
+        "  --seed=1           weights seed for that preset\n\nCluster flags:\n");
+    return RunCluster({"--help"});
+  }
+  if (model.empty()) {
+    const char* home = std::getenv("HOME");
+    model = std::string(home != nullptr ? home : ".") + "/.cache/ced/models/" + preset;
+  }
+  if (std::ifstream(model + "/model.safetensors").fail()) {
+    std::printf("making model '%s' (seed %s) in %s\n", preset.c_str(), seed.c_str(),
+                model.c_str());
+    std::fflush(stdout);
+    const int rc = RunCommand("model make", {"--preset", preset, "--seed", seed, "--out", model});
+    if (rc != 0) return rc;
+  }
+  rest.insert(rest.begin(), {"--model", model});
+  return RunCluster(rest);
+}
+
+}  // namespace ced::cli

@@ -20,6 +20,9 @@ void AddGenerateCommand(std::vector<Command>* commands);
 // Commands of the serving system (linked when services are built).
 void AddServiceCommands(std::vector<Command>* commands);
 
+// Runs another registered command by its words (e.g. "client generate").
+int RunCommand(const std::string& words, const std::vector<std::string>& args);
+
 // Prints "ced <words>: <message>" to stderr and returns `code`.
 int Fail(const std::string& words, const std::string& message, int code = 1);
 

@@ -20,6 +20,8 @@ double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::ti
 
 int Generate(const std::vector<std::string>& args) {
   const std::vector<FlagSpec> specs = {
+      {"gateway", "", "send the request to a running gateway (HOST:PORT) instead of running "
+                      "the model here"},
       {"model", "", "model directory (config.json + model.safetensors)"},
       {"prompt", "The quick brown fox", "prompt text (byte tokenizer)"},
       {"max-tokens", "32", "tokens to generate at most"},
@@ -38,12 +40,28 @@ int Generate(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(kWords, std::string(flags.status().message()), 2);
   if (flags->help()) {
-    std::printf("%s", FormatHelp("ced generate --model DIR --prompt TEXT",
+    std::printf("%s", FormatHelp("ced generate (--model DIR | --gateway HOST:PORT) [TEXT]",
                                  "Runs CED prefill (encoder, decoder K/V projections, replay) and "
-                                 "decode for one prompt in this process and streams the text.",
+                                 "decode for one prompt in this process and streams the text; "
+                                 "with --gateway, asks a running cluster instead and prints "
+                                 "TTFT/TPOT.",
                                  specs)
                           .c_str());
     return 0;
+  }
+  const std::string prompt_text =
+      flags->positional().empty() ? flags->Get("prompt") : flags->positional()[0];
+  if (!flags->Get("gateway").empty()) {
+    std::vector<std::string> client = {"--gateway", flags->Get("gateway"), "--prompt",
+                                       prompt_text};
+    for (const char* name : {"max-tokens", "temperature", "top-k", "top-p", "seed"}) {
+      client.push_back(std::string("--") + name);
+      client.push_back(flags->Get(name));
+    }
+    if (flags->Has("replay-on")) client.insert(client.end(), {"--replay-on", flags->Get("replay-on")});
+    if (flags->Has("replay")) client.insert(client.end(), {"--replay-mode", flags->Get("replay")});
+    if (flags->GetBool("ignore-eos")) client.push_back("--ignore-eos");
+    return RunCommand("client generate", client);
   }
   if (flags->Get("model").empty()) return Fail(kWords, "--model is required", 2);
   auto max_tokens = flags->GetInt("max-tokens");
@@ -92,7 +110,7 @@ int Generate(const std::vector<std::string>& args) {
   const ModelConfig& config = (*engine)->config();
   auto tokenizer = CreateTokenizer(eo.model_dir, config.vocab_size);
   if (!tokenizer.ok()) return Fail(kWords, std::string(tokenizer.status().message()));
-  std::vector<int> ids = (*tokenizer)->Encode(flags->Get("prompt"), /*add_bos=*/true);
+  std::vector<int> ids = (*tokenizer)->Encode(prompt_text, /*add_bos=*/true);
   std::vector<int32_t> prompt(ids.begin(), ids.end());
   const int capacity = static_cast<int>(prompt.size() + *max_tokens);
   if (capacity > config.max_position) {

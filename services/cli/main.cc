@@ -15,6 +15,22 @@ int Fail(const std::string& words, const std::string& message, int code) {
 
 namespace {
 
+std::vector<Command>& AllCommands() {
+  static auto* commands = new std::vector<Command>;
+  return *commands;
+}
+
+}  // namespace
+
+int RunCommand(const std::string& words, const std::vector<std::string>& args) {
+  for (const Command& c : AllCommands()) {
+    if (c.words == words) return c.run(args);
+  }
+  return Fail(words, "this command is not built into this binary", 2);
+}
+
+namespace {
+
 void PrintUsage(const std::vector<Command>& commands, FILE* out) {
   std::fprintf(out,
                "ced — serving Causal Encoder-Decoder language models.\n\n"
@@ -30,7 +46,7 @@ void PrintUsage(const std::vector<Command>& commands, FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace ced::cli;
-  std::vector<Command> commands;
+  std::vector<Command>& commands = ced::cli::AllCommands();
   AddModelCommands(&commands);
   AddGenerateCommand(&commands);
   AddServiceCommands(&commands);

@@ -43,6 +43,7 @@ int Serve(const std::vector<std::string>& args) {
 void AddServiceCommands(std::vector<Command>* commands) {
   commands->push_back({"serve", "run one service role (--role=gateway|router|prefill|decode)", Serve});
   commands->push_back({"cluster", "run gateway, router, prefill and decode pools locally", RunCluster});
+  commands->push_back({"up", "like cluster, making the default model when missing", RunUp});
   AddClientCommand(commands);
 }
 

@@ -12,6 +12,8 @@ namespace ced::cli {
 int RunWorkerRole(const std::string& role, const std::vector<std::string>& args);
 // `ced cluster`: the whole topology as local processes on loopback.
 int RunCluster(const std::vector<std::string>& args);
+// `ced up`: RunCluster on a model it makes when missing.
+int RunUp(const std::vector<std::string>& args);
 // Registered by client_command.cc.
 void AddClientCommand(std::vector<Command>* commands);
 

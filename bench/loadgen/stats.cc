@@ -1,0 +1,86 @@
+#include "bench/loadgen/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace ced::loadgen {
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  p = std::clamp(p, 0.0, 100.0);
+  const double rank = p / 100.0 * static_cast<double>(values.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(lo + 1, values.size() - 1);
+  const double frac = rank - static_cast<double>(lo);
+  return values[lo] + (values[hi] - values[lo]) * frac;
+}
+
+LatencySummary Summarize(const std::vector<double>& values_ms) {
+  LatencySummary s;
+  s.count = static_cast<int64_t>(values_ms.size());
+  if (values_ms.empty()) return s;
+  s.mean = std::accumulate(values_ms.begin(), values_ms.end(), 0.0) / values_ms.size();
+  s.p50 = Percentile(values_ms, 50);
+  s.p90 = Percentile(values_ms, 90);
+  s.p99 = Percentile(values_ms, 99);
+  s.max = *std::max_element(values_ms.begin(), values_ms.end());
+  return s;
+}
+
+double TtftMs(const RequestRecord& r) { return (r.first_token_s - r.sent_s) * 1e3; }
+
+double E2eMs(const RequestRecord& r) { return (r.end_s - r.sent_s) * 1e3; }
+
+bool TpotMs(const RequestRecord& r, double* tpot_ms) {
+  if (r.output_tokens < 2 || r.first_token_s < 0) return false;
+  *tpot_ms = (E2eMs(r) - TtftMs(r)) / static_cast<double>(r.output_tokens - 1);
+  return true;
+}
+
+bool MeetsSlo(const RequestRecord& r, const Slo& slo) {
+  if (!r.ok() || r.first_token_s < 0) return false;
+  if (slo.ttft_ms > 0 && TtftMs(r) > slo.ttft_ms) return false;
+  double tpot = 0;
+  if (slo.tpot_ms > 0 && TpotMs(r, &tpot) && tpot > slo.tpot_ms) return false;
+  return true;
+}
+
+RunReport ComputeReport(const std::vector<RequestRecord>& records, const Slo& slo,
+                        double duration_s) {
+  RunReport rep;
+  rep.slo = slo;
+  std::vector<double> ttft, tpot, e2e;
+  double last_end = 0;
+  for (const RequestRecord& r : records) {
+    ++rep.issued;
+    rep.output_tokens += r.output_tokens;
+    last_end = std::max(last_end, r.end_s);
+    if (!r.ok()) {
+      ++rep.errors[r.outcome];
+      continue;
+    }
+    ++rep.succeeded;
+    rep.prompt_tokens += r.prompt_tokens;
+    if (r.first_token_s >= 0) ttft.push_back(TtftMs(r));
+    e2e.push_back(E2eMs(r));
+    double t = 0;
+    if (TpotMs(r, &t)) tpot.push_back(t);
+    if (MeetsSlo(r, slo)) ++rep.slo_met;
+  }
+  rep.failed = rep.issued - rep.succeeded;
+  rep.duration_s = duration_s > 0 ? duration_s : last_end;
+  if (rep.duration_s > 0) {
+    rep.request_throughput = rep.succeeded / rep.duration_s;
+    rep.output_throughput = rep.output_tokens / rep.duration_s;
+    rep.goodput = rep.slo_met / rep.duration_s;
+  }
+  if (rep.issued > 0) rep.slo_attainment = static_cast<double>(rep.slo_met) / rep.issued;
+  rep.ttft = Summarize(ttft);
+  rep.tpot = Summarize(tpot);
+  rep.e2e = Summarize(e2e);
+  return rep;
+}
+
+}  // namespace ced::loadgen

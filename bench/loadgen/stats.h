@@ -1,0 +1,80 @@
+// What one load-generator run measured, and the arithmetic that turns
+// per-request records into a report: percentiles, SLO attainment, goodput,
+// errors by status. Pure functions over values; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ced::loadgen {
+
+// One request as the client saw it. Times are seconds since the start of the
+// run on a monotonic clock.
+struct RequestRecord {
+  int64_t index = 0;
+  int64_t prompt_tokens = 0;      // as planned (text prompts: bytes)
+  int64_t max_tokens = 0;         // as requested
+  double sent_s = 0;              // the call was started
+  double first_token_s = -1;      // the first message with a token arrived; < 0 if none
+  double end_s = 0;               // the call finished (any status)
+  int64_t output_tokens = 0;      // tokens received
+  // "OK" or the gRPC status code name (e.g. "DEADLINE_EXCEEDED"); for an OK
+  // stream that ended with finish_reason ERROR or CANCELLED, that reason
+  // ("FINISH_ERROR", "FINISH_CANCELLED").
+  std::string outcome = "OK";
+  bool ok() const { return outcome == "OK"; }
+};
+
+// Both limits in milliseconds; 0 turns a limit off.
+struct Slo {
+  double ttft_ms = 0;
+  double tpot_ms = 0;
+};
+
+// Percentile of `values` (any order) by linear interpolation between closest
+// ranks: rank p/100·(n−1) of the sorted values (numpy's default). 0 when
+// empty; p is clamped to [0, 100].
+double Percentile(std::vector<double> values, double p);
+
+struct LatencySummary {
+  int64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;  // milliseconds
+};
+LatencySummary Summarize(const std::vector<double>& values_ms);
+
+// Per-request derived latencies, milliseconds. TTFT: sent -> first token;
+// E2E: sent -> end; TPOT: (E2E − TTFT) / (output tokens − 1), undefined
+// (returns false) with fewer than two tokens or without a first token.
+double TtftMs(const RequestRecord& r);
+double E2eMs(const RequestRecord& r);
+bool TpotMs(const RequestRecord& r, double* tpot_ms);
+
+// A request meets the SLO when it succeeded, TTFT <= slo.ttft_ms and TPOT <=
+// slo.tpot_ms (a limit of 0 is not checked; an undefined TPOT meets it).
+bool MeetsSlo(const RequestRecord& r, const Slo& slo);
+
+struct RunReport {
+  int64_t issued = 0;     // requests started
+  int64_t succeeded = 0;  // outcome OK
+  int64_t failed = 0;     // issued - succeeded
+  std::map<std::string, int64_t> errors;  // outcome -> count, OK excluded
+  int64_t prompt_tokens = 0;              // over succeeded requests
+  int64_t output_tokens = 0;              // over all requests (tokens received)
+  double duration_s = 0;                  // run start -> last request end
+  double request_throughput = 0;          // succeeded / duration_s
+  double output_throughput = 0;           // output_tokens / duration_s
+  // Over succeeded requests; TPOT over those with >= 2 tokens.
+  LatencySummary ttft, tpot, e2e;
+  Slo slo;
+  int64_t slo_met = 0;        // requests meeting both SLOs
+  double slo_attainment = 0;  // slo_met / issued (failures count as misses)
+  double goodput = 0;         // slo_met / duration_s, requests per second
+};
+
+// The report of one run. `duration_s` <= 0 means: the latest end_s.
+RunReport ComputeReport(const std::vector<RequestRecord>& records, const Slo& slo,
+                        double duration_s = 0);
+
+}  // namespace ced::loadgen
