@@ -23,8 +23,10 @@ struct DecodeBenchOptions {
 struct DecodeBatchResult {
   int batch = 0;
   // Per repetition: tokens/s, and the roofline tokens/s for the same steps
-  // at the bandwidth of the probe sample taken in the same repetition.
+  // at the best read bandwidth of the run (the STREAM convention), so the
+  // fraction is conservative on a noisy machine.
   std::vector<double> tokens_per_s, roofline_tokens_per_s, fraction;
+  std::vector<double> bytes_per_step_samples;
   std::vector<double> step_ms;
   std::vector<double> cpu_share;  // process CPU time / (wall x threads)
   double bytes_per_step = 0;  // weights + K/V at the mean context (last rep)
@@ -35,6 +37,7 @@ struct DecodeBatchResult {
 struct DecodeReport {
   DecodeBenchOptions options;
   std::vector<double> bandwidth;  // B/s, one sample per repetition
+  double best_bandwidth = 0;      // max of `bandwidth`: the roofline's bandwidth
   std::vector<DecodeBatchResult> batches;
 };
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -18,6 +19,7 @@
 #include "absl/time/time.h"
 #include "bench/engine/bench_flags.h"
 #include "bench/engine/bench_models.h"
+#include "bench/engine/child_run.h"
 #include "bench/engine/report.h"
 #include "bench/engine/stats.h"
 #include "engine/common/status.h"
@@ -43,6 +45,7 @@ struct Flags {
   int replay_steps = 64;
   int seed = 0;
   std::string scratch_dir;
+  std::string compare_blas_core = "auto";
   std::string markdown = "bench/results/engine.md";
   std::string json = "bench/results/engine.json";
 };
@@ -61,15 +64,40 @@ absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::s
   return out;
 }
 
-// The command line as typed, with an absolute program path reduced to its
-// file name (reports must not carry machine-specific paths).
+// Environment variables that change what the bench measures.
+constexpr const char* kRelevantEnv[] = {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                                        "OPENBLAS_CORETYPE"};
+
+// The command line as typed, preceded by the relevant environment, with an
+// absolute program path reduced to its file name (reports must not carry
+// machine-specific paths).
 std::string CommandLine(int argc, char** argv) {
   std::vector<std::string> parts;
+  for (const char* name : kRelevantEnv) {
+    if (const char* v = std::getenv(name); v != nullptr) parts.push_back(absl::StrCat(name, "=", v));
+  }
   std::string prog = argv[0];
   if (!prog.empty() && prog[0] == '/') prog = std::filesystem::path(prog).filename().string();
   parts.push_back(prog);
   for (int i = 1; i < argc; ++i) parts.push_back(argv[i]);
   return absl::StrJoin(parts, " ");
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  if (!(in >> a >> b >> c)) return "unknown";
+  return absl::StrCat(a, " ", b, " ", c);
+}
+
+// The OpenBLAS kernel set to compare prefill against, or "" for none.
+std::string AltBlasCore(const std::string& flag, const MachineInfo& m) {
+  if (flag == "none" || flag.empty()) return "";
+  if (flag != "auto") return flag;
+  const bool avx2_kernels = m.blas_core == "Haswell" || m.blas_core == "Zen";
+  return m.has_avx512 && avx2_kernels && std::getenv("OPENBLAS_CORETYPE") == nullptr
+             ? "SkylakeX"
+             : "";
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {
@@ -112,14 +140,20 @@ absl::Status Run(const Flags& f, const std::string& command) {
   ctx.command = command;
   ctx.date_utc = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
   ctx.quick = f.quick;
+  ctx.load_start = LoadAverage();
   ctx.machine = CollectMachineInfo();
   ctx.ced_config = ced->config();
-  ctx.dec_config = dec->config();
   ctx.kv_format = std::string(kernels::KvFormatName(ced->config().kv_cache_dtype));
   ctx.block_size = EngineOptions().block_size;
-  std::fprintf(stderr, "[setup] %s, %d cores, %d OpenMP threads, OpenBLAS %s\n",
+  std::fprintf(stderr, "[setup] %s, %d cores, %d OpenMP threads, OpenBLAS %s, load %s\n",
                ctx.machine.cpu_model.c_str(), ctx.machine.logical_cores,
-               ctx.machine.omp_threads, ctx.machine.blas_core.c_str());
+               ctx.machine.omp_threads, ctx.machine.blas_core.c_str(), ctx.load_start.c_str());
+  if (ctx.machine.omp_wait_policy.empty() && ctx.machine.omp_threads > 1) {
+    std::fprintf(stderr,
+                 "[setup] note: OMP_WAIT_POLICY is unset; on a shared machine spinning OpenMP "
+                 "threads starve each other (see bench/README.md): consider "
+                 "OMP_WAIT_POLICY=passive\n");
+  }
 
   absl::Status status = absl::OkStatus();
   if (sections.count("prefill")) {
@@ -158,13 +192,36 @@ absl::Status Run(const Flags& f, const std::string& command) {
       report.replay.insert(report.replay.end(), rows.begin(), rows.end());
     }
   }
+  const std::string alt = AltBlasCore(f.compare_blas_core, ctx.machine);
+  if (report.has_prefill && !alt.empty()) {
+    std::fprintf(stderr, "[blas] prefill again in a child process with OPENBLAS_CORETYPE=%s\n",
+                 alt.c_str());
+    const std::string json = scratch + "/blas_child.json";
+    const std::vector<std::string> args = {
+        "--sections=prefill",
+        absl::StrCat("--prompt_tokens=", f.prompt_tokens),
+        absl::StrCat("--chunk_tokens=", f.chunk_tokens),
+        absl::StrCat("--prefill_reps=", f.prefill_reps),
+        absl::StrCat("--fma_seconds=", f.fma_seconds),
+        absl::StrCat("--seed=", f.seed),
+        "--scratch_dir=" + scratch,
+        "--markdown=" + scratch + "/blas_child.md",
+        "--json=" + json,
+        "--compare_blas_core=none"};
+    auto child = RunChild(args, "OPENBLAS_CORETYPE=" + alt, json);
+    if (!child.ok()) return child.status();
+    report.alt_blas_core = alt;
+    report.alt_report = std::move(*child);
+  }
   if (own_scratch) {
     std::error_code ec;
     std::filesystem::remove_all(scratch, ec);
   }
+  ctx.load_end = LoadAverage();
   ctx.wall_s = NowSeconds() - t_start;
-  RETURN_IF_ERROR(WriteFile(f.markdown, FormatMarkdown(report)));
-  RETURN_IF_ERROR(WriteFile(f.json, FormatJson(report)));
+  const nlohmann::ordered_json doc = BuildJson(report);
+  RETURN_IF_ERROR(WriteFile(f.markdown, FormatMarkdown(doc)));
+  RETURN_IF_ERROR(WriteFile(f.json, doc.dump(2) + "\n"));
   std::fprintf(stderr, "[done] %.0f s; wrote %s and %s\n", ctx.wall_s, f.markdown.c_str(),
                f.json.c_str());
   return status;
@@ -204,6 +261,10 @@ int main(int argc, char** argv) {
   flags.Int("seed", &f.seed, "synthetic weights seed");
   flags.String("scratch_dir", &f.scratch_dir,
                "where models are written (kept and reused); default: a temporary directory");
+  flags.String("compare_blas_core", &f.compare_blas_core,
+               "rerun the prefill section in a child process with OPENBLAS_CORETYPE set to "
+               "this; auto = SkylakeX on AVX-512 CPUs that OpenBLAS drives with AVX2 kernels; "
+               "none = off");
   flags.String("markdown", &f.markdown, "markdown report path");
   flags.String("json", &f.json, "JSON report path");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {

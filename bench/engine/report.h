@@ -1,5 +1,10 @@
-// The engine bench report: a markdown page for people and a JSON document
-// for tools, from the raw samples of one run. Pure functions.
+// The engine bench report: a JSON document for tools and a markdown page for
+// people, rendered from that JSON (so the page can be rebuilt from the
+// document alone). Pure functions.
+//
+// Fractions of a machine bound (FMA peak, memory roofline) divide each
+// repetition's figure by the BEST probe sample of the run (the STREAM
+// convention): on a noisy machine they are conservative.
 #pragma once
 
 #include <string>
@@ -10,16 +15,18 @@
 #include "bench/engine/prefill_bench.h"
 #include "bench/engine/replay_error_bench.h"
 #include "engine/model/config.h"
+#include "nlohmann/json.hpp"
 
 namespace ced::bench {
 
 struct RunContext {
-  std::string command;   // the exact command line
+  std::string command;   // the exact command line, with the environment that matters
   std::string date_utc;  // ISO 8601
   double wall_s = 0;     // whole run
   bool quick = false;
+  std::string load_start, load_end;  // /proc/loadavg (1, 5, 15 min)
   MachineInfo machine;
-  ModelConfig ced_config, dec_config;
+  ModelConfig ced_config;
   std::string kv_format;
   int block_size = 0;
 };
@@ -30,9 +37,17 @@ struct BenchReport {
   PrefillReport prefill;
   DecodeReport decode;
   std::vector<ReplayErrorRow> replay;
+  // Prefill rerun in a child process with another OpenBLAS kernel set: the
+  // child's JSON document; null when not run.
+  std::string alt_blas_core;
+  nlohmann::ordered_json alt_report;
 };
 
-std::string FormatMarkdown(const BenchReport& report);
-std::string FormatJson(const BenchReport& report);
+// "avx512" for OpenBLAS kernel sets built on AVX-512 FMAs (SkylakeX,
+// Cooperlake, SapphireRapids), else "avx2".
+std::string BlasIsa(const std::string& blas_core);
+
+nlohmann::ordered_json BuildJson(const BenchReport& report);
+std::string FormatMarkdown(const nlohmann::ordered_json& doc);
 
 }  // namespace ced::bench

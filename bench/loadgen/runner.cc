@@ -223,7 +223,8 @@ absl::StatusOr<RunResult> LoadRunner::Run() {
         absl::SleepFor(std::min(absl::Seconds(wait), kPollSlice));
       }
     }
-    if (Interrupted() || past_duration()) break;
+    // Open loop: the arrival time alone decides (a late wake-up still sends).
+    if (Interrupted() || (options_.concurrency > 0 && past_duration())) break;
     Launch(planned);
   }
   absl::MutexLock lock(&state_->mu);

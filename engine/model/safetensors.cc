@@ -202,9 +202,10 @@ absl::Status SafetensorsFile::Parse() {
       }
       continue;
     }
-    auto tensor_error = [&](std::string_view what) {
+    // Init-capture: C++17 lambdas cannot capture a structured binding (clang rejects it).
+    auto tensor_error = [&, &tensor = name](std::string_view what) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path_, ": tensor ", Quote(name), ": ", Sv(what)));
+          absl::StrCat(path_, ": tensor ", Quote(tensor), ": ", Sv(what)));
     };
     if (!value.is_object()) return tensor_error("entry is not a JSON object");
     SafetensorsEntry entry;

@@ -31,7 +31,8 @@ inline float Dot(const float* a, const float* b, int n) {
     acc1 += a1 * b1;
   }
   acc0 += acc1;
-  float sum = ((acc0[0] + acc0[4]) + (acc0[1] + acc0[5])) + ((acc0[2] + acc0[6]) + (acc0[3] + acc0[7]));
+  float sum = ((acc0[0] + acc0[4]) + (acc0[1] + acc0[5])) +
+              ((acc0[2] + acc0[6]) + (acc0[3] + acc0[7]));
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }

@@ -75,6 +75,10 @@ absl::Status DecodeWorker::Init() {
   ASSIGN_OR_RETURN(m_->itl_seconds, hist("ced_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", metrics::LatencySecondsBuckets()));
   ASSIGN_OR_RETURN(m_->batch_size, hist("ced_decode_batch_size", "Sequences per decode step.", metrics::TokenCountBuckets()));
   m_->weights_bytes->Set(static_cast<double>(engine_->weights().resident_bytes()));
+  registry_.AddCollectHook([this] {
+    ced::internal::LoadReport unused;
+    FillLoad(&unused);  // refreshes the load gauges at scrape time
+  });
 
   kv_transport::TransportOptions to;
   to.kind = options_.kv_transport;

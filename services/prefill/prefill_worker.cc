@@ -79,6 +79,10 @@ absl::Status PrefillWorker::Init() {
   ASSIGN_OR_RETURN(m_->ttft_seconds, hist("ced_prefill_time_to_first_token_seconds", "Receipt to first token sampled here (replay on prefill)."));
   ASSIGN_OR_RETURN(m_->transfer_seconds, hist("ced_kv_transfer_seconds", "Time of one K/V message send, until the receiver's verdict."));
   m_->weights_bytes->Set(static_cast<double>(engine_->weights().resident_bytes()));
+  registry_.AddCollectHook([this] {
+    ced::internal::LoadReport unused;
+    FillLoad(&unused);  // refreshes the queue gauges at scrape time
+  });
 
   kv_transport::TransportOptions to;
   to.kind = options_.kv_transport;

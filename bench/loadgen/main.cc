@@ -1,0 +1,206 @@
+// ced-loadgen: load generator for a running ced-serve gateway (DESIGN.md
+// §3.2). Poisson or closed-loop load with lognormal prompt and output
+// lengths; per run throughput, TTFT / TPOT / E2E percentiles, SLO attainment,
+// goodput and errors by status, as a markdown table and JSON.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "bench/loadgen/flags.h"
+#include "bench/loadgen/progress.h"
+#include "bench/loadgen/report.h"
+#include "bench/loadgen/runner.h"
+#include "engine/common/status.h"
+
+namespace ced::loadgen {
+namespace {
+
+std::atomic<bool> g_interrupt{false};
+
+void OnSignal(int) { g_interrupt.store(true); }
+
+struct Args {
+  std::string target = "127.0.0.1:50050";
+  std::string rate = "1", concurrency;
+  double duration_s = 30;
+  int64_t num_requests = 0;
+  double input_mean = 128, input_cv = 0.5, output_mean = 64, output_cv = 0.5;
+  int64_t seed = 1;
+  std::string prompt_file;
+  double slo_ttft_ms = 0, slo_tpot_ms = 0;
+  double timeout_s = 60, temperature = 0;
+  std::string replay_on;
+  std::string json_out, md_out;
+  bool json_requests = false;
+};
+
+absl::StatusOr<ced::v1::ReplayOn> ParseReplayOn(const std::string& s) {
+  if (s.empty()) return ced::v1::REPLAY_ON_UNSPECIFIED;
+  if (s == "prefill") return ced::v1::REPLAY_ON_PREFILL;
+  if (s == "decode") return ced::v1::REPLAY_ON_DECODE;
+  if (s == "auto") return ced::v1::REPLAY_ON_AUTO;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--replay-on: expected prefill, decode or auto, got '", s, "'"));
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat(path, ": cannot write"));
+  return absl::OkStatus();
+}
+
+// One run of `workload` against `target` at one load.
+absl::StatusOr<RunSummary> RunOne(const Target& target, const ced::v1::ModelInfoResponse& info,
+                                  RunOptions run, const WorkloadOptions& wopts, const Slo& slo) {
+  ASSIGN_OR_RETURN(Workload workload, Workload::Create(wopts));
+  run.target = target.address;
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadRunner> runner, LoadRunner::Create(run, &workload));
+  RunSummary s;
+  s.label = target.label;
+  s.target = target.address;
+  s.model_name = info.model_name();
+  s.num_layers = info.num_layers();
+  s.num_encoder_layers = info.num_encoder_layers();
+  s.decoder_only = info.decoder_only();
+  s.rate = run.concurrency > 0 ? 0 : wopts.rate;
+  s.concurrency = run.concurrency;
+  const std::string label = run.concurrency > 0
+                                ? absl::StrCat(target.label, " c=", run.concurrency, "  ")
+                                : absl::StrCat(target.label, " ", wopts.rate, "/s  ");
+  RunResult result;
+  {
+    ProgressPrinter progress([&] { return runner->Snapshot(); },
+                             ProgressBounds{run.duration_s, run.max_requests}, stderr, label);
+    ASSIGN_OR_RETURN(result, runner->Run());
+  }
+  s.report = ComputeReport(result.records, slo, result.duration_s);
+  s.records = std::move(result.records);
+  return s;
+}
+
+absl::Status Main(const Args& a) {
+  ASSIGN_OR_RETURN(std::vector<Target> targets, ParseTargets(a.target));
+  ASSIGN_OR_RETURN(std::vector<double> rates, ParseDoubleList("rate", a.rate));
+  std::vector<double> concurrencies;
+  if (!a.concurrency.empty()) {
+    ASSIGN_OR_RETURN(concurrencies, ParseDoubleList("concurrency", a.concurrency));
+  }
+  for (double r : rates) {
+    if (!(r > 0)) return absl::InvalidArgumentError("--rate: every rate must be > 0");
+  }
+  for (double c : concurrencies) {
+    if (c < 1 || c != static_cast<int>(c)) {
+      return absl::InvalidArgumentError("--concurrency: every value must be an integer >= 1");
+    }
+  }
+  WorkloadOptions w;
+  w.input_mean = a.input_mean;
+  w.input_cv = a.input_cv;
+  w.output_mean = a.output_mean;
+  w.output_cv = a.output_cv;
+  w.seed = static_cast<uint64_t>(a.seed);
+  if (!a.prompt_file.empty()) ASSIGN_OR_RETURN(w.prompts, ReadPromptFile(a.prompt_file));
+  RETURN_IF_ERROR(Workload::Create(w).status());  // validates the lengths
+
+  RunOptions run;
+  run.duration_s = a.duration_s;
+  run.max_requests = a.num_requests;
+  run.request_timeout_s = a.timeout_s;
+  run.temperature = static_cast<float>(a.temperature);
+  ASSIGN_OR_RETURN(run.replay_on, ParseReplayOn(a.replay_on));
+  run.interrupt = &g_interrupt;
+  const Slo slo{a.slo_ttft_ms, a.slo_tpot_ms};
+
+  std::vector<ced::v1::ModelInfoResponse> infos;
+  for (const Target& t : targets) {
+    ASSIGN_OR_RETURN(ced::v1::ModelInfoResponse info, FetchModelInfo(t.address));
+    infos.push_back(std::move(info));
+  }
+  // Loads outermost: the targets' runs at one load follow each other in time.
+  std::vector<std::pair<double, int>> loads;  // (rate, concurrency)
+  if (concurrencies.empty()) {
+    for (double r : rates) loads.push_back({r, 0});
+  } else {
+    for (double c : concurrencies) loads.push_back({1, static_cast<int>(c)});
+  }
+  std::vector<RunSummary> runs;
+  for (const auto& [rate, conc] : loads) {
+    for (size_t t = 0; t < targets.size() && !g_interrupt.load(); ++t) {
+      WorkloadOptions wl = w;
+      wl.rate = rate;
+      RunOptions rl = run;
+      rl.concurrency = conc;
+      ASSIGN_OR_RETURN(RunSummary s, RunOne(targets[t], infos[t], rl, wl, slo));
+      runs.push_back(std::move(s));
+    }
+  }
+  ReportContext ctx;
+  ctx.workload = w;
+  ctx.run = run;
+  ctx.prompt_file = a.prompt_file;
+  ctx.include_records = a.json_requests;
+  const std::string md = ReportMarkdown(runs);
+  if (a.md_out.empty()) {
+    std::printf("%s", md.c_str());
+  } else {
+    RETURN_IF_ERROR(WriteFile(a.md_out, md));
+  }
+  if (!a.json_out.empty()) RETURN_IF_ERROR(WriteFile(a.json_out, ReportJson(ctx, runs)));
+  if (g_interrupt.load()) return absl::CancelledError("interrupted; partial results written");
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ced::loadgen
+
+int main(int argc, char** argv) {
+  using namespace ced::loadgen;
+  Args a;
+  FlagSet f;
+  f.String("target", &a.target, "gateway(s): [label=]host:port, comma-separated; runs go one "
+           "target after the other at each load, on the same trace");
+  f.String("rate", &a.rate, "Poisson arrival rate(s), requests/s, comma-separated");
+  f.String("concurrency", &a.concurrency, "closed loop instead: requests in flight, comma-separated");
+  f.Double("duration-s", &a.duration_s, "stop issuing after this many seconds (0 = no time bound)");
+  f.Int("num-requests", &a.num_requests, "stop after issuing this many requests (0 = no count bound)");
+  f.Double("input-mean", &a.input_mean, "mean prompt length, tokens (lognormal)");
+  f.Double("input-cv", &a.input_cv, "prompt length coefficient of variation (0 = fixed)");
+  f.Double("output-mean", &a.output_mean, "mean output length, tokens (lognormal; = max_tokens)");
+  f.Double("output-cv", &a.output_cv, "output length coefficient of variation (0 = fixed)");
+  f.Int("seed", &a.seed, "workload seed: the same seed sends the same requests at the same times");
+  f.String("prompt-file", &a.prompt_file, "text prompts, one per line, picked at random by the "
+           "seed (default: random token ids in [0, 256) of the sampled length)");
+  f.Double("slo-ttft-ms", &a.slo_ttft_ms, "TTFT SLO, ms (0 = none)");
+  f.Double("slo-tpot-ms", &a.slo_tpot_ms, "TPOT SLO, ms (0 = none)");
+  f.Double("timeout-s", &a.timeout_s, "deadline of each request, from its start");
+  f.Double("temperature", &a.temperature, "sampling temperature (0 = greedy)");
+  f.String("replay-on", &a.replay_on, "per-request replay placement: prefill, decode or auto "
+           "(default: the router's)");
+  f.String("json-out", &a.json_out, "write the JSON report here");
+  f.String("md-out", &a.md_out, "write the markdown table here instead of stdout");
+  f.Bool("json-requests", &a.json_requests, "include every request's record in the JSON");
+  if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "ced-loadgen: %s (see --help)\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (f.help_requested()) {
+    std::printf("%s", f.Help("ced-loadgen --target [label=]host:port[,...] [flags]",
+                             "Sends generated load to ced-serve gateways and reports throughput, "
+                             "TTFT / TPOT / end-to-end percentiles, SLO attainment, goodput and "
+                             "errors by status. A run stops after --duration-s or "
+                             "--num-requests; in-flight requests then finish or hit "
+                             "--timeout-s. Progress goes to stderr.").c_str());
+    return 0;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  if (absl::Status s = Main(a); !s.ok()) {
+    std::fprintf(stderr, "ced-loadgen: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,151 @@
+#include "bench/services/clients.h"
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ced::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+}  // namespace
+
+std::vector<int32_t> MakePrompt(int n, uint64_t salt) {
+  std::mt19937_64 rng(salt * 0x9E3779B97F4A7C15ull + 1);
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = 32 + static_cast<int32_t>(rng() % 95);
+  if (n > 0) p[0] = 32 + static_cast<int32_t>(salt % 95);
+  if (n > 1) p[1] = 32 + static_cast<int32_t>((salt / 95) % 95);
+  return p;
+}
+
+StreamResult GatewayGenerate(ced::v1::Gateway::Stub* gateway, const GenerateArgs& args) {
+  StreamResult r;
+  ced::v1::GenerateRequest req;
+  req.set_request_id(args.request_id);
+  *req.mutable_prompt_token_ids() = {args.prompt.begin(), args.prompt.end()};
+  req.set_max_tokens(args.max_tokens);
+  req.set_replay_on(args.replay_on);
+  req.set_ignore_eos(args.ignore_eos);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  const auto t0 = Clock::now();
+  auto reader = gateway->Generate(&ctx, req);
+  ced::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    const double now = MsSince(t0);
+    for (int i = 0; i < resp.token_ids_size(); ++i) r.token_ms.push_back(now);
+    if (resp.finish_reason() != ced::v1::FINISH_REASON_UNSPECIFIED) {
+      r.gateway_timings = resp.timings();
+      r.placement = resp.placement();
+      if (resp.finish_reason() == ced::v1::FINISH_REASON_ERROR) {
+        r.status = absl::InternalError(absl::StrCat("gateway: ", resp.finish_detail()));
+      }
+    }
+  }
+  const grpc::Status s = reader->Finish();
+  r.end_ms = MsSince(t0);
+  if (r.status.ok()) r.status = FromGrpc(s, "gateway Generate");
+  return r;
+}
+
+StreamResult DirectGenerate(const DirectTarget& target, const GenerateArgs& args,
+                            bool local_prefill) {
+  StreamResult r;
+  const auto t0 = Clock::now();
+  ced::internal::ReserveRequest reserve;
+  reserve.set_request_id(args.request_id);
+  *reserve.mutable_prompt_token_ids() = {args.prompt.begin(), args.prompt.end()};
+  reserve.mutable_sampling()->set_temperature(0);
+  reserve.set_max_tokens(args.max_tokens);
+  reserve.set_ignore_eos(args.ignore_eos);
+  reserve.mutable_replay()->set_replay_on(
+      local_prefill ? ced::internal::REPLAY_ON_DECODE
+                    : static_cast<ced::internal::ReplayOn>(args.replay_on));
+  reserve.mutable_replay()->set_mode(ced::internal::REPLAY_MODE_BOUNDED);
+  reserve.set_local_prefill(local_prefill);
+  if (!local_prefill) reserve.set_prefill_worker_id(target.prefill_worker_id);
+  ced::internal::ReserveResponse reserved;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    r.status = FromGrpc(target.decode->Reserve(&ctx, reserve, &reserved), "decode Reserve");
+    if (!r.status.ok()) return r;
+  }
+  // Tokens may come from both streams (the first one from the prefill worker
+  // when it replays): keep the earliest arrival of every step.
+  absl::Mutex mu;
+  std::vector<double> step_ms;
+  auto arrived = [&](int step, double ms) {
+    absl::MutexLock lock(&mu);
+    if (step >= static_cast<int>(step_ms.size())) step_ms.resize(step + 1, -1);
+    if (step_ms[step] < 0 || ms < step_ms[step]) step_ms[step] = ms;
+  };
+  grpc::ClientContext stream_ctx;
+  stream_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  ced::internal::StreamRequest sreq;
+  sreq.set_request_id(args.request_id);
+  auto reader = target.decode->Stream(&stream_ctx, sreq);
+
+  absl::Status prefill_status;
+  std::thread prefill_thread;
+  if (!local_prefill) {
+    prefill_thread = std::thread([&] {
+      ced::internal::PrefillRequest p;
+      p.set_request_id(args.request_id);
+      *p.mutable_token_ids() = reserve.prompt_token_ids();
+      p.set_decode_worker_id(target.decode_worker_id);
+      p.set_decode_kv_address(target.decode_kv_address);
+      p.set_transfer_token(reserved.transfer_token());
+      *p.mutable_replay() = reserve.replay();
+      *p.mutable_sampling() = reserve.sampling();
+      p.set_skip_prefix_tokens(reserved.cached_prefix_tokens());
+      p.set_kv_format(reserved.kv_format());
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+      auto pr = target.prefill->Prefill(&ctx, p);
+      ced::internal::PrefillResponse resp;
+      while (pr->Read(&resp)) {
+        if (resp.has_first_token()) arrived(0, MsSince(t0));
+        if (resp.has_done()) r.prefill_done = resp.done();
+      }
+      prefill_status = FromGrpc(pr->Finish(), "prefill Prefill");
+    });
+  }
+  ced::internal::TokenChunk chunk;
+  while (reader->Read(&chunk)) {
+    const double now = MsSince(t0);
+    for (int i = 0; i < chunk.token_ids_size(); ++i) arrived(chunk.start_step() + i, now);
+    if (chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
+      r.decode_timings = chunk.timings();
+      if (chunk.finish_reason() == ced::internal::FINISH_REASON_ERROR) {
+        r.status = absl::InternalError(absl::StrCat("decode: ", chunk.finish_detail()));
+      }
+    }
+  }
+  const grpc::Status s = reader->Finish();
+  if (prefill_thread.joinable()) prefill_thread.join();
+  r.end_ms = MsSince(t0);
+  if (r.status.ok()) r.status = FromGrpc(s, "decode Stream");
+  if (r.status.ok()) r.status = prefill_status;
+  for (double ms : step_ms) {
+    if (ms >= 0) r.token_ms.push_back(ms);
+  }
+  return r;
+}
+
+}  // namespace ced::bench

@@ -1,0 +1,97 @@
+#include "bench/services/perftest.h"
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/services/process.h"
+#include "engine/common/status.h"
+
+namespace ced::bench {
+namespace {
+
+constexpr int kClientAttempts = 8;
+constexpr auto kRetryPause = std::chrono::milliseconds(250);
+
+// The final line of `-f` output: iterations, three overheads (us), bandwidth
+// average and overall (MiB/s), message rate average and overall.
+absl::StatusOr<double> ParseOverallMiBps(const std::string& output) {
+  double found = -1;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    std::vector<double> numbers;
+    for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipWhitespace())) {
+      double v = 0;
+      if (!absl::SimpleAtod(word, &v)) {
+        numbers.clear();
+        break;
+      }
+      numbers.push_back(v);
+    }
+    if (numbers.size() == 8) found = numbers[5];
+  }
+  if (found < 0) return absl::InternalError("ucx_perftest: no final result line in its output");
+  return found;
+}
+
+std::vector<std::string> Args(const PerftestRun& run, bool client) {
+  std::vector<std::string> a = {run.binary};
+  if (client) a.push_back("127.0.0.1");
+  const std::vector<std::string> rest = {
+      "-t", run.test, "-s", absl::StrCat(run.size), "-n", absl::StrCat(run.iters),
+      "-w", absl::StrCat(run.warmup), "-O", absl::StrCat(run.outstanding),
+      "-p", absl::StrCat(run.port), "-f"};
+  a.insert(a.end(), rest.begin(), rest.end());
+  return a;
+}
+
+}  // namespace
+
+absl::StatusOr<double> RunPerftest(const PerftestRun& run) {
+  ChildOptions server_options;
+  server_options.argv = Args(run, /*client=*/false);
+  server_options.env["UCX_TLS"] = run.tls;
+  server_options.log_path = run.log_dir + "/perftest_server.log";
+  ASSIGN_OR_RETURN(auto server, Child::Spawn(server_options));
+  const std::string client_log = run.log_dir + "/perftest_client.log";
+  for (int attempt = 0; attempt < kClientAttempts; ++attempt) {
+    std::this_thread::sleep_for(kRetryPause);  // let the server open its port
+    ChildOptions client_options;
+    client_options.argv = Args(run, /*client=*/true);
+    client_options.env["UCX_TLS"] = run.tls;
+    client_options.log_path = client_log;
+    ASSIGN_OR_RETURN(auto client, Child::Spawn(client_options));
+    absl::StatusOr<int> st = client->Wait(run.timeout_s);
+    if (!st.ok()) {
+      client->Terminate(1);
+      return absl::DeadlineExceededError(
+          absl::StrCat("ucx_perftest client (", run.tls, ", ", run.size, " B) timed out"));
+    }
+    if (*st == 0) {
+      (void)server->Wait(10);
+      ASSIGN_OR_RETURN(const double mib_per_s, ParseOverallMiBps(ReadFileOrEmpty(client_log)));
+      return mib_per_s * 1048576.0 / 1e9;
+    }
+    if (!server->Running()) break;  // the server gave up: do not retry
+  }
+  return absl::UnavailableError(absl::StrCat("ucx_perftest (", run.tls, ", ", run.size,
+                                             " B) failed: ", TailOfFile(client_log, 400),
+                                             TailOfFile(server_options.log_path, 400)));
+}
+
+std::string UcxVersionString() {
+  ChildOptions o;
+  o.argv = {"ucx_info", "-v"};
+  o.pipe_stdout = true;
+  auto child = Child::Spawn(o);
+  if (!child.ok()) return "";
+  auto line = (*child)->ReadLine(10);
+  (void)(*child)->Wait(10);
+  if (!line.ok()) return "";
+  return std::string(absl::StripPrefix(*line, "# "));
+}
+
+}  // namespace ced::bench

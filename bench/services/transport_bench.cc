@@ -1,0 +1,239 @@
+#include "bench/services/transport_bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/services/perftest.h"
+#include "bench/services/process.h"
+#include "engine/common/status.h"
+#include "services/kv_transport/transport.h"
+
+namespace ced::bench {
+namespace {
+
+using kv_transport::ConstSpan;
+using kv_transport::KvMessageHeader;
+using kv_transport::KvMessageKind;
+using kv_transport::KvSink;
+using kv_transport::KvTransport;
+using kv_transport::MemSpan;
+
+// Lands every message in its sender's slot; counts completions.
+class SlotSink final : public KvSink {
+ public:
+  SlotSink(uint64_t slot_bytes, int slots)
+      : slot_bytes_(slot_bytes), slots_(slots), buffer_(new uint8_t[slot_bytes * slots]) {
+    // First touch, so page faults do not land in the first measurement.
+    std::fill(buffer_.get(), buffer_.get() + slot_bytes * slots, uint8_t{0});
+  }
+  absl::StatusOr<std::vector<MemSpan>> Accept(const KvMessageHeader& h) override {
+    if (h.payload_bytes > slot_bytes_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("payload of ", h.payload_bytes, " bytes exceeds the slot"));
+    }
+    uint8_t* slot = buffer_.get() + (h.request_id % slots_) * slot_bytes_;
+    return std::vector<MemSpan>{{slot, h.payload_bytes}};
+  }
+  void Complete(const KvMessageHeader&, absl::Status) override {}
+
+ private:
+  const uint64_t slot_bytes_;
+  const int slots_;
+  std::unique_ptr<uint8_t[]> buffer_;
+};
+
+// One receiver process and the sending transport in this process, for one UCX_TLS.
+struct Endpoint {
+  std::string tls;
+  std::unique_ptr<Child> sink;
+  std::string address;
+  std::unique_ptr<KvTransport> sender;
+};
+
+absl::StatusOr<std::unique_ptr<Endpoint>> StartEndpoint(const TransportBenchOptions& o,
+                                                        const std::string& tls,
+                                                        uint64_t slot_bytes) {
+  auto ep = std::make_unique<Endpoint>();
+  ep->tls = tls;
+  ChildOptions co;
+  co.argv = {o.self_exe, "--role=kv_sink", "--sink_tls=" + tls,
+             absl::StrCat("--sink_slot_bytes=", slot_bytes),
+             absl::StrCat("--sink_slots=", o.threads)};
+  co.pipe_stdin = true;
+  co.pipe_stdout = true;
+  co.log_path = o.scratch_dir + "/kv_sink_" + tls + ".log";
+  ASSIGN_OR_RETURN(ep->sink, Child::Spawn(co));
+  ASSIGN_OR_RETURN(std::string line, ep->sink->ReadLine(30));
+  if (!absl::StartsWith(line, "ADDR ")) {
+    return absl::InternalError(absl::StrCat("kv sink (", tls, "): unexpected output '", line,
+                                            "'; log: ", TailOfFile(co.log_path, 400)));
+  }
+  ep->address = line.substr(5);
+  kv_transport::TransportOptions to;
+  to.kind = "ucx";
+  to.ucx_tls = tls;
+  to.send_timeout_ms = 120000;
+  ASSIGN_OR_RETURN(ep->sender, kv_transport::CreateKvTransport(to));
+  return ep;
+}
+
+// `threads` senders, each sending `iters` messages of `size` bytes back to back.
+// Returns 1e9 B/s over the whole volume.
+absl::StatusOr<double> MeasureOurs(Endpoint& ep, const std::vector<std::vector<uint8_t>>& src,
+                                   uint64_t size, int iters) {
+  const int threads = static_cast<int>(src.size());
+  std::vector<absl::Status> errors(threads);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      KvMessageHeader h;
+      h.kind = KvMessageKind::kGlobalRange;
+      h.request_id = static_cast<uint64_t>(t);
+      h.transfer_token = 1;
+      h.token_begin = 0;
+      h.token_end = 1;
+      h.payload_bytes = size;
+      const std::vector<ConstSpan> payload = {{src[t].data(), size}};
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      for (int i = 0; i < iters && errors[t].ok(); ++i) {
+        errors[t] = ep.sender->Send(ep.address, h, payload);
+      }
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  const double t0 = NowSeconds();
+  go.store(true);
+  for (auto& w : workers) w.join();
+  const double elapsed = NowSeconds() - t0;
+  for (const absl::Status& s : errors) RETURN_IF_ERROR(s);
+  return static_cast<double>(size) * iters * threads / elapsed / 1e9;
+}
+
+int ItersFor(const TransportBenchOptions& o, uint64_t size, int divisor) {
+  const uint64_t n = o.bytes_per_sample / size / static_cast<uint64_t>(divisor);
+  return static_cast<int>(std::max<uint64_t>(n, static_cast<uint64_t>(o.min_iters)));
+}
+
+}  // namespace
+
+int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots) {
+  SlotSink sink(slot_bytes, std::max(slots, 1));
+  kv_transport::TransportOptions to;
+  to.kind = "ucx";
+  to.ucx_tls = tls;
+  auto transport = kv_transport::CreateKvTransport(to);
+  if (!transport.ok()) {
+    std::fprintf(stderr, "kv sink: %s\n", transport.status().ToString().c_str());
+    return 1;
+  }
+  auto address = (*transport)->Listen("127.0.0.1:0", &sink);
+  if (!address.ok()) {
+    std::fprintf(stderr, "kv sink: %s\n", address.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("ADDR %s\n", address->c_str());
+  std::fflush(stdout);
+  char buf[256];
+  while (read(STDIN_FILENO, buf, sizeof buf) > 0) {
+  }
+  return 0;
+}
+
+absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o,
+                                                  const Progress& progress) {
+  if (o.threads < 1 || o.repetitions < 1 || o.sizes.empty() || o.tls.empty()) {
+    return absl::InvalidArgumentError("transport bench: threads, repetitions, sizes, tls");
+  }
+  TransportReport report;
+  report.options = o;
+  report.ucx_version = UcxVersionString();
+  const uint64_t max_size = *std::max_element(o.sizes.begin(), o.sizes.end());
+  std::vector<std::vector<uint8_t>> src(o.threads, std::vector<uint8_t>(max_size));
+  for (int t = 0; t < o.threads; ++t) {
+    for (uint64_t i = 0; i < max_size; ++i) src[t][i] = static_cast<uint8_t>(i * 131 + t);
+  }
+  std::map<std::string, std::unique_ptr<Endpoint>> endpoints;
+  for (const std::string& tls : o.tls) {
+    ASSIGN_OR_RETURN(endpoints[tls], StartEndpoint(o, tls, max_size));
+    progress(absl::StrCat("transport: kv sink for UCX_TLS=", tls, " at ",
+                          endpoints[tls]->address));
+  }
+  for (const std::string& tls : o.tls) {
+    for (uint64_t size : o.sizes) {
+      TransportCell cell;
+      cell.tls = tls;
+      cell.size = size;
+      report.cells.push_back(cell);
+    }
+  }
+  int port = o.port_base > 0 ? o.port_base : 20000 + static_cast<int>(getpid() % 20000);
+  for (int rep = 0; rep < o.repetitions; ++rep) {
+    for (TransportCell& cell : report.cells) {
+      Endpoint& ep = *endpoints[cell.tls];
+      const int ours_iters = ItersFor(o, cell.size, o.threads);
+      const int perf_iters = ItersFor(o, cell.size, 1);
+      // Warm the connection and the destination pages once per cell.
+      if (rep == 0) RETURN_IF_ERROR(MeasureOurs(ep, src, cell.size, 2).status());
+      double ours = 0, perf = 0;
+      auto run_ours = [&]() -> absl::Status {
+        ASSIGN_OR_RETURN(ours, MeasureOurs(ep, src, cell.size, ours_iters));
+        return absl::OkStatus();
+      };
+      auto run_perf = [&]() -> absl::Status {
+        PerftestRun run;
+        run.binary = o.perftest;
+        run.test = o.perftest_test;
+        run.tls = cell.tls;
+        run.size = cell.size;
+        run.iters = perf_iters;
+        run.warmup = std::max(2, perf_iters / 16);
+        run.outstanding = o.threads;
+        run.port = port++;
+        run.log_dir = o.scratch_dir;
+        ASSIGN_OR_RETURN(perf, RunPerftest(run));
+        return absl::OkStatus();
+      };
+      if (rep % 2 == 0) {
+        RETURN_IF_ERROR(run_ours());
+        RETURN_IF_ERROR(run_perf());
+      } else {
+        RETURN_IF_ERROR(run_perf());
+        RETURN_IF_ERROR(run_ours());
+      }
+      cell.ours_gbps.push_back(ours);
+      cell.perftest_gbps.push_back(perf);
+      cell.ratio.push_back(perf > 0 ? ours / perf : 0);
+      progress(absl::StrFormat("transport rep %d/%d UCX_TLS=%-7s %8.0f KiB: ours %.3f GB/s, "
+                               "%s %.3f GB/s (%.0f%%)",
+                               rep + 1, o.repetitions, cell.tls, cell.size / 1024.0, ours,
+                               o.perftest_test, perf, perf > 0 ? 100 * ours / perf : 0));
+    }
+  }
+  for (TransportCell& cell : report.cells) {
+    cell.ours = Summarize(cell.ours_gbps);
+    cell.perftest = Summarize(cell.perftest_gbps);
+    cell.ratio_summary = Summarize(cell.ratio);
+  }
+  for (auto& [tls, ep] : endpoints) {
+    ep->sender.reset();
+    ep->sink->CloseStdin();
+    (void)ep->sink->Wait(10);
+  }
+  return report;
+}
+
+}  // namespace ced::bench

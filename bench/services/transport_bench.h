@@ -1,0 +1,64 @@
+// KV transfer throughput of the UCX KvTransport against ucx_perftest on the
+// same UCX transports and message sizes, measured side by side: for every
+// repetition, every (transports, size) cell runs ours and perftest back to
+// back, alternating which goes first, so that the machine's background load
+// hits both alike.
+//
+// Ours: a receiver process (this binary in its kv_sink role) whose sink lands
+// every message in a preallocated per-sender slot, and `threads` sender
+// threads in this process, each with one blocking Send in flight. A Send
+// returns once the receiver verified the checksum and acknowledged, so the
+// figure includes the transport's CRC32C on both sides and the verdict round
+// trip. Perftest: `ucx_perftest -t <test>` server + client processes with
+// -O = threads outstanding sends.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/engine/stats.h"
+
+namespace ced::bench {
+
+struct TransportBenchOptions {
+  std::vector<std::string> tls = {"tcp", "shm,tcp"};  // UCX_TLS values
+  std::vector<uint64_t> sizes = {64 << 10, 1 << 20, 8 << 20, 32 << 20};
+  int threads = 4;                        // our Sends in flight; perftest -O
+  uint64_t bytes_per_sample = 256 << 20;  // volume of one timed measurement
+  int min_iters = 16;                     // messages per measurement at least
+  int repetitions = 3;
+  std::string self_exe;                    // this binary (for the kv_sink role)
+  std::string perftest = "ucx_perftest";
+  std::string perftest_test = "ucp_am_bw";
+  int port_base = 0;        // perftest's out-of-band port; 0 picks from the pid
+  std::string scratch_dir;  // perftest logs
+};
+
+struct TransportCell {
+  std::string tls;
+  uint64_t size = 0;
+  std::vector<double> ours_gbps, perftest_gbps;  // one per repetition, 1e9 B/s
+  std::vector<double> ratio;                     // ours / perftest, per repetition
+  Summary ours, perftest, ratio_summary;
+};
+
+struct TransportReport {
+  TransportBenchOptions options;
+  std::vector<TransportCell> cells;
+  std::string ucx_version;
+};
+
+using Progress = std::function<void(const std::string&)>;
+
+absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& options,
+                                                  const Progress& progress);
+
+// The kv_sink role: listens on 127.0.0.1:0 with transports `tls`, prints
+// "ADDR host:port" on stdout, lands messages in `slots` slots of `slot_bytes`
+// (slot = request_id % slots) and exits when stdin closes. Returns the exit code.
+int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots);
+
+}  // namespace ced::bench
