@@ -15,6 +15,10 @@ PACKAGES=(
   nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 curl
+  # A second gRPC implementation for the gateway's client tests (Debian's python3).
+  python3-grpcio python3-protobuf
+  # libFuzzer + ASan/UBSan runtimes for tests/fuzz (run_fuzzers.sh builds with clang++).
+  clang libclang-rt-14-dev
 )
 if [[ "${CED_WITH_PROMETHEUS:-1}" == "1" ]]; then
   PACKAGES+=(prometheus)

@@ -32,17 +32,21 @@ std::string CpuModel() {
   return "unknown";
 }
 
+// The last-level cache this core sees (sysfs), else what sysconf reports
+// (in a VM the latter may describe the whole host package).
 int64_t L3Bytes() {
-  long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (v > 0) return v;
   std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index3/size");
   std::string text;
-  if (!(in >> text) || text.empty()) return 0;
-  int64_t scale = 1;
-  if (text.back() == 'K') scale = 1024;
-  if (text.back() == 'M') scale = 1024 * 1024;
-  if (scale != 1) text.pop_back();
-  return std::atoll(text.c_str()) * scale;
+  if (in >> text && !text.empty()) {
+    int64_t scale = 1;
+    if (text.back() == 'K') scale = 1024;
+    if (text.back() == 'M') scale = 1024 * 1024;
+    if (scale != 1) text.pop_back();
+    const int64_t v = std::atoll(text.c_str()) * scale;
+    if (v > 0) return v;
+  }
+  const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return v > 0 ? v : 0;
 }
 
 volatile float g_sink = 0;

@@ -90,14 +90,13 @@ std::string LoadAverage() {
   return absl::StrCat(a, " ", b, " ", c);
 }
 
-// The OpenBLAS kernel set to compare prefill against, or "" for none.
+// The OpenBLAS kernel set to compare prefill against, or "" for none: on an
+// AVX-512 CPU, auto compares AVX-512 kernels with AVX2 ones.
 std::string AltBlasCore(const std::string& flag, const MachineInfo& m) {
   if (flag == "none" || flag.empty()) return "";
   if (flag != "auto") return flag;
-  const bool avx2_kernels = m.blas_core == "Haswell" || m.blas_core == "Zen";
-  return m.has_avx512 && avx2_kernels && std::getenv("OPENBLAS_CORETYPE") == nullptr
-             ? "SkylakeX"
-             : "";
+  if (!m.has_avx512) return "";
+  return BlasIsa(m.blas_core) == "avx512" ? "Haswell" : "SkylakeX";
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {
@@ -111,8 +110,24 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+absl::Status Validate(const Flags& f) {
+  const std::pair<const char*, int> positive[] = {
+      {"prompt_tokens", f.prompt_tokens}, {"chunk_tokens", f.chunk_tokens},
+      {"prefill_reps", f.prefill_reps},   {"decode_context", f.decode_context},
+      {"decode_steps", f.decode_steps},   {"decode_reps", f.decode_reps},
+      {"bandwidth_mib", f.bandwidth_mib}, {"replay_steps", f.replay_steps}};
+  for (const auto& [name, value] : positive) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " must be positive"));
+    }
+  }
+  if (f.fma_seconds <= 0) return absl::InvalidArgumentError("--fma_seconds must be positive");
+  return absl::OkStatus();
+}
+
 absl::Status Run(const Flags& f, const std::string& command) {
   const double t_start = NowSeconds();
+  RETURN_IF_ERROR(Validate(f));
   ASSIGN_OR_RETURN(std::vector<int> batches, ParseInts("decode_batches", f.decode_batches));
   ASSIGN_OR_RETURN(std::vector<int> lengths, ParseInts("replay_lengths", f.replay_lengths));
   const std::vector<std::string> section_list = absl::StrSplit(f.sections, ',', absl::SkipEmpty());
@@ -124,11 +139,19 @@ absl::Status Run(const Flags& f, const std::string& command) {
     }
   }
   std::string scratch = f.scratch_dir;
-  const bool own_scratch = scratch.empty();
-  if (own_scratch) {
+  // A scratch directory of our own is removed on every return.
+  struct RemoveOnExit {
+    std::string dir;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup;
+  if (scratch.empty()) {
     scratch = (std::filesystem::temp_directory_path() /
                absl::StrCat("ced_engine_bench_", getpid()))
                   .string();
+    cleanup.dir = scratch;
   }
   std::fprintf(stderr, "[setup] writing/loading models small, small-dec under %s\n",
                scratch.c_str());
@@ -155,7 +178,6 @@ absl::Status Run(const Flags& f, const std::string& command) {
                  "OMP_WAIT_POLICY=passive\n");
   }
 
-  absl::Status status = absl::OkStatus();
   if (sections.count("prefill")) {
     PrefillBenchOptions po;
     po.prompt_tokens = f.prompt_tokens;
@@ -213,10 +235,6 @@ absl::Status Run(const Flags& f, const std::string& command) {
     report.alt_blas_core = alt;
     report.alt_report = std::move(*child);
   }
-  if (own_scratch) {
-    std::error_code ec;
-    std::filesystem::remove_all(scratch, ec);
-  }
   ctx.load_end = LoadAverage();
   ctx.wall_s = NowSeconds() - t_start;
   const nlohmann::ordered_json doc = BuildJson(report);
@@ -224,7 +242,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
   RETURN_IF_ERROR(WriteFile(f.json, doc.dump(2) + "\n"));
   std::fprintf(stderr, "[done] %.0f s; wrote %s and %s\n", ctx.wall_s, f.markdown.c_str(),
                f.json.c_str());
-  return status;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -263,7 +281,7 @@ int main(int argc, char** argv) {
                "where models are written (kept and reused); default: a temporary directory");
   flags.String("compare_blas_core", &f.compare_blas_core,
                "rerun the prefill section in a child process with OPENBLAS_CORETYPE set to "
-               "this; auto = SkylakeX on AVX-512 CPUs that OpenBLAS drives with AVX2 kernels; "
+               "this; auto = on AVX-512 CPUs, the other ISA's kernels (Haswell <-> SkylakeX); "
                "none = off");
   flags.String("markdown", &f.markdown, "markdown report path");
   flags.String("json", &f.json, "JSON report path");

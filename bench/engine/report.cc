@@ -69,12 +69,13 @@ void AppendHeader(const Json& d, std::string* md) {
 
 // Summary rows of one prefill document (the main run or the child's).
 void AppendPrefillSummary(const Json& p, const std::string& blas_core, const std::string& isa,
-                          std::string* md) {
+                          const std::string& note, std::string* md) {
   const Json& v0 = p["variants"][0];
   absl::StrAppend(
       md, absl::StrFormat("| Prefill TTFT speedup, CED (bounded, R=%d) vs decoder-only, %d "
-                          "tokens, OpenBLAS `%s` | %s (FLOP ratio %.2fx) | >= %.1fx | %s |\n",
+                          "tokens, OpenBLAS `%s`%s | %s (FLOP ratio %.2fx) | >= %.1fx | %s |\n",
                           v0.value("replay_tokens", 0), p.value("prompt_tokens", 0), blas_core,
+                          note,
                           Range(p["speedup_bounded"], "%.2f", 1, "x"),
                           p.value("flop_ratio_bounded", 0.0), kTargetSpeedup,
                           Met(Median(p["speedup_bounded"]) >= kTargetSpeedup)));
@@ -82,9 +83,9 @@ void AppendPrefillSummary(const Json& p, const std::string& blas_core, const std
   for (int i : {0, 2}) {
     const Json& v = p["variants"][i];
     absl::StrAppend(
-        md, absl::StrFormat("| Prefill FLOP/s / %s FMA peak, %s, OpenBLAS `%s` | %s | >= %.0f%% "
-                            "| %s |\n",
-                            IsaName(isa), v.value("name", ""), blas_core, Percent(v[key]),
+        md, absl::StrFormat("| Prefill FLOP/s / %s FMA peak, %s, OpenBLAS `%s`%s | %s | >= "
+                            "%.0f%% | %s |\n",
+                            IsaName(isa), v.value("name", ""), blas_core, note, Percent(v[key]),
                             100 * kTargetPeakFraction,
                             Met(Median(v[key]) >= kTargetPeakFraction)));
   }
@@ -94,11 +95,12 @@ void AppendSummary(const Json& d, std::string* md) {
   absl::StrAppend(md, "## Summary\n\n| measure | measured | target | met |\n|---|---|---|---|\n");
   const Json& m = d["machine"];
   if (d.contains("prefill")) {
-    AppendPrefillSummary(d["prefill"], m.value("blas_core", ""), m.value("blas_isa", ""), md);
+    AppendPrefillSummary(d["prefill"], m.value("blas_core", ""), m.value("blas_isa", ""), "",
+                         md);
   }
   if (d.contains("alt_blas")) {
     const std::string core = d["alt_blas"].value("blas_core", "");
-    AppendPrefillSummary(d["alt_blas"]["prefill"], core + "` (section 5)", BlasIsa(core), md);
+    AppendPrefillSummary(d["alt_blas"]["prefill"], core, BlasIsa(core), " (section 5)", md);
   }
   if (d.contains("decode")) {
     const Json& dec = d["decode"];

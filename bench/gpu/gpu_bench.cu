@@ -18,6 +18,8 @@
 #include "kernels/cpu/kv_codec.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/kv_codec.h"
+#include "kernels/cuda/kv_codec_device.cuh"
 
 namespace {
 
@@ -53,6 +55,17 @@ __global__ void FillKernel(float* x, size_t n, uint32_t seed, float scale) {
     h ^= h >> 13;
     x[i] = scale * (static_cast<float>(h & 0xffff) / 32768.0f - 1.0f);
   }
+}
+
+// The CPU codec library is not linked in the standalone build.
+const char* FormatName(KvFormat f) {
+  switch (f) {
+    case KvFormat::kF32: return "f32";
+    case KvFormat::kBF16: return "bf16";
+    case KvFormat::kFP8E4M3: return "fp8_e4m3";
+    case KvFormat::kFP4E2M1: return "fp4_e2m1";
+  }
+  return "?";
 }
 
 template <typename T>
@@ -112,7 +125,7 @@ class Prefill {
     tmp_ = DevAlloc<float>(N * s.d);
     // Global K/V cache in bf16, contiguous blocks of 16 positions.
     bs_ = 16;
-    row_bytes_ = ced::kernels::KvRowBytes(KvFormat::kBF16, s.KvDim());
+    row_bytes_ = ced::kernels::cuda_codec::RowBytes(KvFormat::kBF16, s.KvDim());
     kcache_ = DevAlloc<uint8_t>(N * row_bytes_);
     vcache_ = DevAlloc<uint8_t>(N * row_bytes_);
     const int nb = (n + bs_ - 1) / bs_;
@@ -173,7 +186,8 @@ class Prefill {
   void Attention(int rows, int q_begin) {
     // Packed q|k|v rows: store K and V of the chunk, then attend (W = 0).
     const int qkv = s_.QDim() + 2 * s_.KvDim();
-    CK(ced::kernels::RopeCuda(qkv_, rows, s_.H + s_.G, s_.D, pos_ + q_begin, 500000.0, nullptr));
+    // Rows of qkv_ are H + 2G heads wide: rotating V too costs little here.
+    CK(ced::kernels::RopeCuda(qkv_, rows, s_.H + 2 * s_.G, s_.D, pos_ + q_begin, 500000.0, nullptr));
     CK(ced::kernels::EncodeRowsCuda(KvFormat::kBF16, qkv_ + s_.QDim(), rows, s_.KvDim(), qkv,
                                     krows_ + q_begin, nullptr));
     CK(ced::kernels::EncodeRowsCuda(KvFormat::kBF16, qkv_ + s_.QDim() + s_.KvDim(), rows,
@@ -307,7 +321,7 @@ void DecodeBench(double hbm_gbs) {
   float* q = RandomF32(static_cast<size_t>(B) * H * D, 8, 1.0f);
   float* out = DevAlloc<float>(static_cast<size_t>(B) * H * D);
   for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP4E2M1, KvFormat::kF32}) {
-    const size_t rb = ced::kernels::KvRowBytes(f, kv_dim);
+    const size_t rb = ced::kernels::cuda_codec::RowBytes(f, kv_dim);
     const size_t per_seq = static_cast<size_t>(ctx) * rb;
     uint8_t* k = DevAlloc<uint8_t>(per_seq * B);
     uint8_t* v = DevAlloc<uint8_t>(per_seq * B);
@@ -349,7 +363,7 @@ void DecodeBench(double hbm_gbs) {
     const double ms = TimeMs([&] { CK(ced::kernels::AttentionCuda(p, dsegs, B, 1, nullptr)); }, 5);
     const double gb = 2.0 * per_seq * B / 1e9;
     std::printf("| %s | %.3f | %.3f | %.0f | %.1f%% | %.0f |\n",
-                std::string(ced::kernels::KvFormatName(f)).c_str(), ms, gb, gb / ms * 1e3,
+                FormatName(f), ms, gb, gb / ms * 1e3,
                 100 * gb / ms * 1e3 / hbm_gbs, B / ms * 1e3);
     CK(cudaFree(k));
     CK(cudaFree(v));

@@ -103,7 +103,9 @@ absl::Status Main(const Args& a) {
   w.output_mean = a.output_mean;
   w.output_cv = a.output_cv;
   w.seed = static_cast<uint64_t>(a.seed);
-  if (!a.prompt_file.empty()) ASSIGN_OR_RETURN(w.prompts, ReadPromptFile(a.prompt_file));
+  if (!a.prompt_file.empty()) {
+    ASSIGN_OR_RETURN(w.prompts, ReadPromptFile(a.prompt_file));
+  }
   RETURN_IF_ERROR(Workload::Create(w).status());  // validates the lengths
 
   RunOptions run;

@@ -21,6 +21,10 @@ json RecordJson(const RequestRecord& r) {
             {"outcome", r.outcome},       {"sent_s", r.sent_s},
             {"e2e_ms", E2eMs(r)}};
   if (r.first_token_s >= 0) j["ttft_ms"] = TtftMs(r);
+  if (r.server_ttft_ms >= 0) {
+    j["server_ms"] = {{"queue", r.server_queue_ms}, {"prefill", r.server_prefill_ms},
+                      {"transfer", r.server_transfer_ms}, {"ttft", r.server_ttft_ms}};
+  }
   double tpot = 0;
   if (TpotMs(r, &tpot)) j["tpot_ms"] = tpot;
   return j;
@@ -48,6 +52,12 @@ json RunJson(const RunSummary& run, bool include_records) {
       {"ttft_ms", LatencyJson(r.ttft)},
       {"tpot_ms", LatencyJson(r.tpot)},
       {"e2e_ms", LatencyJson(r.e2e)},
+      {"server_ms", {{"queue", LatencyJson(r.server_queue)},
+                     {"prefill", LatencyJson(r.server_prefill)},
+                     {"transfer", LatencyJson(r.server_transfer)},
+                     {"ttft", LatencyJson(r.server_ttft)}}},
+      {"replays_on_decode", r.replays_on_decode},
+      {"send_lag_ms", LatencyJson(r.send_lag)},
       {"slo_met", r.slo_met},
       {"slo_attainment", r.slo_attainment},
       {"goodput", r.goodput},
@@ -117,6 +127,18 @@ std::string ReportMarkdown(const std::vector<RunSummary>& runs) {
         run.label, ModelLabel(run), Load(run), r.issued, r.succeeded, r.failed,
         r.request_throughput, r.output_throughput, Triple(r.ttft), TripleFine(r.tpot),
         Triple(r.e2e), r.slo_attainment * 100, r.goodput));
+  }
+  absl::StrAppend(&out,
+                  "\nWhere TTFT goes (means, ms; gateway timings of the succeeded requests):\n\n"
+                  "| target | load | client TTFT | gateway TTFT | queue | prefill | transfer "
+                  "| replay on decode |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const RunSummary& run : runs) {
+    const RunReport& r = run.report;
+    absl::StrAppend(&out, absl::StrFormat("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %d/%d |\n",
+                                          run.label, Load(run), r.ttft.mean, r.server_ttft.mean,
+                                          r.server_queue.mean, r.server_prefill.mean,
+                                          r.server_transfer.mean, r.replays_on_decode,
+                                          r.succeeded));
   }
   for (const RunSummary& run : runs) {
     if (run.report.errors.empty()) continue;

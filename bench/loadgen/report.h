@@ -36,8 +36,8 @@ struct ReportContext {
 // latencies in milliseconds, rates per second.
 std::string ReportJson(const ReportContext& context, const std::vector<RunSummary>& runs);
 
-// A markdown table, one row per run, then an errors line per run that had
-// errors.
+// A markdown table, one row per run; a second one splitting TTFT by the
+// gateway's timings; then an errors line per run that had errors.
 std::string ReportMarkdown(const std::vector<RunSummary>& runs);
 
 // "tiny (CED 4+4)" / "tiny-dec (decoder-only 8)".

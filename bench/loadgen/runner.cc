@@ -65,6 +65,7 @@ class LoadRunner::Call final : public grpc::ClientReadReactor<ced::v1::GenerateR
     record_.index = planned.index;
     record_.prompt_tokens = planned.prompt_tokens;
     record_.max_tokens = planned.output_tokens;
+    if (owner->options_.concurrency == 0) record_.planned_s = planned.arrival_s;
   }
 
   void Start() {
@@ -86,6 +87,16 @@ class LoadRunner::Call final : public grpc::ClientReadReactor<ced::v1::GenerateR
       if (record_.first_token_s < 0) record_.first_token_s = owner_->Now();
       record_.output_tokens += n;
       owner_->state_->output_tokens.fetch_add(n, std::memory_order_relaxed);
+    }
+    if (response_.has_timings()) {
+      const ced::v1::Timings& t = response_.timings();
+      record_.server_queue_ms = t.queue_ms();
+      record_.server_prefill_ms = t.prefill_ms();
+      record_.server_transfer_ms = t.transfer_ms();
+      record_.server_ttft_ms = t.ttft_ms();
+    }
+    if (response_.has_placement()) {
+      record_.replay_on_decode = response_.placement().replay_on() == ced::v1::REPLAY_ON_DECODE;
     }
     if (response_.finish_reason() == ced::v1::FINISH_REASON_ERROR) finish_ = "FINISH_ERROR";
     if (response_.finish_reason() == ced::v1::FINISH_REASON_CANCELLED) finish_ = "FINISH_CANCELLED";

@@ -51,12 +51,13 @@ RunReport ComputeReport(const std::vector<RequestRecord>& records, const Slo& sl
                         double duration_s) {
   RunReport rep;
   rep.slo = slo;
-  std::vector<double> ttft, tpot, e2e;
+  std::vector<double> ttft, tpot, e2e, queue, prefill, transfer, server_ttft, lag;
   double last_end = 0;
   for (const RequestRecord& r : records) {
     ++rep.issued;
     rep.output_tokens += r.output_tokens;
     last_end = std::max(last_end, r.end_s);
+    if (r.planned_s >= 0) lag.push_back((r.sent_s - r.planned_s) * 1e3);
     if (!r.ok()) {
       ++rep.errors[r.outcome];
       continue;
@@ -68,6 +69,13 @@ RunReport ComputeReport(const std::vector<RequestRecord>& records, const Slo& sl
     double t = 0;
     if (TpotMs(r, &t)) tpot.push_back(t);
     if (MeetsSlo(r, slo)) ++rep.slo_met;
+    if (r.server_ttft_ms >= 0) {
+      queue.push_back(r.server_queue_ms);
+      prefill.push_back(r.server_prefill_ms);
+      transfer.push_back(r.server_transfer_ms);
+      server_ttft.push_back(r.server_ttft_ms);
+    }
+    if (r.replay_on_decode) ++rep.replays_on_decode;
   }
   rep.failed = rep.issued - rep.succeeded;
   rep.duration_s = duration_s > 0 ? duration_s : last_end;
@@ -80,6 +88,11 @@ RunReport ComputeReport(const std::vector<RequestRecord>& records, const Slo& sl
   rep.ttft = Summarize(ttft);
   rep.tpot = Summarize(tpot);
   rep.e2e = Summarize(e2e);
+  rep.server_queue = Summarize(queue);
+  rep.server_prefill = Summarize(prefill);
+  rep.server_transfer = Summarize(transfer);
+  rep.server_ttft = Summarize(server_ttft);
+  rep.send_lag = Summarize(lag);
   return rep;
 }
 

@@ -16,6 +16,7 @@ struct RequestRecord {
   int64_t index = 0;
   int64_t prompt_tokens = 0;      // as planned (text prompts: bytes)
   int64_t max_tokens = 0;         // as requested
+  double planned_s = -1;          // its Poisson arrival time; < 0 in closed loop
   double sent_s = 0;              // the call was started
   double first_token_s = -1;      // the first message with a token arrived; < 0 if none
   double end_s = 0;               // the call finished (any status)
@@ -24,6 +25,11 @@ struct RequestRecord {
   // stream that ended with finish_reason ERROR or CANCELLED, that reason
   // ("FINISH_ERROR", "FINISH_CANCELLED").
   std::string outcome = "OK";
+  // The gateway's own timings from the final message (ced.v1.Timings),
+  // milliseconds; < 0 when the stream ended without them.
+  double server_queue_ms = -1, server_prefill_ms = -1, server_transfer_ms = -1;
+  double server_ttft_ms = -1;
+  bool replay_on_decode = false;  // placement: the replay ran on the decode worker
   bool ok() const { return outcome == "OK"; }
 };
 
@@ -67,6 +73,13 @@ struct RunReport {
   double output_throughput = 0;           // output_tokens / duration_s
   // Over succeeded requests; TPOT over those with >= 2 tokens.
   LatencySummary ttft, tpot, e2e;
+  // The gateway's view of the succeeded requests (those that carried
+  // timings): where TTFT goes. queue: receipt -> prefill start.
+  LatencySummary server_queue, server_prefill, server_transfer, server_ttft;
+  int64_t replays_on_decode = 0;  // succeeded requests whose replay ran on decode
+  // Open loop: how late the client started calls (sent − planned), over all
+  // issued requests; a large p99 means the client did not keep up.
+  LatencySummary send_lag;
   Slo slo;
   int64_t slo_met = 0;        // requests meeting both SLOs
   double slo_attainment = 0;  // slo_met / issued (failures count as misses)

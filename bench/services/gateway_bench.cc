@@ -42,8 +42,13 @@ StreamResult RunPath(Targets& t, const std::string& path, const GenerateArgs& ar
   return DirectGenerate(t.direct, args, /*local_prefill=*/path == "local");
 }
 
-// `c` concurrent streams on `path`; returns tokens received per second.
-absl::StatusOr<double> Throughput(Targets& t, const std::string& path, int c, int prompt_tokens,
+struct Load {
+  double tokens_per_s = 0;
+  double ttft_ms = 0, tpot_ms = 0;  // medians over the streams
+};
+
+// `c` concurrent streams on `path`.
+absl::StatusOr<Load> Throughput(Targets& t, const std::string& path, int c, int prompt_tokens,
                                   int tokens, uint64_t* salt) {
   std::vector<StreamResult> results(c);
   std::vector<std::thread> threads;
@@ -68,11 +73,15 @@ absl::StatusOr<double> Throughput(Targets& t, const std::string& path, int c, in
   for (auto& th : threads) th.join();
   const double elapsed = NowSeconds() - t0;
   size_t total = 0;
+  std::vector<double> ttft, tpot;
   for (const StreamResult& r : results) {
     RETURN_IF_ERROR(r.status);
     total += r.token_ms.size();
+    ttft.push_back(r.ttft_ms());
+    tpot.push_back(r.tpot_ms());
   }
-  return static_cast<double>(total) / elapsed;
+  return Load{static_cast<double>(total) / elapsed, Summarize(ttft).median,
+              Summarize(tpot).median};
 }
 
 }  // namespace
@@ -129,15 +138,19 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
       const bool gateway_first = rep % 2 == 0;
       for (int k = 0; k < 2; ++k) {
         const bool via_gateway = (k == 0) == gateway_first;
-        ASSIGN_OR_RETURN(const double tps,
+        ASSIGN_OR_RETURN(const Load load,
                          Throughput(t, via_gateway ? "gateway" : "direct", c,
                                     o.stream_prompt_tokens, o.stream_tokens, &salt));
-        (via_gateway ? point.gateway_tps : point.direct_tps).push_back(tps);
+        (via_gateway ? point.gateway_tps : point.direct_tps).push_back(load.tokens_per_s);
+        (via_gateway ? point.gateway_ttft_ms : point.direct_ttft_ms).push_back(load.ttft_ms);
+        (via_gateway ? point.gateway_tpot_ms : point.direct_tpot_ms).push_back(load.tpot_ms);
       }
-      progress(absl::StrFormat("gateway throughput c=%d rep %d/%d: gateway %.0f tok/s, direct "
-                               "%.0f tok/s",
-                               c, rep + 1, o.throughput_repetitions, point.gateway_tps.back(),
-                               point.direct_tps.back()));
+      progress(absl::StrFormat(
+          "gateway throughput c=%d rep %d/%d: gateway %.0f tok/s (TTFT %.0f, TPOT %.2f ms), "
+          "direct %.0f tok/s (TTFT %.0f, TPOT %.2f ms)",
+          c, rep + 1, o.throughput_repetitions, point.gateway_tps.back(),
+          point.gateway_ttft_ms.back(), point.gateway_tpot_ms.back(), point.direct_tps.back(),
+          point.direct_ttft_ms.back(), point.direct_tpot_ms.back()));
     }
     point.gateway = Summarize(point.gateway_tps);
     point.direct = Summarize(point.direct_tps);

@@ -46,6 +46,8 @@ struct LatencyPath {
 struct ThroughputPoint {
   int concurrency = 0;
   std::vector<double> gateway_tps, direct_tps;  // tokens/s per repetition
+  // Per repetition, the median over its streams.
+  std::vector<double> gateway_ttft_ms, direct_ttft_ms, gateway_tpot_ms, direct_tpot_ms;
   Summary gateway, direct;
 };
 

@@ -74,6 +74,19 @@ absl::StatusOr<KvBytesReport> RunKvBytesBench(const KvBytesBenchOptions& o,
       const int sources = config.NumGlobalSourceLayers();
       row.hand_per_token = 2 * sources * row_bytes;
       row.hand_formula = absl::StrCat("2 x ", sources, " x ", row_formula);
+      const int w = config.sliding_window, layers = config.num_layers,
+                enc = config.num_encoder_layers;
+      const int64_t window = 2 * static_cast<int64_t>(w) * row_bytes;  // one layer's ring
+      const int64_t he = static_cast<int64_t>(config.replay_window) * config.hidden_size * 4;
+      if (row.decoder_only) {
+        row.hand_tail_decode = 32 + layers * window;
+        row.hand_tail_decode_formula = absl::StrCat("32 + ", layers, "x", window);
+      } else {
+        row.hand_tail_decode = 32 + enc * window + he;
+        row.hand_tail_decode_formula = absl::StrCat("32 + ", enc, "x", window, " + ", he);
+        row.hand_tail_prefill = 32 + layers * window;
+        row.hand_tail_prefill_formula = absl::StrCat("32 + ", layers, "x", window);
+      }
 
       ClusterOptions co;
       co.ced_binary = o.ced_binary;

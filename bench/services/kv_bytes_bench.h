@@ -38,6 +38,11 @@ struct KvBytesRow {
   int64_t accounting_per_token = 0;  // GlobalKvBytesPerToken
   int64_t hand_per_token = 0;        // 2 * G * D * own-source layers * bytes/value
   std::string hand_formula;
+  // Expected tails: a 32-byte descriptor, local K/V windows (W tokens x 2 rows,
+  // per layer that has them on the receiving side's behalf) and, for a replay
+  // on decode, h_E of the R replayed tokens in f32.
+  int64_t hand_tail_decode = 0, hand_tail_prefill = -1;
+  std::string hand_tail_decode_formula, hand_tail_prefill_formula;
 };
 
 struct KvBytesReport {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -17,6 +18,7 @@
 #include "bench/services/perftest.h"
 #include "bench/services/process.h"
 #include "engine/common/status.h"
+#include "services/kv_transport/checksum.h"
 #include "services/kv_transport/transport.h"
 
 namespace ced::bench {
@@ -128,6 +130,24 @@ int ItersFor(const TransportBenchOptions& o, uint64_t size, int divisor) {
   return static_cast<int>(std::max<uint64_t>(n, static_cast<uint64_t>(o.min_iters)));
 }
 
+// Median-of-5 single-thread rates of CRC32C and memcpy over `bytes`.
+void MeasureCpuRates(uint64_t bytes, TransportReport* report) {
+  std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
+  std::vector<double> crc, copy;
+  volatile uint32_t sink = 0;
+  for (int i = 0; i < 5; ++i) {
+    double t0 = NowSeconds();
+    sink = sink + kv_transport::Crc32c(0, a.data(), a.size());
+    crc.push_back(static_cast<double>(bytes) / (NowSeconds() - t0) / 1e9);
+    t0 = NowSeconds();
+    std::memcpy(b.data(), a.data(), bytes);
+    copy.push_back(static_cast<double>(bytes) / (NowSeconds() - t0) / 1e9);
+    a[i] = b[bytes - 1 - i];
+  }
+  report->crc32c_gbps = Summarize(crc);
+  report->memcpy_gbps = Summarize(copy);
+}
+
 }  // namespace
 
 int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots) {
@@ -165,6 +185,19 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
   std::vector<std::vector<uint8_t>> src(o.threads, std::vector<uint8_t>(max_size));
   for (int t = 0; t < o.threads; ++t) {
     for (uint64_t i = 0; i < max_size; ++i) src[t][i] = static_cast<uint8_t>(i * 131 + t);
+  }
+  MeasureCpuRates(max_size, &report);
+  progress(absl::StrFormat("transport: CRC32C %.2f GB/s, memcpy %.2f GB/s (one thread)",
+                           report.crc32c_gbps.median, report.memcpy_gbps.median));
+  for (const std::string& tls : o.tls) {
+    LaneRow row;
+    row.tls = tls;
+    ASSIGN_OR_RETURN(row.ours, ProbeUcxLanes(tls, /*peer_error_handling=*/true));
+    ASSIGN_OR_RETURN(row.perftest, ProbeUcxLanes(tls, /*peer_error_handling=*/false));
+    progress(absl::StrCat("transport: UCX_TLS=", tls, " lanes with peer error handling: am ",
+                          row.ours.am, ", rendezvous ", row.ours.rndv, "; without: am ",
+                          row.perftest.am, ", rendezvous ", row.perftest.rndv));
+    report.lanes.push_back(row);
   }
   std::map<std::string, std::unique_ptr<Endpoint>> endpoints;
   for (const std::string& tls : o.tls) {

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/engine/stats.h"
+#include "bench/services/ucx_lanes.h"
 
 namespace ced::bench {
 
@@ -45,10 +46,22 @@ struct TransportCell {
   Summary ours, perftest, ratio_summary;
 };
 
+// What UCX selects for each UCX_TLS: endpoints as the KV transport makes them
+// (peer error handling) and as ucx_perftest makes them (none).
+struct LaneRow {
+  std::string tls;
+  UcxLanes ours, perftest;
+};
+
 struct TransportReport {
   TransportBenchOptions options;
   std::vector<TransportCell> cells;
   std::string ucx_version;
+  std::vector<LaneRow> lanes;
+  // Single-thread CPU rates on a buffer of the largest message size, 1e9 B/s:
+  // the transport's CRC32C (run once by the sender, once by the receiver per
+  // message) and memcpy (one copy is what a shared-memory transfer costs).
+  Summary crc32c_gbps, memcpy_gbps;
 };
 
 using Progress = std::function<void(const std::string&)>;

@@ -87,6 +87,7 @@ absl::StatusOr<SequenceTail> DecodeTail(absl::Span<const uint8_t> bytes,
                      " does not match the cache format ",
                      std::string(kernels::KvFormatName(config.kv_cache_dtype))));
   }
+  if (Get32(p + 28) != 0) return absl::InvalidArgumentError("sequence tail: reserved word not zero");
   const uint32_t replay_done = Get32(p + 12);
   if (replay_done > 1) return absl::InvalidArgumentError("sequence tail: replay_done not 0/1");
   tail.desc.replay_done = replay_done == 1;
@@ -101,6 +102,9 @@ absl::StatusOr<SequenceTail> DecodeTail(absl::Span<const uint8_t> bytes,
   if (d.replay_start < 0 || d.replay_start >= d.num_tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat("sequence tail: replay_start ", d.replay_start, " out of range"));
+  }
+  if (!d.replay_done && d.first_token != -1) {
+    return absl::InvalidArgumentError("sequence tail: first_token set although the replay is pending");
   }
   if (d.replay_done && (d.first_token < 0 || d.first_token >= config.vocab_size)) {
     return absl::InvalidArgumentError(

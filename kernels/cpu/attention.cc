@@ -14,6 +14,8 @@ namespace ced::kernels {
 namespace {
 
 constexpr int kGemmMinRows = 16;
+// Decode attention prefetches the K/V rows this many blocks ahead.
+constexpr int kPrefetchBlocks = 1;
 
 // Dot product with eight independent partial sums (GCC vector extension:
 // SIMD on any x86 target, no reliance on the vectorizer).
@@ -118,6 +120,18 @@ const float* GlobalHeadsTile(const AttentionParams& p, const uint8_t* block, int
   return scratch;
 }
 
+// Asks for row r's lines of kv heads [g0, g0 + ng) in a block ahead of use:
+// a sequence's blocks lie far apart, so hardware prefetchers lose the stream
+// at every block. One row at a time keeps the miss queue from overflowing.
+inline void PrefetchRow(const AttentionParams& p, const uint8_t* block, int r, int g0, int ng) {
+  const size_t kv_dim = static_cast<size_t>(p.num_kv_heads) * p.head_dim;
+  const size_t row_bytes = RowBytes(p), value_bytes = KvRowBytes(p.format, kv_dim);
+  const uint8_t* row = block + r * row_bytes;
+  const size_t begin = value_bytes * g0 / p.num_kv_heads;
+  const size_t end = value_bytes * (g0 + ng) / p.num_kv_heads;
+  for (size_t off = begin; off < end; off += 64) __builtin_prefetch(row + off, 0, 3);
+}
+
 // Small segments (decode steps, short tails): one task per (segment, range
 // of kv heads [g0, g1)); query heads of a kv head share every K/V row read,
 // f32 caches are read in place (no gather).
@@ -146,7 +160,10 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
       size_t stride = 0;
       const float* k =
           GlobalHeadsTile(p, s.global_k_host[b], g0, ng, rows, sc.ktile.data(), &stride);
+      const int ahead = b + kPrefetchBlocks;
+      const int ahead_rows = ahead < nblocks ? std::min(bs, keys - ahead * bs) : 0;
       for (int r = 0; r < rows; ++r) {
+        if (r < ahead_rows) PrefetchRow(p, s.global_k_host[ahead], r, g0, ng);
         for (int hh = 0; hh < nh; ++hh) {
           scores[static_cast<size_t>(hh) * T + b * bs + r] =
               Dot(q + hh * D, k + r * stride + (hh / group) * D, D) * scale;
@@ -176,7 +193,10 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
       size_t stride = 0;
       const float* v =
           GlobalHeadsTile(p, s.global_v_host[b], g0, ng, rows, sc.vtile.data(), &stride);
+      const int ahead = b + kPrefetchBlocks;
+      const int ahead_rows = ahead < nblocks ? std::min(bs, keys - ahead * bs) : 0;
       for (int r = 0; r < rows; ++r) {
+        if (r < ahead_rows) PrefetchRow(p, s.global_v_host[ahead], r, g0, ng);
         for (int hh = 0; hh < nh; ++hh) {
           Axpy(out + hh * D, v + r * stride + (hh / group) * D, D,
                scores[static_cast<size_t>(hh) * T + b * bs + r] * inv[hh]);

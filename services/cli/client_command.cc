@@ -96,7 +96,7 @@ int Generate(const std::vector<std::string>& raw_args) {
       {"prompt", "", "prompt text (or give it as the argument)"},
       {"prompt-ids", "", "prompt as token ids, e.g. 1,2,3 (instead of text)"},
       {"add-bos", "true", "prepend BOS to a text prompt (--add-bos=false to not)", true},
-      {"max-tokens", "0", "tokens to generate at most (0 = the gateway's default)"},
+      {"max-tokens", "64", "tokens to generate at most (>= 1)"},
       {"temperature", "0", "0 = greedy"},
       {"top-k", "0", "0 = off"},
       {"top-p", "0", "nucleus mass in (0, 1]; 0 = off"},

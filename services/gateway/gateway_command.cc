@@ -24,7 +24,6 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"router", "127.0.0.1:50051", "router address"},
       {"model", "", "model directory (only config.json is read)"},
       {"model-name", "", "name reported by ModelInfo (default: the directory name)"},
-      {"default-max-tokens", "64", "max_tokens for requests that leave it 0"},
       {"max-inflight", "256", "requests served at once; more get RESOURCE_EXHAUSTED"},
       {"max-request-bytes", "4194304", "largest request message; larger: RESOURCE_EXHAUSTED"},
       {"route-timeout-ms", "2000", "router silent this long: UNAVAILABLE"},
@@ -52,22 +51,18 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.model_dir = flags->Get("model");
   options.model_name = flags->Get("model-name");
   if (options.model_dir.empty()) return Fail("--model is required", 2);
-  auto max_tokens = flags->GetInt("default-max-tokens");
   auto inflight = flags->GetInt("max-inflight");
   auto request_bytes = flags->GetInt("max-request-bytes");
   auto route_timeout = flags->GetInt("route-timeout-ms");
   for (const absl::Status& s :
-       {max_tokens.status(), inflight.status(), request_bytes.status(), route_timeout.status()}) {
+       {inflight.status(), request_bytes.status(), route_timeout.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()), 2);
   }
-  if (*max_tokens < 1 || *max_tokens > (1 << 30))
-    return Fail("--default-max-tokens must be >= 1", 2);
   if (*inflight < 1 || *inflight > (1 << 20)) return Fail("--max-inflight must be >= 1", 2);
   if (*request_bytes < 1024 || *request_bytes > (1 << 30)) {
     return Fail("--max-request-bytes must be in [1024, 2^30]", 2);
   }
   if (*route_timeout < 1) return Fail("--route-timeout-ms must be >= 1", 2);
-  options.default_max_tokens = static_cast<int>(*max_tokens);
   options.max_inflight = static_cast<int>(*inflight);
   options.max_request_bytes = static_cast<int>(*request_bytes);
   options.route_timeout = absl::Milliseconds(*route_timeout);

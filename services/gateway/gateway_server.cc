@@ -11,9 +11,6 @@ namespace ced::gateway {
 
 absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     const GatewayServerOptions& options) {
-  if (options.default_max_tokens < 1) {
-    return absl::InvalidArgumentError("gateway: default_max_tokens must be >= 1");
-  }
   if (options.max_inflight < 1)
     return absl::InvalidArgumentError("gateway: max_inflight must be >= 1");
   if (options.router_address.empty()) {
@@ -47,7 +44,6 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   settings.router_address = options.router_address;
   settings.limits.vocab_size = settings.model.vocab_size;
   settings.limits.max_position = settings.model.max_position;
-  settings.limits.default_max_tokens = options.default_max_tokens;
   settings.max_inflight = options.max_inflight;
   settings.route_timeout = options.route_timeout;
   settings.default_replay_on = options.default_replay_on;

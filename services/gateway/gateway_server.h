@@ -31,7 +31,6 @@ struct GatewayServerOptions {
   std::string model_dir;
   std::optional<ModelConfig> model;
   std::string model_name;
-  int default_max_tokens = 64;
   int max_inflight = 256;                           // RESOURCE_EXHAUSTED beyond
   int max_request_bytes = 4 << 20;                  // larger messages: RESOURCE_EXHAUSTED
   absl::Duration route_timeout = absl::Seconds(2);  // router silent longer: UNAVAILABLE

@@ -70,14 +70,11 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
   }
 
   // Length.
-  if (request.max_tokens() < 0) {
-    return Invalid("max_tokens",
-                   absl::StrCat("must be >= 0 (0 = the default), got ", request.max_tokens()));
+  if (request.max_tokens() <= 0) {
+    return Invalid("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens()));
   }
   const int room = limits.max_position - prompt_tokens;
-  if (request.max_tokens() == 0) {
-    out.max_tokens = std::min(limits.default_max_tokens, room);
-  } else if (request.max_tokens() > room) {
+  if (request.max_tokens() > room) {
     return Invalid(
         "max_tokens",
         absl::StrCat("prompt (", prompt_tokens, " tokens) + max_tokens (", request.max_tokens(),

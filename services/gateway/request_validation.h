@@ -18,7 +18,6 @@ namespace ced::gateway {
 struct RequestLimits {
   int vocab_size = 0;           // token ids must be in [0, vocab_size)
   int max_position = 0;         // prompt + max_tokens must fit
-  int default_max_tokens = 64;  // for max_tokens == 0 (clipped to fit the context)
   int max_stop_strings = 16;
   int max_stop_string_bytes = 256;
   int max_stop_token_ids = 64;

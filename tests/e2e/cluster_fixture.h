@@ -28,6 +28,11 @@ inline std::string CedBinary() {
   return std::string(dir ? dir : CED_BINARY_DIR_DEFAULT) + "/bin/ced";
 }
 
+// Six processes share this machine's cores: OpenMP's default of one spinning
+// thread per core in each of them makes everything many times slower. Keeps
+// a value the caller set (CTest sets 1).
+inline void UseOneOpenMpThreadPerProcess() { setenv("OMP_NUM_THREADS", "1", /*overwrite=*/0); }
+
 // name -> {"grpc": ..., "metrics": ..., "kv": ...}
 using ClusterAddresses = std::map<std::string, std::map<std::string, std::string>>;
 
@@ -35,6 +40,7 @@ class LocalCluster {
  public:
   // Extra flags go to `ced cluster`. Blocks until ready (or fails the test).
   LocalCluster(const std::string& model_dir, std::vector<std::string> flags) {
+    UseOneOpenMpThreadPerProcess();
     ready_file_ = ::testing::TempDir() + "/ced_cluster_ready_" + std::to_string(getpid()) + "_" +
                   std::to_string(counter_++);
     std::remove(ready_file_.c_str());

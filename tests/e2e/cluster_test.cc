@@ -10,85 +10,20 @@
 #include "engine/runtime/engine.h"
 #include "engine/sampling/sampler.h"
 #include "tests/e2e/cluster_fixture.h"
+#include "tests/e2e/e2e_util.h"
 #include "tests/e2e/http_get.h"
 
 namespace ced::testing {
 namespace {
 
-struct GenResult {
-  grpc::Status status;
-  std::vector<int32_t> tokens;
-  std::string text;
-  ced::v1::GenerateResponse last;
-};
-
-GenResult Generate(const std::string& gateway, const ced::v1::GenerateRequest& req) {
-  auto stub = ced::v1::Gateway::NewStub(
-      grpc::CreateChannel(gateway, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  auto reader = stub->Generate(&ctx, req);
-  GenResult r;
-  ced::v1::GenerateResponse resp;
-  while (reader->Read(&resp)) {
-    r.tokens.insert(r.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
-    r.text += resp.text();
-    r.last = resp;
-  }
-  r.status = reader->Finish();
-  return r;
+std::vector<int32_t> Colocated(const std::string& model, const std::vector<int32_t>& prompt,
+                               int max_tokens, ReplayMode mode, const SamplingParams& sampling) {
+  return ColocatedEngine(model).Run(prompt, max_tokens, mode, sampling);
 }
 
-// Greedy/sampled tokens of the same engine in this process (colocated).
-std::vector<int32_t> Colocated(const std::string& model_dir, const std::vector<int32_t>& prompt,
-                               int max_tokens, ReplayMode mode, const SamplingParams& sp) {
-  EngineOptions o;
-  o.model_dir = model_dir;
-  auto engine = Engine::Create(o);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  auto seq = (*engine)->CreateSequence(static_cast<int>(prompt.size()) + max_tokens);
-  PrefillOptions po;
-  po.replay = mode;
-  auto pre = (*engine)->Prefill(*seq, prompt, po);
-  EXPECT_TRUE(pre.ok()) << pre.status();
-  std::vector<int32_t> out;
-  std::vector<float> logits = pre->logits;
-  const int V = (*engine)->config().vocab_size;
-  for (int step = 0; step < max_tokens; ++step) {
-    out.push_back(SampleToken(logits.data(), V, sp, step));
-    if (step + 1 == max_tokens) break;
-    DecodeInput in{*seq, out.back()};
-    auto next = (*engine)->Decode(absl::MakeConstSpan(&in, 1));
-    EXPECT_TRUE(next.ok());
-    logits = *next;
-  }
-  return out;
-}
-
-std::string MakeModelDir(const std::string& preset) {
-  const std::string dir = ::testing::TempDir() + "/ced_e2e_" + preset;
-  MakeModelOptions mo;
-  mo.preset = preset;
-  mo.seed = 3;
-  mo.out_dir = dir;
-  EXPECT_TRUE(MakeModel(mo).ok());
-  return dir;
-}
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back((i * 37 + salt * 11) % 256);
-  return p;
-}
-
-ced::v1::GenerateRequest Request(const std::vector<int32_t>& prompt, int max_tokens,
-                                 ced::v1::ReplayOn on) {
-  ced::v1::GenerateRequest req;
-  for (int32_t t : prompt) req.add_prompt_token_ids(t);
-  req.set_max_tokens(max_tokens);
-  req.set_ignore_eos(true);
-  req.set_replay_on(on);
-  return req;
+double ResidentBytes(const LocalCluster& cluster, const std::string& name) {
+  return ScrapeMetric(cluster.addresses().at(name).at("metrics"), "ced_weights_resident_bytes")
+      .value_or(0.0);
 }
 
 class CedClusterTest : public ::testing::Test {
@@ -215,16 +150,22 @@ TEST_F(CedClusterTest, EveryServiceServesPrometheusMetrics) {
       EXPECT_NE(text.find(f), std::string::npos) << name << " lacks " << f << "\n" << text;
     }
   }
-  // The prefill instance holds about half the decode instance's weights.
-  auto resident = [&](const std::string& name) {
-    const std::string text = HttpGet(cluster_->addresses().at(name).at("metrics"), "/metrics");
-    const auto at = text.find("\nced_weights_resident_bytes ");
-    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + 28));
-  };
-  const double prefill = resident("prefill-0"), decode = resident("decode-0");
+  const double prefill = ResidentBytes(*cluster_, "prefill-0");
+  const double decode = ResidentBytes(*cluster_, "decode-0");
   EXPECT_GT(decode, 0);
   // The default cluster's prefill workers may replay, so they hold the decoder too.
   EXPECT_NEAR(prefill / decode, 1.0, 0.01);
+}
+
+// What the same engine holds in this process with `weights`.
+double EngineResidentBytes(const std::string& model, WeightSet weights) {
+  EngineOptions o;
+  o.model_dir = model;
+  o.weights = weights;
+  o.kv_cache_bytes = 1 << 20;
+  auto engine = Engine::Create(o);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? static_cast<double>((*engine)->weights().resident_bytes()) : -1.0;
 }
 
 TEST(CedClusterEncoderOnlyTest, EncoderOnlyPrefillHoldsHalfTheWeightsAndStillServes) {
@@ -239,25 +180,31 @@ TEST(CedClusterEncoderOnlyTest, EncoderOnlyPrefillHoldsHalfTheWeightsAndStillSer
   ASSERT_TRUE(r.status.ok()) << r.status.error_message() << cluster.Log();
   EXPECT_EQ(r.tokens, expected);
   EXPECT_EQ(r.last.placement().replay_on(), ced::v1::REPLAY_ON_DECODE);
-  auto resident = [&](const std::string& name) {
-    const std::string text = HttpGet(cluster.addresses().at(name).at("metrics"), "/metrics");
-    const auto at = text.find("\nced_weights_resident_bytes ");
-    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + 28));
-  };
-  const double ratio = resident("prefill-0") / resident("decode-0");
+  const double prefill = ResidentBytes(cluster, "prefill-0");
+  const double decode = ResidentBytes(cluster, "decode-0");
+  EXPECT_EQ(prefill, EngineResidentBytes(model, WeightSet::kEncoderOnly));
+  EXPECT_EQ(decode, EngineResidentBytes(model, WeightSet::kFull));
+  ASSERT_GT(decode, 0);
+  const double ratio = prefill / decode;
+  ::testing::Test::RecordProperty("prefill_over_decode_weights", std::to_string(ratio));
   EXPECT_GT(ratio, 0.35);
   EXPECT_LT(ratio, 0.65);
 }
 
-TEST(CedClusterDecoderOnlyTest, DecoderOnlyBaselineEqualsColocated) {
+TEST(CedClusterDecoderOnlyTest, DecoderOnlyBaselineEqualsColocatedAndHoldsEqualWeights) {
   const std::string model = MakeModelDir("tiny-dec");
-  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1"});
+  // Even without replay capability, a decoder-only prefill needs every layer.
+  LocalCluster cluster(model,
+                       {"--prefill", "1", "--decode", "1", "--prefill-replay-capable", "false"});
   ASSERT_TRUE(cluster.ready()) << cluster.Log();
   const auto prompt = Prompt(70, 4);
   const auto expected = Colocated(model, prompt, 16, ReplayMode::kBounded, {});
   GenResult r = Generate(cluster.gateway(), Request(prompt, 16, ced::v1::REPLAY_ON_AUTO));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message() << cluster.Log();
   EXPECT_EQ(r.tokens, expected);
+  const double decode = ResidentBytes(cluster, "decode-0");
+  EXPECT_GT(decode, 0);
+  EXPECT_EQ(ResidentBytes(cluster, "prefill-0"), decode);
 }
 
 }  // namespace

@@ -36,7 +36,6 @@ ced::gateway::RequestLimits FuzzLimits() {
   ced::gateway::RequestLimits limits;
   limits.vocab_size = kVocabSize;
   limits.max_position = 128;
-  limits.default_max_tokens = 16;
   limits.max_stop_strings = 4;
   limits.max_stop_string_bytes = 16;
   limits.max_stop_token_ids = 4;

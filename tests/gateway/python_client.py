@@ -46,7 +46,7 @@ def main():
     print("finish", finish, flush=True)
 
     try:
-        list(generate(gateway_pb2.GenerateRequest(prompt="hi", top_k=-1), timeout=10))
+        list(generate(gateway_pb2.GenerateRequest(prompt="hi", max_tokens=5, top_k=-1), timeout=10))
         print("bad-request accepted", flush=True)
     except grpc.RpcError as error:
         print("bad-request", error.code().name, error.details(), flush=True)

@@ -25,7 +25,6 @@ class RequestValidationTest : public ::testing::Test {
     tokenizer_ = std::move(*tokenizer);
     limits_.vocab_size = 260;
     limits_.max_position = 64;
-    limits_.default_max_tokens = 16;
   }
   absl::StatusOr<ValidatedRequest> Validate(const GenerateRequest& r) {
     return ValidateGenerateRequest(r, *tokenizer_, limits_);
@@ -42,6 +41,7 @@ TEST_F(RequestValidationTest, AcceptsAndResolvesDefaults) {
   r.add_stop("\n");
   r.add_stop_token_ids(10);
   r.set_replay_on(ced::v1::REPLAY_ON_DECODE);
+  r.set_max_tokens(16);
   auto v = Validate(r);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->prompt_token_ids, (std::vector<int32_t>{256, 'h', 'i'}));
@@ -51,10 +51,14 @@ TEST_F(RequestValidationTest, AcceptsAndResolvesDefaults) {
   EXPECT_EQ(v->stop_token_ids, (std::vector<int32_t>{10}));
 }
 
-TEST_F(RequestValidationTest, DefaultMaxTokensShrinksToFitTheContext) {
+TEST_F(RequestValidationTest, MaxTokensIsRequiredAndMustFitTheContext) {
   GenerateRequest r;
   r.mutable_prompt_token_ids()->Resize(60, 1);
-  auto v = Validate(r);
+  auto v = Validate(r);  // max_tokens left 0
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().message().rfind("max_tokens:", 0), 0u) << v.status();
+  r.set_max_tokens(4);  // exactly the room left
+  v = Validate(r);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->max_tokens, 4);
 }
@@ -82,6 +86,7 @@ TEST_F(RequestValidationTest, EveryBadFieldIsNamed) {
        }},
       {"prompt", [](GenerateRequest* r) { r->set_prompt(std::string(64, 'x')); }},
       {"max_tokens", [](GenerateRequest* r) { r->set_max_tokens(-3); }},
+      {"max_tokens", [](GenerateRequest* r) { r->set_max_tokens(0); }},
       {"max_tokens", [](GenerateRequest* r) { r->set_max_tokens(62); }},
       {"temperature", [](GenerateRequest* r) { r->set_temperature(-0.5f); }},
       {"temperature", [=](GenerateRequest* r) { r->set_temperature(nan); }},

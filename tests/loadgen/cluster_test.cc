@@ -56,9 +56,12 @@ TEST(LoadgenClusterTest, LowRateRunSucceedsAndCountsAddUp) {
     EXPECT_EQ(r.index, static_cast<int64_t>(i));
     EXPECT_EQ(r.outcome, "OK") << "request " << i << "\n" << cluster.Log();
     EXPECT_EQ(r.max_tokens, p.output_tokens);
+    EXPECT_EQ(r.planned_s, p.arrival_s);
+    EXPECT_GE(r.sent_s, r.planned_s);
     EXPECT_EQ(r.output_tokens, p.output_tokens) << "ignore_eos: max_tokens is reached";
     EXPECT_GE(r.first_token_s, r.sent_s);
     EXPECT_GE(r.end_s, r.first_token_s);
+    EXPECT_GE(r.server_ttft_ms, 0) << "the final message carries the gateway's timings";
     planned_tokens += p.output_tokens;
   }
   const RunReport rep = ComputeReport(result->records, Slo{60000, 60000}, result->duration_s);
@@ -70,6 +73,7 @@ TEST(LoadgenClusterTest, LowRateRunSucceedsAndCountsAddUp) {
   EXPECT_EQ(rep.slo_met, expected);
   EXPECT_EQ(rep.ttft.count, expected);
   EXPECT_EQ(rep.e2e.count, expected);
+  EXPECT_EQ(rep.server_ttft.count, expected);
   EXPECT_GT(rep.request_throughput, 0);
 
   const Progress done = (*runner)->Snapshot();

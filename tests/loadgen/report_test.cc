@@ -24,6 +24,11 @@ RunSummary Summary(const std::string& label, bool decoder_only) {
   ok.first_token_s = 0.1;
   ok.end_s = 0.5;
   ok.output_tokens = 5;
+  ok.server_queue_ms = 10;
+  ok.server_prefill_ms = 30;
+  ok.server_transfer_ms = 5;
+  ok.server_ttft_ms = 60;
+  ok.replay_on_decode = true;
   RequestRecord bad;
   bad.index = 1;
   bad.sent_s = 0.2;
@@ -55,6 +60,10 @@ TEST(ReportJsonTest, HoldsEveryRunAndItsCounts) {
   ASSERT_EQ(run["requests"].size(), 2u);
   EXPECT_EQ(run["requests"][1]["outcome"], "RESOURCE_EXHAUSTED");
   EXPECT_FALSE(run["requests"][1].contains("ttft_ms"));
+  EXPECT_EQ(run["requests"][0]["server_ms"]["prefill"], 30.0);
+  EXPECT_EQ(run["server_ms"]["ttft"]["count"], 1);
+  EXPECT_EQ(run["server_ms"]["queue"]["mean"], 10.0);
+  EXPECT_EQ(run["replays_on_decode"], 1);
   EXPECT_TRUE(doc["runs"][1]["model"]["decoder_only"].get<bool>());
   ctx.include_records = false;
   const auto brief = nlohmann::json::parse(ReportJson(ctx, {Summary("ced", false)}));
@@ -67,9 +76,15 @@ TEST(ReportMarkdownTest, OneRowPerRunAndErrors) {
   EXPECT_NE(md.find("| dec | tiny-dec (decoder-only 8) | 2/s |"), std::string::npos) << md;
   EXPECT_NE(md.find("Errors, ced at 2/s: RESOURCE_EXHAUSTED 1"), std::string::npos) << md;
   EXPECT_NE(md.find("TTFT <= 200 ms, TPOT unbounded"), std::string::npos) << md;
+  const std::string main_table = md.substr(0, md.find("Where TTFT goes"));
   int rows = 0;
-  for (size_t p = md.find("\n| "); p != std::string::npos; p = md.find("\n| ", p + 1)) ++rows;
+  for (size_t p = main_table.find("\n| "); p != std::string::npos;
+       p = main_table.find("\n| ", p + 1)) {
+    ++rows;
+  }
   EXPECT_EQ(rows, 2);  // header starts the text; two data rows follow the separator
+  EXPECT_NE(md.find("| ced | 2/s | 100.0 | 60.0 | 10.0 | 30.0 | 5.0 | 1/1 |"), std::string::npos)
+      << md;
 }
 
 TEST(FlagsTest, ParsesTypedFlagsAndLists) {

@@ -106,6 +106,33 @@ TEST(ReportTest, CountsAttainmentAndGoodput) {
   EXPECT_EQ(r.tpot.count, 4);
   EXPECT_NEAR(r.tpot.p50, 35, 1e-9);  // {10, 30, 40, 80}
   EXPECT_EQ(r.e2e.count, 4);
+  EXPECT_EQ(r.server_ttft.count, 0);  // no record carried gateway timings
+}
+
+TEST(ReportTest, GatewayTimingsOfSucceededRequestsOnly) {
+  RequestRecord a = Rec(0, 0.1, 0.2, 2), b = Rec(0, 0.1, 0.2, 2), c = Rec(0, -1, 0.2, 0, "INTERNAL");
+  a.server_queue_ms = 1, a.server_prefill_ms = 2, a.server_transfer_ms = 3, a.server_ttft_ms = 8;
+  a.replay_on_decode = true;
+  c.server_queue_ms = 100, c.server_prefill_ms = 100, c.server_transfer_ms = 100;
+  c.server_ttft_ms = 100;
+  const RunReport r = ComputeReport({a, b, c}, Slo{});
+  EXPECT_EQ(r.server_ttft.count, 1);  // b had none, c failed
+  EXPECT_DOUBLE_EQ(r.server_ttft.mean, 8);
+  EXPECT_DOUBLE_EQ(r.server_queue.mean, 1);
+  EXPECT_DOUBLE_EQ(r.server_prefill.mean, 2);
+  EXPECT_DOUBLE_EQ(r.server_transfer.mean, 3);
+  EXPECT_EQ(r.replays_on_decode, 1);
+  EXPECT_EQ(r.send_lag.count, 0);  // closed loop: no planned times
+}
+
+TEST(ReportTest, SendLagOverAllIssuedRequests) {
+  RequestRecord a = Rec(1.002, 1.1, 1.2, 2), b = Rec(2.010, -1, 2.2, 0, "UNAVAILABLE");
+  a.planned_s = 1.0;
+  b.planned_s = 2.0;
+  const RunReport r = ComputeReport({a, b}, Slo{});
+  EXPECT_EQ(r.send_lag.count, 2);
+  EXPECT_NEAR(r.send_lag.max, 10, 1e-9);
+  EXPECT_NEAR(r.send_lag.mean, 6, 1e-9);
 }
 
 TEST(ReportTest, ExplicitDurationAndEmptyRun) {

@@ -115,8 +115,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CudaBackend::Create(const CudaBackendOp
     return absl::InternalError("cuda: cannot create a cuBLAS handle");
   }
   cublasSetStream(b->cublas_, b->stream_);
-  // Plain f32 (no TF32) unless bf16 was asked for: results track the CPU backend.
-  cublasSetMathMode(b->cublas_, CUBLAS_PEDANTIC_MATH);
+  // f32: plain f32 arithmetic (no TF32, whatever the environment says), so
+  // results track the CPU backend; bf16: tensor cores with f32 accumulation.
+  cublasSetMathMode(b->cublas_, options.bf16_gemm ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH);
   b->cache_ = std::make_unique<BlockCache>(b->stream_);
   b->staging_ = std::make_unique<Staging>(b->stream_);
   return std::unique_ptr<Backend>(std::move(b));

@@ -1,0 +1,109 @@
+// One `ced serve --role=...` process for a test: started with its output in a
+// log file, ready once it prints "... listening on ADDR (metrics ADDR[, kv
+// ADDR])", SIGTERMed (then SIGKILLed) on Stop/destruction. The child gets
+// SIGKILL if the test process dies. Not thread-safe.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/e2e/cluster_fixture.h"
+
+namespace ced::testing {
+
+class ServiceProcess {
+ public:
+  // `args` follow `ced serve`. Blocks until the process is listening (at
+  // most 120 s); on failure ready() is false and the test has a failure.
+  explicit ServiceProcess(const std::vector<std::string>& args) {
+    UseOneOpenMpThreadPerProcess();
+    static int counter = 0;
+    log_ = ::testing::TempDir() + "/ced_service_" + std::to_string(getpid()) + "_" +
+           std::to_string(counter++) + ".log";
+    std::vector<std::string> full = {CedBinary(), "serve"};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {  // async-signal-safe calls only until execv
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+      }
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    EXPECT_GT(pid_, 0) << "fork failed";
+    const std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+))?\))");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      const std::string log = Log();
+      if (std::regex_search(log, m, re)) {
+        grpc_ = m[1];
+        metrics_ = m[2];
+        kv_ = m[4];
+        return;
+      }
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) pid_ = -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "ced serve did not start; log:\n" << Log();
+  }
+  ~ServiceProcess() { Stop(SIGTERM); }
+  ServiceProcess(const ServiceProcess&) = delete;
+  ServiceProcess& operator=(const ServiceProcess&) = delete;
+
+  // Sends `sig` (SIGTERM: a drain; SIGKILL: a crash) and reaps the process,
+  // SIGKILLing it after 40 s.
+  void Stop(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int st = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+    while (waitpid(pid_, &st, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &st, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+  }
+
+  bool ready() const { return !grpc_.empty(); }
+  const std::string& grpc() const { return grpc_; }
+  const std::string& metrics() const { return metrics_; }
+  const std::string& kv() const { return kv_; }
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_, grpc_, metrics_, kv_;
+};
+
+}  // namespace ced::testing
