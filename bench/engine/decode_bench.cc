@@ -94,8 +94,10 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
     (void)ignored;
   }
   for (int rep = 0; rep < options.repetitions; ++rep) {
-    const double bw = probe->Measure();
+    const ProbeSample sample = probe->Measure();
+    const double bw = sample.rate;
     report.bandwidth.push_back(bw);
+    report.bandwidth_share.push_back(sample.cpu_share);
     std::fprintf(stderr, "[decode %d/%d] read bandwidth %.2f GB/s (%.0f MiB buffer)\n", rep + 1,
                  options.repetitions, bw * 1e-9, probe->bytes() / 1048576.0);
     for (int k = 0; k < nb; ++k) {

@@ -37,6 +37,7 @@ struct DecodeBatchResult {
 struct DecodeReport {
   DecodeBenchOptions options;
   std::vector<double> bandwidth;  // B/s, one sample per repetition
+  std::vector<double> bandwidth_share;  // the CPU share of each sample
   double best_bandwidth = 0;      // max of `bandwidth`: the roofline's bandwidth
   std::vector<DecodeBatchResult> batches;
 };

@@ -157,9 +157,10 @@ absl::StatusOr<std::unique_ptr<ReadBandwidthProbe>> ReadBandwidthProbe::Create(s
 
 ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(data_); }
 
-double ReadBandwidthProbe::Measure() {
+ProbeSample ReadBandwidthProbe::Measure() {
   const size_t count = bytes_ / sizeof(float);
   float total = 0;
+  const double c0 = ProcessCpuSeconds();
   const double t0 = NowSeconds();
 #pragma omp parallel reduction(+ : total)
   {
@@ -170,15 +171,16 @@ double ReadBandwidthProbe::Measure() {
     total += SumAvx2(data_ + begin, end - begin);
   }
   const double dt = NowSeconds() - t0;
+  const double cpu = ProcessCpuSeconds() - c0;
   g_sink = total;
-  return static_cast<double>(bytes_) / dt;
+  return {static_cast<double>(bytes_) / dt, cpu / (dt * omp_get_max_threads())};
 }
 
 const char* FmaIsaName(FmaIsa isa) { return isa == FmaIsa::kAvx2 ? "AVX2" : "AVX-512"; }
 
-double MeasureFmaPeak(FmaIsa isa, double seconds) {
-  if (isa == FmaIsa::kAvx512 && !__builtin_cpu_supports("avx512f")) return 0;
-  if (isa == FmaIsa::kAvx2 && !__builtin_cpu_supports("fma")) return 0;
+ProbeSample MeasureFmaPeak(FmaIsa isa, double seconds) {
+  if (isa == FmaIsa::kAvx512 && !__builtin_cpu_supports("avx512f")) return {};
+  if (isa == FmaIsa::kAvx2 && !__builtin_cpu_supports("fma")) return {};
   const int chains = isa == FmaIsa::kAvx2 ? kChainsAvx2 : kChainsAvx512;
   const int lanes = isa == FmaIsa::kAvx2 ? 8 : 16;
   int64_t iters = 1 << 16;
@@ -188,10 +190,12 @@ double MeasureFmaPeak(FmaIsa isa, double seconds) {
     dt = RunFma(isa, iters);
   }
   iters = static_cast<int64_t>(iters * seconds / dt);
+  const double c0 = ProcessCpuSeconds();
   dt = RunFma(isa, iters);
-  const double flops =
-      2.0 * chains * lanes * static_cast<double>(iters) * omp_get_max_threads();
-  return flops / dt;
+  const double cpu = ProcessCpuSeconds() - c0;
+  const int threads = omp_get_max_threads();
+  const double flops = 2.0 * chains * lanes * static_cast<double>(iters) * threads;
+  return {flops / dt, cpu / (dt * threads)};
 }
 
 }  // namespace ced::bench

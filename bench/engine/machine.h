@@ -25,14 +25,22 @@ struct MachineInfo {
 };
 MachineInfo CollectMachineInfo();
 
+// One probe measurement: its rate (B/s or FLOP/s) and the CPU share it got,
+// process CPU time / (wall time x threads); rate / cpu_share estimates the
+// rate on a machine nobody else is using.
+struct ProbeSample {
+  double rate = 0;
+  double cpu_share = 0;
+};
+
 // Reads a buffer of `bytes` (allocated and first-touched by all threads).
 // Not thread-safe; Measure() uses all OpenMP threads.
 class ReadBandwidthProbe {
  public:
   static absl::StatusOr<std::unique_ptr<ReadBandwidthProbe>> Create(size_t bytes);
   ~ReadBandwidthProbe();
-  // One full pass; returns bytes read per second (B/s).
-  double Measure();
+  // One full pass; rate in bytes read per second.
+  ProbeSample Measure();
   size_t bytes() const { return bytes_; }
 
  private:
@@ -44,8 +52,8 @@ class ReadBandwidthProbe {
 enum class FmaIsa { kAvx2, kAvx512 };
 const char* FmaIsaName(FmaIsa isa);
 
-// Runs independent FMA chains on all threads for about `seconds` and returns
-// FLOP/s (an FMA counts 2 FLOPs). 0 when the ISA is not available.
-double MeasureFmaPeak(FmaIsa isa, double seconds);
+// Runs independent FMA chains on all threads for about `seconds`; rate in
+// FLOP/s (an FMA counts 2 FLOPs), 0 when the ISA is not available.
+ProbeSample MeasureFmaPeak(FmaIsa isa, double seconds);
 
 }  // namespace ced::bench

@@ -115,8 +115,12 @@ absl::StatusOr<PrefillReport> RunPrefillBench(const PrefillBenchOptions& options
     }
     report.speedup_bounded.push_back(ttft[2] / ttft[0]);
     report.speedup_exact.push_back(ttft[2] / ttft[1]);
-    report.fma_avx2.push_back(MeasureFmaPeak(FmaIsa::kAvx2, options.fma_seconds));
-    report.fma_avx512.push_back(MeasureFmaPeak(FmaIsa::kAvx512, options.fma_seconds));
+    const ProbeSample avx2 = MeasureFmaPeak(FmaIsa::kAvx2, options.fma_seconds);
+    const ProbeSample avx512 = MeasureFmaPeak(FmaIsa::kAvx512, options.fma_seconds);
+    report.fma_avx2.push_back(avx2.rate);
+    report.fma_avx2_share.push_back(avx2.cpu_share);
+    report.fma_avx512.push_back(avx512.rate);
+    report.fma_avx512_share.push_back(avx512.cpu_share);
     std::fprintf(stderr, "[prefill %d/%d] FMA peak: AVX2 %.1f GFLOP/s, AVX-512 %.1f GFLOP/s\n",
                  rep + 1, options.repetitions, report.fma_avx2.back() * 1e-9,
                  report.fma_avx512.back() * 1e-9);

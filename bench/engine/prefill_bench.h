@@ -39,8 +39,9 @@ struct PrefillVariant {
 struct PrefillReport {
   PrefillBenchOptions options;
   std::vector<PrefillVariant> variants;  // ced-bounded, ced-exact, decoder-only
-  // FLOP/s of the FMA micro-kernel, one sample per repetition.
-  std::vector<double> fma_avx2, fma_avx512;
+  // FLOP/s of the FMA micro-kernel and the CPU share it got, one sample per
+  // repetition.
+  std::vector<double> fma_avx2, fma_avx512, fma_avx2_share, fma_avx512_share;
   // Paired per repetition: decoder-only TTFT / CED TTFT.
   std::vector<double> speedup_bounded, speedup_exact;
 };

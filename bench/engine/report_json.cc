@@ -30,6 +30,37 @@ std::vector<double> PeakFraction(const PrefillVariant& v, const std::vector<doub
   return out;
 }
 
+// rate / cpu_share per sample: the rate with the contention removed.
+std::vector<double> Normalized(const std::vector<double>& rate, const std::vector<double>& share) {
+  std::vector<double> out;
+  for (size_t i = 0; i < std::min(rate.size(), share.size()); ++i) {
+    if (share[i] > 0) out.push_back(rate[i] / share[i]);
+  }
+  return out;
+}
+
+// Each repetition's FLOP/s per unit of CPU share over the median of the
+// probe's, both contention-normalized.
+std::vector<double> PeakFractionCpu(const PrefillVariant& v, const std::vector<double>& peak,
+                                    const std::vector<double>& share) {
+  std::vector<double> out;
+  const double ref = Summarize(Normalized(peak, share)).median;
+  if (ref <= 0) return out;
+  for (size_t i = 0; i < std::min(v.ttft_s.size(), v.cpu_share.size()); ++i) {
+    out.push_back(v.flops() / v.ttft_s[i] / v.cpu_share[i] / ref);
+  }
+  return out;
+}
+
+// Per repetition: CPU seconds of `slow` / CPU seconds of `fast`.
+std::vector<double> CpuRatio(const PrefillVariant& slow, const PrefillVariant& fast) {
+  std::vector<double> out;
+  for (size_t i = 0; i < std::min(slow.ttft_s.size(), fast.ttft_s.size()); ++i) {
+    out.push_back(slow.ttft_s[i] * slow.cpu_share[i] / (fast.ttft_s[i] * fast.cpu_share[i]));
+  }
+  return out;
+}
+
 Json PrefillJson(const PrefillReport& p) {
   Json j;
   j["prompt_tokens"] = p.options.prompt_tokens;
@@ -37,6 +68,9 @@ Json PrefillJson(const PrefillReport& p) {
   j["repetitions"] = p.options.repetitions;
   j["fma_peak_flops"] = {{"avx2", SummaryJson(p.fma_avx2)},
                          {"avx512", SummaryJson(p.fma_avx512)}};
+  j["fma_peak_flops_cpu_normalized"] = {
+      {"avx2", SummaryJson(Normalized(p.fma_avx2, p.fma_avx2_share))},
+      {"avx512", SummaryJson(Normalized(p.fma_avx512, p.fma_avx512_share))}};
   for (const PrefillVariant& v : p.variants) {
     std::vector<double> rate;
     for (double t : v.ttft_s) rate.push_back(v.flops() / t);
@@ -51,6 +85,10 @@ Json PrefillJson(const PrefillReport& p) {
                              {"fraction_of_avx2_peak", SummaryJson(PeakFraction(v, p.fma_avx2))},
                              {"fraction_of_avx512_peak",
                               SummaryJson(PeakFraction(v, p.fma_avx512))},
+                             {"fraction_of_avx2_peak_cpu_normalized",
+                              SummaryJson(PeakFractionCpu(v, p.fma_avx2, p.fma_avx2_share))},
+                             {"fraction_of_avx512_peak_cpu_normalized",
+                              SummaryJson(PeakFractionCpu(v, p.fma_avx512, p.fma_avx512_share))},
                              {"cpu_share", SummaryJson(v.cpu_share)},
                              {"ttft_samples_s", v.ttft_s},
                              {"first_token", v.first_token}});
@@ -58,6 +96,8 @@ Json PrefillJson(const PrefillReport& p) {
   const PrefillVariant &bounded = p.variants[0], &exact = p.variants[1], &dec = p.variants[2];
   j["speedup_bounded"] = SummaryJson(p.speedup_bounded);
   j["speedup_exact"] = SummaryJson(p.speedup_exact);
+  j["cpu_time_ratio_bounded"] = SummaryJson(CpuRatio(dec, bounded));
+  j["cpu_time_ratio_exact"] = SummaryJson(CpuRatio(dec, exact));
   j["flop_ratio_bounded"] = dec.flops() / bounded.flops();
   j["flop_ratio_exact"] = dec.flops() / exact.flops();
   j["matmul_flop_ratio_bounded"] = dec.matmul_flops / bounded.matmul_flops;
@@ -73,7 +113,14 @@ Json DecodeJson(const DecodeReport& d) {
   j["bandwidth_buffer_bytes"] = d.options.bandwidth_bytes;
   j["read_bandwidth_bytes_per_s"] = SummaryJson(d.bandwidth);
   j["roofline_bandwidth_bytes_per_s"] = d.best_bandwidth;
+  const double bw_cpu = Summarize(Normalized(d.bandwidth, d.bandwidth_share)).median;
+  j["read_bandwidth_cpu_normalized_bytes_per_s"] = bw_cpu;
   for (const DecodeBatchResult& b : d.batches) {
+    std::vector<double> fraction_cpu;
+    for (size_t i = 0; i < b.tokens_per_s.size() && bw_cpu > 0; ++i) {
+      const double roofline = b.batch * bw_cpu / b.bytes_per_step_samples[i];
+      fraction_cpu.push_back(b.tokens_per_s[i] / b.cpu_share[i] / roofline);
+    }
     j["batches"].push_back({{"batch", b.batch},
                             {"mean_context", b.mean_context},
                             {"weight_bytes_per_step", b.weight_bytes},
@@ -82,6 +129,7 @@ Json DecodeJson(const DecodeReport& d) {
                             {"step_ms", SummaryJson(b.step_ms)},
                             {"roofline_tokens_per_s", SummaryJson(b.roofline_tokens_per_s)},
                             {"fraction_of_roofline", SummaryJson(b.fraction)},
+                            {"fraction_of_roofline_cpu_normalized", SummaryJson(fraction_cpu)},
                             {"cpu_share", SummaryJson(b.cpu_share)}});
   }
   return j;

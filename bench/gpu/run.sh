@@ -49,13 +49,12 @@ run_test() {  # name -> appends a summary line
     echo "| $1 | not built (see the notes) | |"
     return
   fi
-  timeout 240 "$bin" --gtest_brief=1 >"$log/$1.txt" 2>&1
+  timeout 240 "$bin" >"$log/$1.txt" 2>&1
   local rc=$?
+  count() { grep -E "^\[ +$1 +\] [0-9]+ test" "$log/$2.txt" | head -1 | grep -oE '\] [0-9]+' | grep -oE '[0-9]+'; }
   local passed skipped failed
-  passed=$(grep -c '^\[       OK \]' "$log/$1.txt" || true)
-  skipped=$(grep -c '^\[  SKIPPED \]' "$log/$1.txt" || true)
-  failed=$(grep -E '^\[  FAILED  \] [A-Za-z]' "$log/$1.txt" | grep -vc 'listed below' || true)
-  echo "| $1 | exit $rc: $passed ok, $skipped skipped, $failed failed | $(grep -E '^\[  FAILED  \] [A-Za-z/]+\.' "$log/$1.txt" | head -3 | sed 's/\[  FAILED  \] //' | tr '\n' ' ') |"
+  passed=$(count PASSED "$1"); skipped=$(count SKIPPED "$1"); failed=$(count FAILED "$1")
+  echo "| $1 | exit $rc: ${passed:-0} passed, ${skipped:-0} skipped, ${failed:-0} failed | $(grep -E '^\[  FAILED  \] [A-Za-z/]+\.' "$log/$1.txt" | sort -u | head -3 | sed 's/\[  FAILED  \] //' | tr '\n' ' ') |"
 }
 note "running the tests"
 test_rows=""

@@ -40,8 +40,7 @@ struct StreamResult {
   double ttft_ms() const { return token_ms.empty() ? -1 : token_ms.front(); }
   // Mean gap between consecutive tokens after the first (-1 with < 2 tokens).
   double tpot_ms() const {
-    return token_ms.size() < 2 ? -1
-                               : (token_ms.back() - token_ms.front()) / (token_ms.size() - 1);
+    return token_ms.size() < 2 ? -1 : (token_ms.back() - token_ms.front()) / (token_ms.size() - 1);
   }
 };
 

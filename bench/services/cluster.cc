@@ -23,8 +23,8 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const ClusterO
   const std::string ready = o.log_path + ".ready";
   std::remove(ready.c_str());
   ChildOptions co;
-  co.argv = {o.ced_binary, "cluster", "--model", o.model_dir, "--base-port", "0",
-             "--metrics-base-port", "0", "--ready-file", ready};
+  co.argv = {o.ced_binary,          "cluster", "--model",      o.model_dir, "--base-port", "0",
+             "--metrics-base-port", "0",       "--ready-file", ready};
   co.argv.insert(co.argv.end(), o.flags.begin(), o.flags.end());
   co.env = o.env;
   co.log_path = o.log_path;

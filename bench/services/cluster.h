@@ -17,7 +17,7 @@ namespace ced::bench {
 struct ClusterOptions {
   std::string ced_binary;  // the `ced` CLI
   std::string model_dir;
-  std::vector<std::string> flags;  // extra `ced cluster` flags
+  std::vector<std::string> flags;                         // extra `ced cluster` flags
   std::map<std::string, std::optional<std::string>> env;  // e.g. UCX_TLS
   std::string log_path;
   double ready_timeout_s = 180;

@@ -49,7 +49,7 @@ struct Load {
 
 // `c` concurrent streams on `path`.
 absl::StatusOr<Load> Throughput(Targets& t, const std::string& path, int c, int prompt_tokens,
-                                  int tokens, uint64_t* salt) {
+                                int tokens, uint64_t* salt) {
   std::vector<StreamResult> results(c);
   std::vector<std::thread> threads;
   std::vector<GenerateArgs> args(c);
@@ -80,8 +80,7 @@ absl::StatusOr<Load> Throughput(Targets& t, const std::string& path, int c, int 
     ttft.push_back(r.ttft_ms());
     tpot.push_back(r.tpot_ms());
   }
-  return Load{static_cast<double>(total) / elapsed, Summarize(ttft).median,
-              Summarize(tpot).median};
+  return Load{static_cast<double>(total) / elapsed, Summarize(ttft).median, Summarize(tpot).median};
 }
 
 }  // namespace

@@ -128,9 +128,9 @@ absl::StatusOr<KvBytesReport> RunKvBytesBench(const KvBytesBenchOptions& o,
       progress(absl::StrFormat(
           "kv bytes %-8s %-8s: %.1f B/token on the wire (accounting %d, hand %d), tail %.0f B "
           "(replay on decode)%s",
-          preset, format, row.slope, row.accounting_per_token, row.hand_per_token,
-          row.tail_decode,
-          row.decoder_only ? "" : absl::StrFormat(", %.0f B (replay on prefill)", row.tail_prefill)));
+          preset, format, row.slope, row.accounting_per_token, row.hand_per_token, row.tail_decode,
+          row.decoder_only ? ""
+                           : absl::StrFormat(", %.0f B (replay on prefill)", row.tail_prefill)));
       report.rows.push_back(row);
     }
   }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -37,19 +38,19 @@ struct Flags {
   std::string sizes = "64K,1M,8M,32M";
   int threads = 4;
   int mib_per_sample = 256;
-  int transport_reps = 3;
+  int transport_reps = 5;
   std::string perftest = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
   // ttft
   std::string ttft_preset = "small";
   int ttft_prompt_tokens = 2048;
   int ttft_max_tokens = 4;
-  int ttft_reps = 3;
+  int ttft_reps = 5;
   // gateway
   std::string gateway_preset = "tiny";
   int gateway_prompt_tokens = 128;
   int gateway_max_tokens = 32;
-  int gateway_reps = 10;
+  int gateway_reps = 20;
   std::string concurrency = "1,16,48";
   int stream_tokens = 128;
   int throughput_reps = 3;
@@ -106,8 +107,14 @@ std::vector<std::string> SplitList(const std::string& text, char sep) {
   return absl::StrSplit(text, sep, absl::SkipEmpty());
 }
 
+// The command as typed, prefixed by the environment variables that change the
+// results, with an absolute program path reduced to its file name.
 std::string CommandLine(int argc, char** argv) {
   std::vector<std::string> parts;
+  for (const char* name : {"OMP_WAIT_POLICY", "OMP_NUM_THREADS", "UCX_TLS"}) {
+    if (const char* v = std::getenv(name); v != nullptr)
+      parts.push_back(absl::StrCat(name, "=", v));
+  }
   std::string prog = argv[0];
   if (!prog.empty() && prog[0] == '/') prog = std::filesystem::path(prog).filename().string();
   parts.push_back(prog);
@@ -143,8 +150,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
   const std::set<std::string> sections(list.begin(), list.end());
   for (const std::string& s : sections) {
     if (s != "transport" && s != "ttft" && s != "gateway" && s != "kvbytes") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--sections: unknown section '", s, "' (transport, ttft, gateway, kvbytes)"));
+      return absl::InvalidArgumentError(absl::StrCat("--sections: unknown section '", s,
+                                                     "' (transport, ttft, gateway, kvbytes)"));
     }
   }
   ASSIGN_OR_RETURN(const std::vector<uint64_t> sizes, ParseSizes(f.sizes));
@@ -152,16 +159,15 @@ absl::Status Run(const Flags& f, const std::string& command) {
   const std::string self = SelfExe();
   const std::string ced =
       f.ced.empty() ? (std::filesystem::path(self).parent_path() / "ced").string() : f.ced;
-  if (sections.size() > (sections.count("transport") ? 1u : 0u) &&
-      !std::filesystem::exists(ced)) {
+  if (sections.size() > (sections.count("transport") ? 1u : 0u) && !std::filesystem::exists(ced)) {
     return absl::NotFoundError(absl::StrCat("--ced: no ced binary at ", ced));
   }
   std::string scratch = f.scratch_dir;
   const bool own_scratch = scratch.empty();
   if (own_scratch) {
-    scratch = (std::filesystem::temp_directory_path() /
-               absl::StrCat("ced_services_bench_", getpid()))
-                  .string();
+    scratch =
+        (std::filesystem::temp_directory_path() / absl::StrCat("ced_services_bench_", getpid()))
+            .string();
   }
   std::filesystem::create_directories(scratch);
   Log(absl::StrCat("scratch ", scratch, "; ced ", ced));
@@ -171,8 +177,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
   report.date_utc = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
   report.quick = f.quick;
   report.machine = CollectMachineFacts();
-  Log(absl::StrCat(report.machine.cpu_model, ", ", report.machine.logical_cores,
-                   " cores, load ", report.machine.load_start));
+  Log(absl::StrCat(report.machine.cpu_model, ", ", report.machine.logical_cores, " cores, load ",
+                   report.machine.load_start));
   const Progress progress = [](const std::string& line) { Log(line); };
   absl::Status status;
   if (sections.count("transport")) {
@@ -232,8 +238,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
   }
   RETURN_IF_ERROR(WriteFile(f.markdown, FormatMarkdown(report)));
   RETURN_IF_ERROR(WriteFile(f.json, FormatJson(report)));
-  Log(absl::StrCat("done in ", static_cast<int>(report.wall_s), " s; wrote ", f.markdown,
-                   " and ", f.json));
+  Log(absl::StrCat("done in ", static_cast<int>(report.wall_s), " s; wrote ", f.markdown, " and ",
+                   f.json));
   return status;
 }
 
@@ -250,11 +256,10 @@ int main(int argc, char** argv) {
       f.mib_per_sample = 64;
       f.transport_reps = 2;
       f.ttft_reps = 1;
-      f.gateway_reps = 4;
+      f.gateway_reps = 6;
       f.concurrency = "1,16";
       f.stream_tokens = 64;
       f.throughput_reps = 1;
-      f.kv_formats = "f32,fp4_e2m1";
     }
   }
   ced::bench::FlagSet flags;

@@ -40,10 +40,13 @@ absl::StatusOr<double> ParseOverallMiBps(const std::string& output) {
 std::vector<std::string> Args(const PerftestRun& run, bool client) {
   std::vector<std::string> a = {run.binary};
   if (client) a.push_back("127.0.0.1");
-  const std::vector<std::string> rest = {
-      "-t", run.test, "-s", absl::StrCat(run.size), "-n", absl::StrCat(run.iters),
-      "-w", absl::StrCat(run.warmup), "-O", absl::StrCat(run.outstanding),
-      "-p", absl::StrCat(run.port), "-f"};
+  const std::vector<std::string> rest = {"-t", run.test,
+                                         "-s", absl::StrCat(run.size),
+                                         "-n", absl::StrCat(run.iters),
+                                         "-w", absl::StrCat(run.warmup),
+                                         "-O", absl::StrCat(run.outstanding),
+                                         "-p", absl::StrCat(run.port),
+                                         "-f"};
   a.insert(a.end(), rest.begin(), rest.end());
   return a;
 }

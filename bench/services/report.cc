@@ -34,17 +34,19 @@ void Transport(const TransportReport& t, std::string* md) {
   absl::StrAppend(
       md, "## 1. KV transfer throughput: our UCX transport vs `ucx_perftest`\n\n",
       "Loopback, two processes each side. **Ours**: a receiver process whose `KvSink` lands "
-      "every message in a preallocated slot, and ", o.threads,
-      " sender threads each keeping one blocking `KvTransport::Send` in flight (so ", o.threads,
+      "every message in a preallocated slot, and ",
+      o.threads, " sender threads each keeping one blocking `KvTransport::Send` in flight (so ",
+      o.threads,
       " messages in flight). A Send returns after the receiver verified the CRC32C and "
       "acknowledged: the figure includes the checksum on both sides and the verdict round "
-      "trip. **Reference**: `ucx_perftest -t ", o.perftest_test, " -O ", o.threads,
+      "trip. **Reference**: `ucx_perftest -t ",
+      o.perftest_test, " -O ", o.threads,
       "` (server + client), the UCP active-message bandwidth test — the same API our "
       "transport uses (`ucp_am_send_nbx`, rendezvous above the eager threshold, received with "
       "`ucp_am_recv_data_nbx`). Both get the same `UCX_TLS`. Every repetition runs ours and "
       "perftest back to back on each cell, alternating which goes first. ",
-      o.bytes_per_sample >> 20, " MiB per measurement (at least ", o.min_iters,
-      " messages), ", o.repetitions, " repetitions. GB/s = 1e9 B/s. UCX ", t.ucx_version,
+      o.bytes_per_sample >> 20, " MiB per measurement (at least ", o.min_iters, " messages), ",
+      o.repetitions, " repetitions. GB/s = 1e9 B/s. UCX ", t.ucx_version,
       ".\n\n| UCX_TLS | message | ours GB/s | perftest GB/s | ours / perftest | ≥ 80% |\n"
       "|---|---|---|---|---|---|\n");
   for (const TransportCell& c : t.cells) {
@@ -52,19 +54,22 @@ void Transport(const TransportReport& t, std::string* md) {
                     S(c.perftest, "%.3f"), " | ", Pct(c.ratio_summary), " | ",
                     c.ratio_summary.median >= 0.8 ? "yes" : "**no**", " |\n");
   }
-  absl::StrAppend(md, "\nMedian [min .. max] over repetitions; the ratio is taken per "
-                      "repetition (the pair ran back to back), then summarized.\n\n");
+  absl::StrAppend(md,
+                  "\nMedian [min .. max] over repetitions; the ratio is taken per "
+                  "repetition (the pair ran back to back), then summarized.\n\n");
   absl::StrAppend(
-      md, "**Which UCX lanes carry the bytes** (`ucp_ep_print_info` of a loopback sockaddr "
-          "endpoint made like the KV transport's — peer error handling, its shared-memory "
-          "error-handling switch — and like ucx_perftest's — no error handling):\n\n"
-          "| UCX_TLS | KV transport: AM lanes | KV transport: rendezvous lanes | perftest: AM "
-          "lanes | perftest: rendezvous lanes |\n|---|---|---|---|---|\n");
+      md,
+      "**Which UCX lanes carry the bytes** (`ucp_ep_print_info` of a loopback sockaddr "
+      "endpoint made like the KV transport's — peer error handling, its shared-memory "
+      "error-handling switch — and like ucx_perftest's — no error handling):\n\n"
+      "| UCX_TLS | KV transport: AM lanes | KV transport: rendezvous lanes | perftest: AM "
+      "lanes | perftest: rendezvous lanes |\n|---|---|---|---|---|\n");
   for (const LaneRow& l : t.lanes) {
-    absl::StrAppend(md, "| ", l.tls, " | ", l.ours.am, " | ", l.ours.rndv, " | ",
-                    l.perftest.am, " | ", l.perftest.rndv, " |\n");
+    absl::StrAppend(md, "| ", l.tls, " | ", l.ours.am, " | ", l.ours.rndv, " | ", l.perftest.am,
+                    " | ", l.perftest.rndv, " |\n");
   }
-  absl::StrAppend(md, "\nSingle-thread CPU rates on a ", SizeName(o.sizes.empty() ? 0 : *std::max_element(o.sizes.begin(), o.sizes.end())),
+  absl::StrAppend(md, "\nSingle-thread CPU rates on a ",
+                  SizeName(o.sizes.empty() ? 0 : *std::max_element(o.sizes.begin(), o.sizes.end())),
                   " buffer, same run: CRC32C ", S(t.crc32c_gbps, "%.2f", " GB/s"),
                   " (the transport checksums every payload on both sides); memcpy ",
                   S(t.memcpy_gbps, "%.2f", " GB/s"), ".\n\n");
@@ -73,11 +78,12 @@ void Transport(const TransportReport& t, std::string* md) {
 void Ttft(const TtftReport& t, std::string* md) {
   const TtftBenchOptions& o = t.options;
   absl::StrAppend(
-      md, "## 2. Share of TTFT spent on non-overlapped K/V transfer\n\n",
-      "`ced cluster` on `", o.preset, "` (one prefill, one decode worker, f32 cache, UCX_TLS ",
+      md, "## 2. Share of TTFT spent on non-overlapped K/V transfer\n\n", "`ced cluster` on `",
+      o.preset, "` (one prefill, one decode worker, f32 cache, UCX_TLS ",
       o.ucx_tls.empty() ? "inherited" : o.ucx_tls, "), ", o.prompt_tokens,
       "-token prompts (`prompt_token_ids`, a fresh prompt per request: no prefix-cache hit), "
-      "max_tokens ", o.max_tokens, ", greedy, ", o.repetitions,
+      "max_tokens ",
+      o.max_tokens, ", greedy, ", o.repetitions,
       " requests per placement after a warm-up, alternating. *ready* is the decode worker's "
       "`ced_kv_transfer_seconds` observation for the request (reservation → all K/V and the "
       "tail landed); the prefill compute starts right after the reservation, so "
@@ -90,8 +96,8 @@ void Ttft(const TtftReport& t, std::string* md) {
       "overlapped ms | share of TTFT | gateway transfer_ms ÷ ttft_ms | 1st→2nd token ms | K/V "
       "bytes |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const TtftRow& r : t.rows) {
-    absl::StrAppend(md, "| ", r.replay_on, r.placement_seen == r.replay_on ? "" : " (ran on " +
-                                                                                   r.placement_seen + ")",
+    absl::StrAppend(md, "| ", r.replay_on,
+                    r.placement_seen == r.replay_on ? "" : " (ran on " + r.placement_seen + ")",
                     " | ", S(r.client_ttft, "%.0f"), " | ", S(r.prefill, "%.0f"), " | ",
                     S(r.gw_transfer, "%.0f"), " | ", S(r.ready, "%.0f"), " | ",
                     S(r.nonoverlap, "%.1f"), " | ", Pct(r.share_nonoverlap), " | ",
@@ -99,20 +105,21 @@ void Ttft(const TtftReport& t, std::string* md) {
                     absl::StrFormat("%.0f", r.bytes), " |\n");
   }
   absl::StrAppend(
-      md, "\nThe gateway's `transfer_ms` is max(prefill worker's summed Send times, decode "
-          "worker's reservation → K/V ready); both contain the transfer that *is* overlapped "
-          "with compute, so `transfer_ms ÷ ttft_ms` overstates the cost (see the column). "
-          "Cluster start: ",
+      md,
+      "\nThe gateway's `transfer_ms` is max(prefill worker's summed Send times, decode "
+      "worker's reservation → K/V ready); both contain the transfer that *is* overlapped "
+      "with compute, so `transfer_ms ÷ ttft_ms` overstates the cost (see the column). "
+      "Cluster start: ",
       absl::StrFormat("%.1f", t.cluster_startup_s), " s.\n\n");
 }
 
 void Gateway(const GatewayReport& g, std::string* md) {
   const GatewayBenchOptions& o = g.options;
   absl::StrAppend(
-      md, "## 3. Gateway overhead\n\n",
-      "`ced cluster` on `", o.preset, "` (one prefill, one decode worker). Latency: ",
-      o.prompt_tokens, "-token prompts, ", o.max_tokens, " tokens, greedy, replay on decode, ",
-      o.repetitions, " requests per path, order rotated each repetition. **gateway** = "
+      md, "## 3. Gateway overhead\n\n", "`ced cluster` on `", o.preset,
+      "` (one prefill, one decode worker). Latency: ", o.prompt_tokens, "-token prompts, ",
+      o.max_tokens, " tokens, greedy, replay on decode, ", o.repetitions,
+      " requests per path, order rotated each repetition. **gateway** = "
       "`ced.v1.Gateway/Generate`; **direct** = the bench does the gateway's work itself "
       "(`DecodeWorker.Reserve` + `Stream`, `PrefillWorker.Prefill`): same placement, no "
       "gateway or router hop; **local** = `Reserve` with `local_prefill` + `Stream` (the "
@@ -133,15 +140,17 @@ void Gateway(const GatewayReport& g, std::string* md) {
                   " tokens (", o.stream_prompt_tokens,
                   "-token prompts, ignore_eos), gateway vs direct, alternating, ",
                   o.throughput_repetitions,
-                  " repetitions:\n\n| c | gateway tok/s | direct tok/s | gateway ÷ direct |\n"
-                  "|---|---|---|---|\n");
+                  " repetitions. Per-stream TTFT and TPOT: median over a repetition's streams, "
+                  "then median over repetitions.\n\n| c | gateway tok/s | direct tok/s | "
+                  "gateway ÷ direct | TTFT ms gateway / direct | TPOT ms gateway / direct |\n"
+                  "|---|---|---|---|---|---|\n");
   for (const ThroughputPoint& p : g.throughput) {
-    absl::StrAppend(md, "| ", p.concurrency, " | ", S(p.gateway, "%.0f"), " | ",
-                    S(p.direct, "%.0f"), " | ",
-                    absl::StrFormat("%.2f", p.direct.median > 0
-                                                ? p.gateway.median / p.direct.median
-                                                : 0),
-                    " |\n");
+    absl::StrAppend(
+        md, "| ", p.concurrency, " | ", S(p.gateway, "%.0f"), " | ", S(p.direct, "%.0f"), " | ",
+        absl::StrFormat("%.2f", p.direct.median > 0 ? p.gateway.median / p.direct.median : 0),
+        absl::StrFormat(" | %.0f / %.0f | %.2f / %.2f |\n", Summarize(p.gateway_ttft_ms).median,
+                        Summarize(p.direct_ttft_ms).median, Summarize(p.gateway_tpot_ms).median,
+                        Summarize(p.direct_tpot_ms).median));
   }
   absl::StrAppend(md, "\n");
 }
@@ -154,8 +163,8 @@ void KvBytes(const KvBytesReport& k, std::string* md) {
       "`ced_kv_transfer_bytes_total{direction=\"in\"}` around single requests of ",
       o.short_prompt, " and ", o.long_prompt,
       " prompt tokens (the prefill worker's `direction=\"out\"` agrees: column *prefill out*). "
-      "**per token** = (B(", o.long_prompt, ") − B(", o.short_prompt, ")) ÷ ",
-      o.long_prompt - o.short_prompt,
+      "**per token** = (B(",
+      o.long_prompt, ") − B(", o.short_prompt, ")) ÷ ", o.long_prompt - o.short_prompt,
       ": the global K/V; **tail** = B(N) − N × per token: the per-sequence part. Hand "
       "arithmetic, per token: 2 (K, V) × own-source layers × bytes of one row of G·D values "
       "(fp4: G·D/2 values + G·D/16 E4M3 scales). Tail: a 32-byte descriptor + local K/V rings "
@@ -163,8 +172,8 @@ void KvBytes(const KvBytesReport& k, std::string* md) {
       "all layers when the prefill worker replays or the model is decoder-only) + for a "
       "replay on decode h_E of the R replayed tokens, R × d × 4 bytes (f32 whatever the "
       "cache format).\n\n"
-      "| preset | format | per token (wire) | accounting | hand | B(", o.long_prompt,
-      ") | prefill out | B/prompt token at ", o.long_prompt,
+      "| preset | format | per token (wire) | accounting | hand | B(",
+      o.long_prompt, ") | prefill out | B/prompt token at ", o.long_prompt,
       " | tail, replay on decode (decoder-only: no replay) | tail, replay on prefill |\n"
       "|---|---|---|---|---|---|---|---|---|---|\n");
   for (const KvBytesRow& r : k.rows) {
@@ -225,8 +234,8 @@ std::string FormatMarkdown(const ServicesReport& r) {
   std::string md = absl::StrCat(
       "# Services benchmarks\n\nGenerated by `ced_services_bench` (see bench/README.md, "
       "\"Services\"); do not edit by hand.\n\n",
-      "- Command: `", r.command, "`\n- Date (UTC): ", r.date_utc, "\n- Wall time: ",
-      absl::StrFormat("%.0f s", r.wall_s), r.quick ? " (quick mode)" : "", "\n",
+      "- Command: `", r.command, "`\n- Date (UTC): ", r.date_utc,
+      "\n- Wall time: ", absl::StrFormat("%.0f s", r.wall_s), r.quick ? " (quick mode)" : "", "\n",
       "- Machine: ", m.cpu_model, ", ", m.logical_cores, " logical cores, ",
       absl::StrFormat("%.1f GiB", m.mem_total_gib), " RAM, ", m.kernel, "\n",
       "- Load average (1/5/15 min) at start: ", m.load_start, "; at end: ", m.load_end,

@@ -9,9 +9,8 @@ namespace {
 using nlohmann::json;
 
 json J(const Summary& s) {
-  return json{{"n", s.n},       {"median", s.median}, {"min", s.min},
-              {"max", s.max},   {"q1", s.q1},         {"q3", s.q3},
-              {"spread", s.spread()}};
+  return json{{"n", s.n},   {"median", s.median}, {"min", s.min},        {"max", s.max},
+              {"q1", s.q1}, {"q3", s.q3},         {"spread", s.spread()}};
 }
 
 json Transport(const TransportReport& t) {
@@ -29,11 +28,14 @@ json Transport(const TransportReport& t) {
   }
   json lanes = json::array();
   for (const LaneRow& l : t.lanes) {
-    lanes.push_back({{"ucx_tls", l.tls},
-                     {"kv_transport", {{"am", l.ours.am}, {"rndv", l.ours.rndv},
-                                       {"am_protocols", l.ours.am_protocols}}},
-                     {"perftest", {{"am", l.perftest.am}, {"rndv", l.perftest.rndv},
-                                   {"am_protocols", l.perftest.am_protocols}}}});
+    lanes.push_back(
+        {{"ucx_tls", l.tls},
+         {"kv_transport",
+          {{"am", l.ours.am}, {"rndv", l.ours.rndv}, {"am_protocols", l.ours.am_protocols}}},
+         {"perftest",
+          {{"am", l.perftest.am},
+           {"rndv", l.perftest.rndv},
+           {"am_protocols", l.perftest.am_protocols}}}});
   }
   const TransportBenchOptions& o = t.options;
   return {{"ucx_version", t.ucx_version},
@@ -101,7 +103,11 @@ json Gateway(const GatewayReport& g) {
                     {"gateway_tokens_per_s", J(p.gateway)},
                     {"direct_tokens_per_s", J(p.direct)},
                     {"gateway_samples", p.gateway_tps},
-                    {"direct_samples", p.direct_tps}});
+                    {"direct_samples", p.direct_tps},
+                    {"gateway_stream_ttft_ms", p.gateway_ttft_ms},
+                    {"direct_stream_ttft_ms", p.direct_ttft_ms},
+                    {"gateway_stream_tpot_ms", p.gateway_tpot_ms},
+                    {"direct_stream_tpot_ms", p.direct_tpot_ms}});
   }
   const GatewayBenchOptions& o = g.options;
   return {{"preset", o.preset},

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -202,8 +202,7 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
   std::map<std::string, std::unique_ptr<Endpoint>> endpoints;
   for (const std::string& tls : o.tls) {
     ASSIGN_OR_RETURN(endpoints[tls], StartEndpoint(o, tls, max_size));
-    progress(absl::StrCat("transport: kv sink for UCX_TLS=", tls, " at ",
-                          endpoints[tls]->address));
+    progress(absl::StrCat("transport: kv sink for UCX_TLS=", tls, " at ", endpoints[tls]->address));
   }
   for (const std::string& tls : o.tls) {
     for (uint64_t size : o.sizes) {
@@ -250,10 +249,11 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
       cell.ours_gbps.push_back(ours);
       cell.perftest_gbps.push_back(perf);
       cell.ratio.push_back(perf > 0 ? ours / perf : 0);
-      progress(absl::StrFormat("transport rep %d/%d UCX_TLS=%-7s %8.0f KiB: ours %.3f GB/s, "
-                               "%s %.3f GB/s (%.0f%%)",
-                               rep + 1, o.repetitions, cell.tls, cell.size / 1024.0, ours,
-                               o.perftest_test, perf, perf > 0 ? 100 * ours / perf : 0));
+      progress(
+          absl::StrFormat("transport rep %d/%d UCX_TLS=%-7s %8.0f KiB: ours %.3f GB/s, "
+                          "%s %.3f GB/s (%.0f%%)",
+                          rep + 1, o.repetitions, cell.tls, cell.size / 1024.0, ours,
+                          o.perftest_test, perf, perf > 0 ? 100 * ours / perf : 0));
     }
   }
   for (TransportCell& cell : report.cells) {

@@ -31,7 +31,7 @@ struct TransportBenchOptions {
   uint64_t bytes_per_sample = 256 << 20;  // volume of one timed measurement
   int min_iters = 16;                     // messages per measurement at least
   int repetitions = 3;
-  std::string self_exe;                    // this binary (for the kv_sink role)
+  std::string self_exe;  // this binary (for the kv_sink role)
   std::string perftest = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
   int port_base = 0;        // perftest's out-of-band port; 0 picks from the pid

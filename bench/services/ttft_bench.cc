@@ -29,9 +29,12 @@ absl::StatusOr<DecodeCounters> ReadDecode(const BenchCluster& cluster) {
 
 const char* PlacementName(ced::v1::ReplayOn r) {
   switch (r) {
-    case ced::v1::REPLAY_ON_PREFILL: return "prefill";
-    case ced::v1::REPLAY_ON_DECODE: return "decode";
-    default: return "?";
+    case ced::v1::REPLAY_ON_PREFILL:
+      return "prefill";
+    case ced::v1::REPLAY_ON_DECODE:
+      return "decode";
+    default:
+      return "?";
   }
 }
 
@@ -49,8 +52,8 @@ absl::Status EnsureModel(const std::string& ced_binary, const std::string& prese
   ASSIGN_OR_RETURN(auto child, Child::Spawn(o));
   ASSIGN_OR_RETURN(const int st, child->Wait(300));
   if (st != 0) {
-    return absl::InternalError(absl::StrCat("ced model make --preset ", preset, " failed: ",
-                                            TailOfFile(o.log_path, 400)));
+    return absl::InternalError(
+        absl::StrCat("ced model make --preset ", preset, " failed: ", TailOfFile(o.log_path, 400)));
   }
   return absl::OkStatus();
 }

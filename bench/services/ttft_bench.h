@@ -42,8 +42,8 @@ struct TtftSample {
 };
 
 struct TtftRow {
-  std::string replay_on;         // "decode" | "prefill"
-  std::string placement_seen;    // what the gateway reported
+  std::string replay_on;       // "decode" | "prefill"
+  std::string placement_seen;  // what the gateway reported
   std::vector<TtftSample> samples;
   Summary client_ttft, gw_ttft, prefill, gw_transfer, ready, nonoverlap, second_gap;
   Summary share_nonoverlap;  // nonoverlap / client TTFT (0 when TTFT precedes it)
@@ -57,8 +57,7 @@ struct TtftReport {
   std::vector<TtftRow> rows;
 };
 
-absl::StatusOr<TtftReport> RunTtftBench(const TtftBenchOptions& options,
-                                        const Progress& progress);
+absl::StatusOr<TtftReport> RunTtftBench(const TtftBenchOptions& options, const Progress& progress);
 
 // Writes the preset's model into `dir` (with `ced model make`) unless present.
 absl::Status EnsureModel(const std::string& ced_binary, const std::string& preset,

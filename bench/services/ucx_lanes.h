@@ -12,8 +12,8 @@
 namespace ced::bench {
 
 struct UcxLanes {
-  std::string am;    // transports carrying active messages ("sysv/memory", "tcp/lo", ...)
-  std::string rndv;  // transports carrying rendezvous (large) payloads
+  std::string am;            // transports carrying active messages ("sysv/memory", "tcp/lo", ...)
+  std::string rndv;          // transports carrying rendezvous (large) payloads
   std::string am_protocols;  // "0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)"
 };
 

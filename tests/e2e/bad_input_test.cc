@@ -28,20 +28,25 @@ std::vector<BadInput> BadInputs() {
   const auto invalid = grpc::StatusCode::INVALID_ARGUMENT;
   std::vector<BadInput> v = {
       {"empty prompt", [](R* r) { r->clear_prompt_token_ids(); }, invalid, "prompt"},
-      {"empty text prompt", [](R* r) {
+      {"empty text prompt",
+       [](R* r) {
          r->clear_prompt_token_ids();
          r->set_prompt("");
-       }, invalid, "prompt"},
+       },
+       invalid, "prompt"},
       {"both prompt forms", [](R* r) { r->set_prompt("hello"); }, invalid, "prompt"},
       {"token id >= vocab", [](R* r) { r->set_prompt_token_ids(1, 260); }, invalid,
        "prompt_token_ids[1]"},
       {"negative token id", [](R* r) { r->set_prompt_token_ids(2, -1); }, invalid,
        "prompt_token_ids[2]"},
-      {"prompt fills the context", [](R* r) {
+      {"prompt fills the context",
+       [](R* r) {
          for (int i = r->prompt_token_ids_size(); i < 4096; ++i) r->add_prompt_token_ids(7);
-       }, invalid, "prompt_token_ids"},
+       },
+       invalid, "prompt_token_ids"},
       {"prompt + max_tokens beyond the context", [](R* r) { r->set_max_tokens(4096); }, invalid,
        "max_tokens"},
+      {"zero max_tokens", [](R* r) { r->set_max_tokens(0); }, invalid, "max_tokens"},
       {"negative max_tokens", [](R* r) { r->set_max_tokens(-1); }, invalid, "max_tokens"},
       {"negative temperature", [](R* r) { r->set_temperature(-0.5f); }, invalid, "temperature"},
       {"NaN temperature", [](R* r) { r->set_temperature(kNaN); }, invalid, "temperature"},
@@ -50,35 +55,43 @@ std::vector<BadInput> BadInputs() {
       {"negative top_p", [](R* r) { r->set_top_p(-0.1f); }, invalid, "top_p"},
       {"NaN top_p", [](R* r) { r->set_top_p(kNaN); }, invalid, "top_p"},
       {"negative top_k", [](R* r) { r->set_top_k(-1); }, invalid, "top_k"},
-      {"too many stop strings", [](R* r) {
+      {"too many stop strings",
+       [](R* r) {
          for (int i = 0; i < 17; ++i) r->add_stop("s" + std::to_string(i));
-       }, invalid, "stop"},
+       },
+       invalid, "stop"},
       {"empty stop string", [](R* r) { r->add_stop(""); }, invalid, "stop[0]"},
-      {"too many stop token ids", [](R* r) {
+      {"too many stop token ids",
+       [](R* r) {
          for (int i = 0; i < 65; ++i) r->add_stop_token_ids(i);
-       }, invalid, "stop_token_ids"},
+       },
+       invalid, "stop_token_ids"},
       {"stop token id outside the vocabulary", [](R* r) { r->add_stop_token_ids(5000); }, invalid,
        "stop_token_ids[0]"},
       {"unknown replay_on", [](R* r) { r->set_replay_on(static_cast<ced::v1::ReplayOn>(9)); },
        invalid, "replay_on"},
       {"request_id with a space", [](R* r) { r->set_request_id("a b"); }, invalid, "request_id"},
       // proto3 strings must be UTF-8: the C++ client logs an error but sends the bytes.
-      {"invalid UTF-8 prompt", [](R* r) {
+      {"invalid UTF-8 prompt",
+       [](R* r) {
          r->clear_prompt_token_ids();
          r->set_prompt(std::string("ab\xff\xfe", 4));
-       }, invalid, "prompt"},
+       },
+       invalid, "prompt"},
       {"invalid UTF-8 stop string", [](R* r) { r->add_stop(std::string("\xc3\x28", 2)); }, invalid,
        "stop[0]"},
       // Over the gateway's 4 MiB request limit.
-      {"over-size message", [](R* r) {
+      {"over-size message",
+       [](R* r) {
          r->clear_prompt_token_ids();
          r->set_prompt(std::string(5 << 20, 'a'));
-       }, grpc::StatusCode::RESOURCE_EXHAUSTED, ""},
+       },
+       grpc::StatusCode::RESOURCE_EXHAUSTED, ""},
   };
   return v;
 }
 
-class BadInputTest : public ::testing::Test {
+class E2eBadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = MakeModelDir("tiny");
@@ -93,7 +106,7 @@ class BadInputTest : public ::testing::Test {
   std::unique_ptr<LocalCluster> cluster_;
 };
 
-TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheClusterKeepsServing) {
+TEST_F(E2eBadInputTest, EveryBadInputGetsItsStatusAndTheClusterKeepsServing) {
   ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
   const std::vector<int32_t> prompt = Prompt(24, 5);
   const ced::v1::GenerateRequest good = Request(prompt, 8, ced::v1::REPLAY_ON_AUTO);
@@ -107,16 +120,16 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheClusterKeepsServing) {
     EXPECT_TRUE(r.tokens.empty()) << bad.name;
     if (!bad.field.empty()) {
       EXPECT_EQ(r.status.error_message().rfind(bad.field + ":", 0), 0u)
-          << bad.name << ": the message must start with the field: "
-          << r.status.error_message();
+          << bad.name << ": the message must start with the field: " << r.status.error_message();
     }
     if (bad.code == grpc::StatusCode::INVALID_ARGUMENT) ++invalid;
   }
-  EXPECT_EQ(Metric("gateway", "ced_gateway_requests_total{outcome=\"invalid_argument\"}"),
-            invalid);
+  EXPECT_EQ(Metric("gateway", "ced_gateway_requests_total{outcome=\"invalid_argument\"}"), invalid);
   // No worker saw any of them.
-  EXPECT_EQ(Metric("router", "ced_router_decisions_total{replay_on=\"prefill\",local_prefill=\"false\"}") +
-                Metric("router", "ced_router_decisions_total{replay_on=\"decode\",local_prefill=\"false\"}"),
+  EXPECT_EQ(Metric("router",
+                   "ced_router_decisions_total{replay_on=\"prefill\",local_prefill=\"false\"}") +
+                Metric("router",
+                       "ced_router_decisions_total{replay_on=\"decode\",local_prefill=\"false\"}"),
             0);
   EXPECT_EQ(Metric("prefill-0", "ced_prompt_tokens_total"), 0);
   EXPECT_EQ(Metric("decode-0", "ced_generated_tokens_total"), 0);

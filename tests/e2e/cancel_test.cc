@@ -49,7 +49,7 @@ class Stream {
   int tokens_ = 0;
 };
 
-class CancelTest : public ::testing::Test {
+class E2eCancelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = MakeModelDir("tiny");
@@ -103,7 +103,7 @@ class CancelTest : public ::testing::Test {
   std::unique_ptr<LocalCluster> cluster_;
 };
 
-TEST_F(CancelTest, ClientCancelReleasesKvBlocksOnEveryDecodeWorker) {
+TEST_F(E2eCancelTest, ClientCancelReleasesKvBlocksOnEveryDecodeWorker) {
   ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
   const auto long_request = [](int salt) {
     return Request(Prompt(kPromptTokens, salt), kMaxTokens, ced::v1::REPLAY_ON_AUTO);
@@ -130,7 +130,7 @@ TEST_F(CancelTest, ClientCancelReleasesKvBlocksOnEveryDecodeWorker) {
   ExpectStillServing();
 }
 
-TEST_F(CancelTest, ExpiredDeadlineReleasesKvBlocks) {
+TEST_F(E2eCancelTest, ExpiredDeadlineReleasesKvBlocks) {
   ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
   std::vector<std::unique_ptr<Stream>> streams;
   for (int i = 0; i < 2; ++i) {

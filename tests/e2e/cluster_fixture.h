@@ -45,16 +45,17 @@ class LocalCluster {
                   std::to_string(counter_++);
     std::remove(ready_file_.c_str());
     log_ = ready_file_ + ".log";
-    std::vector<std::string> args = {CedBinary(), "cluster", "--model", model_dir,
-                                     "--base-port", "0", "--metrics-base-port", "0",
-                                     "--ready-file", ready_file_};
+    std::vector<std::string> args = {
+        CedBinary(),           "cluster", "--model",      model_dir,  "--base-port", "0",
+        "--metrics-base-port", "0",       "--ready-file", ready_file_};
     args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
     EXPECT_EQ(posix_spawn(&pid_, args[0].c_str(), &fa, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&fa);

@@ -26,7 +26,7 @@ double ResidentBytes(const LocalCluster& cluster, const std::string& name) {
       .value_or(0.0);
 }
 
-class CedClusterTest : public ::testing::Test {
+class E2eClusterTest : public ::testing::Test {
  protected:
   // Started lazily from SetUp (not SetUpTestSuite) so that a cluster that
   // fails to start fails the test instead of skipping it.
@@ -44,7 +44,7 @@ class CedClusterTest : public ::testing::Test {
   static inline LocalCluster* cluster_ = nullptr;
 };
 
-TEST_F(CedClusterTest, DisaggregatedGreedyEqualsColocatedForBothReplayPlacements) {
+TEST_F(E2eClusterTest, DisaggregatedGreedyEqualsColocatedForBothReplayPlacements) {
   ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
   const auto prompt = Prompt(150, 1);  // longer than R: the bounded replay matters
   const auto expected = Colocated(*model_, prompt, 24, ReplayMode::kBounded, SamplingParams{});
@@ -60,7 +60,7 @@ TEST_F(CedClusterTest, DisaggregatedGreedyEqualsColocatedForBothReplayPlacements
   }
 }
 
-TEST_F(CedClusterTest, ExactReplayAndSamplingAgreeAcrossPlacements) {
+TEST_F(E2eClusterTest, ExactReplayAndSamplingAgreeAcrossPlacements) {
   ASSERT_TRUE(cluster_->ready());
   const auto prompt = Prompt(90, 2);
   SamplingParams sp;
@@ -80,7 +80,7 @@ TEST_F(CedClusterTest, ExactReplayAndSamplingAgreeAcrossPlacements) {
   }
 }
 
-TEST_F(CedClusterTest, ConcurrentRequestsAreAllCorrect) {
+TEST_F(E2eClusterTest, ConcurrentRequestsAreAllCorrect) {
   ASSERT_TRUE(cluster_->ready());
   constexpr int kRequests = 6;
   std::vector<std::vector<int32_t>> expected(kRequests);
@@ -102,7 +102,7 @@ TEST_F(CedClusterTest, ConcurrentRequestsAreAllCorrect) {
   }
 }
 
-TEST_F(CedClusterTest, TextPromptStreamsText) {
+TEST_F(E2eClusterTest, TextPromptStreamsText) {
   ASSERT_TRUE(cluster_->ready());
   ced::v1::GenerateRequest req;
   req.set_prompt("Hello, disaggregated world");
@@ -114,7 +114,7 @@ TEST_F(CedClusterTest, TextPromptStreamsText) {
   EXPECT_EQ(r.last.finish_reason(), ced::v1::FINISH_REASON_LENGTH);
 }
 
-TEST_F(CedClusterTest, BadFieldIsInvalidArgumentNamingIt) {
+TEST_F(E2eClusterTest, BadFieldIsInvalidArgumentNamingIt) {
   ASSERT_TRUE(cluster_->ready());
   auto req = Request(Prompt(5, 1), 8, ced::v1::REPLAY_ON_AUTO);
   req.set_max_tokens(-3);
@@ -127,7 +127,7 @@ TEST_F(CedClusterTest, BadFieldIsInvalidArgumentNamingIt) {
   EXPECT_NE(r.status.error_message().find("prompt_token_ids"), std::string::npos);
 }
 
-TEST_F(CedClusterTest, EveryServiceServesPrometheusMetrics) {
+TEST_F(E2eClusterTest, EveryServiceServesPrometheusMetrics) {
   ASSERT_TRUE(cluster_->ready());
   // One request so the counters move.
   ASSERT_TRUE(Generate(cluster_->gateway(), Request(Prompt(40, 5), 4, ced::v1::REPLAY_ON_DECODE))
@@ -135,16 +135,18 @@ TEST_F(CedClusterTest, EveryServiceServesPrometheusMetrics) {
   const std::map<std::string, std::vector<std::string>> expected = {
       {"gateway", {"ced_gateway_requests_total", "ced_gateway_ttft_seconds_bucket"}},
       {"router", {"ced_router_decisions_total"}},
-      {"prefill-0", {"ced_prefill_seconds_bucket", "ced_kv_transfer_bytes_total{direction=\"out\"}",
-                     "ced_weights_resident_bytes"}},
-      {"decode-0", {"ced_decode_steps_total", "ced_kv_blocks_free", "ced_replays_total",
-                    "ced_kv_transfer_bytes_total{direction=\"in\"}"}},
+      {"prefill-0",
+       {"ced_prefill_seconds_bucket", "ced_kv_transfer_bytes_total{direction=\"out\"}",
+        "ced_weights_resident_bytes"}},
+      {"decode-0",
+       {"ced_decode_steps_total", "ced_kv_blocks_free", "ced_replays_total",
+        "ced_kv_transfer_bytes_total{direction=\"in\"}"}},
   };
   for (const auto& [name, families] : expected) {
     ASSERT_TRUE(cluster_->addresses().count(name)) << name;
     int status = 0;
-    const std::string text = HttpGet(cluster_->addresses().at(name).at("metrics"), "/metrics",
-                                     &status);
+    const std::string text =
+        HttpGet(cluster_->addresses().at(name).at("metrics"), "/metrics", &status);
     EXPECT_EQ(status, 200) << name;
     for (const auto& f : families) {
       EXPECT_NE(text.find(f), std::string::npos) << name << " lacks " << f << "\n" << text;
@@ -168,7 +170,7 @@ double EngineResidentBytes(const std::string& model, WeightSet weights) {
   return engine.ok() ? static_cast<double>((*engine)->weights().resident_bytes()) : -1.0;
 }
 
-TEST(CedClusterEncoderOnlyTest, EncoderOnlyPrefillHoldsHalfTheWeightsAndStillServes) {
+TEST(E2eEncoderOnlyTest, EncoderOnlyPrefillHoldsHalfTheWeightsAndStillServes) {
   const std::string model = MakeModelDir("tiny");
   LocalCluster cluster(model, {"--prefill", "1", "--decode", "1", "--prefill-replay-capable",
                                "false", "--replay-on", "prefill"});
@@ -191,7 +193,7 @@ TEST(CedClusterEncoderOnlyTest, EncoderOnlyPrefillHoldsHalfTheWeightsAndStillSer
   EXPECT_LT(ratio, 0.65);
 }
 
-TEST(CedClusterDecoderOnlyTest, DecoderOnlyBaselineEqualsColocatedAndHoldsEqualWeights) {
+TEST(E2eDecoderOnlyTest, DecoderOnlyBaselineEqualsColocatedAndHoldsEqualWeights) {
   const std::string model = MakeModelDir("tiny-dec");
   // Even without replay capability, a decoder-only prefill needs every layer.
   LocalCluster cluster(model,

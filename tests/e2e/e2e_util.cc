@@ -15,8 +15,8 @@ namespace ced::testing {
 
 GenResult Generate(const std::string& gateway, const ced::v1::GenerateRequest& req,
                    const GenerateOptions& options) {
-  auto stub = ced::v1::Gateway::NewStub(
-      grpc::CreateChannel(gateway, grpc::InsecureChannelCredentials()));
+  auto stub =
+      ced::v1::Gateway::NewStub(grpc::CreateChannel(gateway, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + options.deadline);
   auto reader = stub->Generate(&ctx, req);
@@ -151,7 +151,8 @@ int HealthStatus(const std::string& address, const std::string& service) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   // HealthCheckRequest{service = 1}: tag 0x0a, length, bytes (names < 128 bytes).
   std::string bytes;
-  if (!service.empty()) bytes = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+  if (!service.empty())
+    bytes = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
   grpc::Slice slice(bytes);
   grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
@@ -162,7 +163,8 @@ int HealthStatus(const std::string& address, const std::string& service) {
   std::vector<grpc::Slice> slices;
   std::string out;
   if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   // HealthCheckResponse{status = 1}: "" (UNKNOWN) or 08 <enum>.
   if (out.empty()) return 0;

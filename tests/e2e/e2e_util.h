@@ -4,6 +4,8 @@
 // functions are thread-compatible; ColocatedEngine is not thread-safe.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -11,8 +13,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "ced/internal/router.pb.h"
 #include "ced/v1/gateway.grpc.pb.h"

@@ -12,7 +12,7 @@ namespace {
 constexpr int kServing = 1, kNotServing = 2;
 const std::chrono::seconds kWait(20);
 
-class HealthTest : public ::testing::Test {
+class E2eHealthTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = MakeModelDir("tiny");
@@ -20,19 +20,28 @@ class HealthTest : public ::testing::Test {
         "--role=router", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
         "--heartbeat-timeout-ms", "1500", "--model", model_});
     if (!router_->ready()) return;
-    gateway_ = std::make_unique<ServiceProcess>(std::vector<std::string>{
-        "--role=gateway", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-        "--router", router_->grpc(), "--model", model_});
+    gateway_ = std::make_unique<ServiceProcess>(
+        std::vector<std::string>{"--role=gateway", "--listen", "127.0.0.1:0", "--metrics-listen",
+                                 "127.0.0.1:0", "--router", router_->grpc(), "--model", model_});
   }
   void TearDown() override {
     for (auto* p : {&prefill_, &decode_, &gateway_, &router_}) p->reset();
   }
 
   std::unique_ptr<ServiceProcess> StartWorker(const std::string& role, const std::string& id) {
-    std::vector<std::string> args = {"--role=" + role, "--worker-id", id, "--listen",
-                                     "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                                     "--router", router_->grpc(), "--model", model_,
-                                     "--kv-cache-mb", "32"};
+    std::vector<std::string> args = {"--role=" + role,
+                                     "--worker-id",
+                                     id,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--metrics-listen",
+                                     "127.0.0.1:0",
+                                     "--router",
+                                     router_->grpc(),
+                                     "--model",
+                                     model_,
+                                     "--kv-cache-mb",
+                                     "32"};
     if (role == "decode") args.insert(args.end(), {"--kv-listen", "127.0.0.1:0"});
     if (role == "prefill") args.push_back("--replay-capable");
     return std::make_unique<ServiceProcess>(args);
@@ -62,7 +71,7 @@ class HealthTest : public ::testing::Test {
   std::unique_ptr<ServiceProcess> router_, gateway_, prefill_, decode_;
 };
 
-TEST_F(HealthTest, ServingOnlyWithRouterAndAWorkerOfEachKind) {
+TEST_F(E2eHealthTest, ServingOnlyWithRouterAndAWorkerOfEachKind) {
   ASSERT_TRUE(router_->ready()) << router_->Log();
   ASSERT_TRUE(gateway_->ready()) << gateway_->Log();
   EXPECT_EQ(HealthStatus(gateway_->grpc(), "no.such.Service"), -1);  // Check: NOT_FOUND

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "absl/strings/str_join.h"
-
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/e2e/e2e_util.h"
 
@@ -92,8 +91,8 @@ TEST_P(LoadTest, ConcurrentGreedyRequestsEqualColocatedOnEveryWorker) {
                     << " prompt tokens): " << r.status.error_message();
       continue;
     }
-    EXPECT_EQ(r.tokens, load.expected[i]) << "request " << i << " (" << req.prompt_token_ids_size()
-                                          << " prompt tokens)";
+    EXPECT_EQ(r.tokens, load.expected[i])
+        << "request " << i << " (" << req.prompt_token_ids_size() << " prompt tokens)";
     EXPECT_EQ(r.last.finish_reason(), ced::v1::FINISH_REASON_LENGTH) << i;
     EXPECT_EQ(r.last.request_id(), req.request_id());
     EXPECT_EQ(r.last.usage().prompt_tokens(), req.prompt_token_ids_size()) << i;
@@ -115,7 +114,7 @@ TEST_P(LoadTest, ConcurrentGreedyRequestsEqualColocatedOnEveryWorker) {
   ExpectAllKvFree(*cluster_);
 }
 
-INSTANTIATE_TEST_SUITE_P(ReplayOn, LoadTest,
+INSTANTIATE_TEST_SUITE_P(E2eReplayOn, LoadTest,
                          ::testing::Values(ced::v1::REPLAY_ON_PREFILL, ced::v1::REPLAY_ON_DECODE,
                                            ced::v1::REPLAY_ON_AUTO),
                          [](const auto& info) { return ced::v1::ReplayOn_Name(info.param); });
@@ -198,7 +197,7 @@ TEST_P(UcxTransportTest, FewRequestsEqualColocated) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("tcp", "shm,tcp"),
+INSTANTIATE_TEST_SUITE_P(E2eUcxTls, UcxTransportTest, ::testing::Values("tcp", "shm,tcp"),
                          [](const auto& info) {
                            return std::string(info.param) == "tcp" ? "Tcp" : "SharedMemory";
                          });

@@ -2,9 +2,8 @@
 // each); `promtool check metrics` accepts every /metrics; after N requests the
 // counters queried from Prometheus's HTTP API equal what was sent. Skipped
 // without the prometheus / promtool binaries.
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -54,7 +53,7 @@ std::optional<double> Query(int port, const std::string& query) {
   return std::stod(value[1].get<std::string>());
 }
 
-class PrometheusTest : public ::testing::Test {
+class E2ePrometheusTest : public ::testing::Test {
  protected:
   void SetUp() override {
     prometheus_ = FindInPath("prometheus");
@@ -71,11 +70,10 @@ class PrometheusTest : public ::testing::Test {
   std::unique_ptr<LocalCluster> cluster_;
 };
 
-TEST_F(PrometheusTest, ScrapedCountersMatchWhatWasSent) {
+TEST_F(E2ePrometheusTest, ScrapedCountersMatchWhatWasSent) {
   ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
   TempDir dir;
-  std::string config =
-      "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n";
+  std::string config = "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n";
   for (const auto& [job, service] : kJobs) {
     absl::StrAppend(&config, "  - job_name: ", job, "\n    static_configs:\n      - targets: ['",
                     cluster_->addresses().at(service).at("metrics"), "']\n");
@@ -85,13 +83,13 @@ TEST_F(PrometheusTest, ScrapedCountersMatchWhatWasSent) {
   ASSERT_GT(port, 0);
   const std::string log_path = dir.path() + "/prometheus.log";
   ChildProcess prometheus;  // killed and reaped by its destructor on every path
-  ASSERT_TRUE(prometheus
-                  .Start({prometheus_, "--config.file=" + dir.path() + "/prometheus.yml",
-                          "--storage.tsdb.path=" + dir.path() + "/data",
-                          absl::StrCat("--web.listen-address=127.0.0.1:", port),
-                          "--log.level=warn"},
-                         "", log_path)
-                  .ok());
+  ASSERT_TRUE(
+      prometheus
+          .Start({prometheus_, "--config.file=" + dir.path() + "/prometheus.yml",
+                  "--storage.tsdb.path=" + dir.path() + "/data",
+                  absl::StrCat("--web.listen-address=127.0.0.1:", port), "--log.level=warn"},
+                 "", log_path)
+          .ok());
   // Every target up before any request.
   const bool up = WaitUntil(
       [&] {
@@ -108,8 +106,8 @@ TEST_F(PrometheusTest, ScrapedCountersMatchWhatWasSent) {
   for (int i = 0; i < kRequests; ++i) {
     const int n = 20 + 37 * i;
     prompt_tokens += n;
-    const GenResult r = Generate(cluster_->gateway(),
-                                 Request(Prompt(n, i), kMaxTokens, ced::v1::REPLAY_ON_DECODE));
+    const GenResult r =
+        Generate(cluster_->gateway(), Request(Prompt(n, i), kMaxTokens, ced::v1::REPLAY_ON_DECODE));
     ASSERT_TRUE(r.status.ok()) << r.status.error_message();
     ASSERT_FALSE(r.last.placement().local_prefill());
   }

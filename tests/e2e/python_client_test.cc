@@ -35,7 +35,7 @@ std::string Python() {
   return "";
 }
 
-class PythonClientTest : public ::testing::Test {
+class E2ePythonClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     python_ = Python();
@@ -49,7 +49,7 @@ class PythonClientTest : public ::testing::Test {
   std::unique_ptr<LocalCluster> cluster_;
 };
 
-TEST_F(PythonClientTest, StreamsTheSameTokensAndSeesHealthAndReflection) {
+TEST_F(E2ePythonClientTest, StreamsTheSameTokensAndSeesHealthAndReflection) {
   ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
   TempDir generated;
   std::string output;
@@ -61,10 +61,10 @@ TEST_F(PythonClientTest, StreamsTheSameTokensAndSeesHealthAndReflection) {
   const std::vector<int32_t> prompt = Prompt(120, 7);
   constexpr int kMaxTokens = 20;
   output.clear();
-  rc = RunCommand({python_, SourceDir() + "/tests/e2e/python_client.py", cluster_->gateway(),
-                   generated.path(), std::to_string(kMaxTokens), "REPLAY_ON_DECODE",
-                   absl::StrJoin(prompt, ",")},
-                  "", &output, absl::Seconds(120));
+  rc = RunCommand(
+      {python_, SourceDir() + "/tests/e2e/python_client.py", cluster_->gateway(), generated.path(),
+       std::to_string(kMaxTokens), "REPLAY_ON_DECODE", absl::StrJoin(prompt, ",")},
+      "", &output, absl::Seconds(120));
   ASSERT_TRUE(rc.ok()) << rc.status() << "\n" << output;
   ASSERT_EQ(*rc, 0) << output;
 
