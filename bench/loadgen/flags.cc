@@ -26,12 +26,21 @@ void FlagSet::Bool(const std::string& name, bool* value, const std::string& help
 absl::Status FlagSet::Set(const Flag& flag, const std::string& text) const {
   bool ok = true;
   switch (flag.kind) {
-    case Kind::kInt: ok = absl::SimpleAtoi(text, static_cast<int64_t*>(flag.value)); break;
-    case Kind::kDouble: ok = absl::SimpleAtod(text, static_cast<double*>(flag.value)); break;
-    case Kind::kString: *static_cast<std::string*>(flag.value) = text; break;
-    case Kind::kBool: ok = absl::SimpleAtob(text, static_cast<bool*>(flag.value)); break;
+    case Kind::kInt:
+      ok = absl::SimpleAtoi(text, static_cast<int64_t*>(flag.value));
+      break;
+    case Kind::kDouble:
+      ok = absl::SimpleAtod(text, static_cast<double*>(flag.value));
+      break;
+    case Kind::kString:
+      *static_cast<std::string*>(flag.value) = text;
+      break;
+    case Kind::kBool:
+      ok = absl::SimpleAtob(text, static_cast<bool*>(flag.value));
+      break;
   }
-  if (!ok) return absl::InvalidArgumentError(absl::StrCat("--", flag.name, ": bad value '", text, "'"));
+  if (!ok)
+    return absl::InvalidArgumentError(absl::StrCat("--", flag.name, ": bad value '", text, "'"));
   return absl::OkStatus();
 }
 
@@ -104,12 +113,12 @@ absl::StatusOr<std::vector<Target>> ParseTargets(const std::string& text) {
     t.label = eq == absl::string_view::npos ? "gateway" : std::string(item.substr(0, eq));
     t.address = std::string(eq == absl::string_view::npos ? item : item.substr(eq + 1));
     if (t.label.empty() || t.address.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--target: bad item '", item,
-                                                     "' (expected [label=]host:port)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--target: bad item '", item, "' (expected [label=]host:port)"));
     }
     if (!labels.insert(t.label).second) {
-      return absl::InvalidArgumentError(absl::StrCat("--target: label '", t.label,
-                                                     "' given twice (name each target)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--target: label '", t.label, "' given twice (name each target)"));
     }
     out.push_back(std::move(t));
   }

@@ -163,24 +163,29 @@ int main(int argc, char** argv) {
   using namespace ced::loadgen;
   Args a;
   FlagSet f;
-  f.String("target", &a.target, "gateway(s): [label=]host:port, comma-separated; runs go one "
+  f.String("target", &a.target,
+           "gateway(s): [label=]host:port, comma-separated; runs go one "
            "target after the other at each load, on the same trace");
   f.String("rate", &a.rate, "Poisson arrival rate(s), requests/s, comma-separated");
-  f.String("concurrency", &a.concurrency, "closed loop instead: requests in flight, comma-separated");
+  f.String("concurrency", &a.concurrency,
+           "closed loop instead: requests in flight, comma-separated");
   f.Double("duration-s", &a.duration_s, "stop issuing after this many seconds (0 = no time bound)");
-  f.Int("num-requests", &a.num_requests, "stop after issuing this many requests (0 = no count bound)");
+  f.Int("num-requests", &a.num_requests,
+        "stop after issuing this many requests (0 = no count bound)");
   f.Double("input-mean", &a.input_mean, "mean prompt length, tokens (lognormal)");
   f.Double("input-cv", &a.input_cv, "prompt length coefficient of variation (0 = fixed)");
   f.Double("output-mean", &a.output_mean, "mean output length, tokens (lognormal; = max_tokens)");
   f.Double("output-cv", &a.output_cv, "output length coefficient of variation (0 = fixed)");
   f.Int("seed", &a.seed, "workload seed: the same seed sends the same requests at the same times");
-  f.String("prompt-file", &a.prompt_file, "text prompts, one per line, picked at random by the "
+  f.String("prompt-file", &a.prompt_file,
+           "text prompts, one per line, picked at random by the "
            "seed (default: random token ids in [0, 256) of the sampled length)");
   f.Double("slo-ttft-ms", &a.slo_ttft_ms, "TTFT SLO, ms (0 = none)");
   f.Double("slo-tpot-ms", &a.slo_tpot_ms, "TPOT SLO, ms (0 = none)");
   f.Double("timeout-s", &a.timeout_s, "deadline of each request, from its start");
   f.Double("temperature", &a.temperature, "sampling temperature (0 = greedy)");
-  f.String("replay-on", &a.replay_on, "per-request replay placement: prefill, decode or auto "
+  f.String("replay-on", &a.replay_on,
+           "per-request replay placement: prefill, decode or auto "
            "(default: the router's)");
   f.String("json-out", &a.json_out, "write the JSON report here");
   f.String("md-out", &a.md_out, "write the markdown table here instead of stdout");
@@ -195,7 +200,8 @@ int main(int argc, char** argv) {
                              "TTFT / TPOT / end-to-end percentiles, SLO attainment, goodput and "
                              "errors by status. A run stops after --duration-s or "
                              "--num-requests; in-flight requests then finish or hit "
-                             "--timeout-s. Progress goes to stderr.").c_str());
+                             "--timeout-s. Progress goes to stderr.")
+                          .c_str());
     return 0;
   }
   std::signal(SIGINT, OnSignal);

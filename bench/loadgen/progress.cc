@@ -37,9 +37,11 @@ std::string FormatProgress(const Progress& p, const ProgressBounds& bounds, bool
   }
   const double rate = p.elapsed_s > 0 ? (p.done - p.failed) / p.elapsed_s : 0;
   const double tok = p.elapsed_s > 0 ? p.output_tokens / p.elapsed_s : 0;
-  absl::StrAppend(&line, absl::StrFormat(
-      "%3.0f%%  %6.1f s  issued %d  done %d  in flight %d  errors %d  %.2f req/s  %.1f tok/s",
-      f * 100, p.elapsed_s, p.issued, p.done, p.in_flight, p.failed, rate, tok));
+  absl::StrAppend(
+      &line,
+      absl::StrFormat(
+          "%3.0f%%  %6.1f s  issued %d  done %d  in flight %d  errors %d  %.2f req/s  %.1f tok/s",
+          f * 100, p.elapsed_s, p.issued, p.done, p.in_flight, p.failed, rate, tok));
   if (p.issuing_done && p.in_flight > 0) absl::StrAppend(&line, "  (draining)");
   return line;
 }

@@ -22,8 +22,10 @@ json RecordJson(const RequestRecord& r) {
             {"e2e_ms", E2eMs(r)}};
   if (r.first_token_s >= 0) j["ttft_ms"] = TtftMs(r);
   if (r.server_ttft_ms >= 0) {
-    j["server_ms"] = {{"queue", r.server_queue_ms}, {"prefill", r.server_prefill_ms},
-                      {"transfer", r.server_transfer_ms}, {"ttft", r.server_ttft_ms}};
+    j["server_ms"] = {{"queue", r.server_queue_ms},
+                      {"prefill", r.server_prefill_ms},
+                      {"transfer", r.server_transfer_ms},
+                      {"ttft", r.server_ttft_ms}};
   }
   double tpot = 0;
   if (TpotMs(r, &tpot)) j["tpot_ms"] = tpot;
@@ -35,9 +37,11 @@ json RunJson(const RunSummary& run, bool include_records) {
   json j = {
       {"label", run.label},
       {"target", run.target},
-      {"model", {{"name", run.model_name}, {"num_layers", run.num_layers},
-                 {"num_encoder_layers", run.num_encoder_layers},
-                 {"decoder_only", run.decoder_only}}},
+      {"model",
+       {{"name", run.model_name},
+        {"num_layers", run.num_layers},
+        {"num_encoder_layers", run.num_encoder_layers},
+        {"decoder_only", run.decoder_only}}},
       {"rate", run.rate},
       {"concurrency", run.concurrency},
       {"issued", r.issued},
@@ -52,10 +56,11 @@ json RunJson(const RunSummary& run, bool include_records) {
       {"ttft_ms", LatencyJson(r.ttft)},
       {"tpot_ms", LatencyJson(r.tpot)},
       {"e2e_ms", LatencyJson(r.e2e)},
-      {"server_ms", {{"queue", LatencyJson(r.server_queue)},
-                     {"prefill", LatencyJson(r.server_prefill)},
-                     {"transfer", LatencyJson(r.server_transfer)},
-                     {"ttft", LatencyJson(r.server_ttft)}}},
+      {"server_ms",
+       {{"queue", LatencyJson(r.server_queue)},
+        {"prefill", LatencyJson(r.server_prefill)},
+        {"transfer", LatencyJson(r.server_transfer)},
+        {"ttft", LatencyJson(r.server_ttft)}}},
       {"replays_on_decode", r.replays_on_decode},
       {"send_lag_ms", LatencyJson(r.send_lag)},
       {"slo_met", r.slo_met},
@@ -97,16 +102,14 @@ std::string ModelLabel(const RunSummary& run) {
 std::string ReportJson(const ReportContext& c, const std::vector<RunSummary>& runs) {
   const WorkloadOptions& w = c.workload;
   json doc;
-  doc["workload"] = {{"input_mean", w.input_mean},   {"input_cv", w.input_cv},
-                     {"output_mean", w.output_mean}, {"output_cv", w.output_cv},
-                     {"seed", w.seed},               {"prompt_file", c.prompt_file},
-                     {"prompt_lines", w.prompts.size()}};
-  doc["run"] = {{"duration_s", c.run.duration_s},
-                {"max_requests", c.run.max_requests},
-                {"concurrency", c.run.concurrency},
-                {"request_timeout_s", c.run.request_timeout_s},
-                {"temperature", c.run.temperature},
-                {"replay_on", ced::v1::ReplayOn_Name(c.run.replay_on)}};
+  doc["workload"] = {
+      {"input_mean", w.input_mean},      {"input_cv", w.input_cv}, {"output_mean", w.output_mean},
+      {"output_cv", w.output_cv},        {"seed", w.seed},         {"prompt_file", c.prompt_file},
+      {"prompt_lines", w.prompts.size()}};
+  doc["run"] = {
+      {"duration_s", c.run.duration_s},   {"max_requests", c.run.max_requests},
+      {"concurrency", c.run.concurrency}, {"request_timeout_s", c.run.request_timeout_s},
+      {"temperature", c.run.temperature}, {"replay_on", ced::v1::ReplayOn_Name(c.run.replay_on)}};
   const Slo slo = runs.empty() ? Slo{} : runs.front().report.slo;
   doc["slo"] = {{"ttft_ms", slo.ttft_ms}, {"tpot_ms", slo.tpot_ms}};
   doc["runs"] = json::array();
@@ -122,11 +125,12 @@ std::string ReportMarkdown(const std::vector<RunSummary>& runs) {
       "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const RunSummary& run : runs) {
     const RunReport& r = run.report;
-    absl::StrAppend(&out, absl::StrFormat(
-        "| %s | %s | %s | %d | %d | %d | %.2f | %.1f | %s | %s | %s | %.1f%% | %.2f |\n",
-        run.label, ModelLabel(run), Load(run), r.issued, r.succeeded, r.failed,
-        r.request_throughput, r.output_throughput, Triple(r.ttft), TripleFine(r.tpot),
-        Triple(r.e2e), r.slo_attainment * 100, r.goodput));
+    absl::StrAppend(
+        &out, absl::StrFormat(
+                  "| %s | %s | %s | %d | %d | %d | %.2f | %.1f | %s | %s | %s | %.1f%% | %.2f |\n",
+                  run.label, ModelLabel(run), Load(run), r.issued, r.succeeded, r.failed,
+                  r.request_throughput, r.output_throughput, Triple(r.ttft), TripleFine(r.tpot),
+                  Triple(r.e2e), r.slo_attainment * 100, r.goodput));
   }
   absl::StrAppend(&out,
                   "\nWhere TTFT goes (means, ms; gateway timings of the succeeded requests):\n\n"
@@ -134,11 +138,11 @@ std::string ReportMarkdown(const std::vector<RunSummary>& runs) {
                   "| replay on decode |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
   for (const RunSummary& run : runs) {
     const RunReport& r = run.report;
-    absl::StrAppend(&out, absl::StrFormat("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %d/%d |\n",
-                                          run.label, Load(run), r.ttft.mean, r.server_ttft.mean,
-                                          r.server_queue.mean, r.server_prefill.mean,
-                                          r.server_transfer.mean, r.replays_on_decode,
-                                          r.succeeded));
+    absl::StrAppend(
+        &out, absl::StrFormat("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %d/%d |\n", run.label,
+                              Load(run), r.ttft.mean, r.server_ttft.mean, r.server_queue.mean,
+                              r.server_prefill.mean, r.server_transfer.mean, r.replays_on_decode,
+                              r.succeeded));
   }
   for (const RunSummary& run : runs) {
     if (run.report.errors.empty()) continue;

@@ -15,24 +15,42 @@ using Clock = std::chrono::steady_clock;
 
 std::string OutcomeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return absl::StrCat("CODE_", static_cast<int>(code));
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return absl::StrCat("CODE_", static_cast<int>(code));
   }
 }
 
@@ -69,9 +87,9 @@ class LoadRunner::Call final : public grpc::ClientReadReactor<ced::v1::GenerateR
   }
 
   void Start() {
-    context_.set_deadline(std::chrono::system_clock::now() +
-                          std::chrono::microseconds(static_cast<int64_t>(
-                              owner_->options_.request_timeout_s * 1e6)));
+    context_.set_deadline(
+        std::chrono::system_clock::now() +
+        std::chrono::microseconds(static_cast<int64_t>(owner_->options_.request_timeout_s * 1e6)));
     owner_->stub_->async()->Generate(&context_, &request_, this);
     StartRead(&response_);
     record_.sent_s = owner_->Now();
@@ -139,8 +157,8 @@ ced::v1::GenerateRequest MakeGenerateRequest(const PlannedRequest& planned,
 
 absl::StatusOr<ced::v1::ModelInfoResponse> FetchModelInfo(const std::string& target,
                                                           double timeout_s) {
-  auto stub = ced::v1::Gateway::NewStub(
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  auto stub =
+      ced::v1::Gateway::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_wait_for_ready(true);
   ctx.set_deadline(std::chrono::system_clock::now() +
@@ -148,9 +166,9 @@ absl::StatusOr<ced::v1::ModelInfoResponse> FetchModelInfo(const std::string& tar
   ced::v1::ModelInfoResponse info;
   grpc::Status s = stub->ModelInfo(&ctx, {}, &info);
   if (!s.ok()) {
-    return absl::UnavailableError(absl::StrCat("gateway ", target, ": ModelInfo failed: ",
-                                               OutcomeName(s.error_code()), " ",
-                                               s.error_message()));
+    return absl::UnavailableError(absl::StrCat("gateway ", target,
+                                               ": ModelInfo failed: ", OutcomeName(s.error_code()),
+                                               " ", s.error_message()));
   }
   return info;
 }
@@ -165,7 +183,8 @@ absl::StatusOr<std::unique_ptr<LoadRunner>> LoadRunner::Create(const RunOptions&
   if (!(options.request_timeout_s > 0)) {
     return absl::InvalidArgumentError("loadgen: request_timeout_s must be > 0");
   }
-  if (options.concurrency < 0) return absl::InvalidArgumentError("loadgen: concurrency must be >= 0");
+  if (options.concurrency < 0)
+    return absl::InvalidArgumentError("loadgen: concurrency must be >= 0");
   if (workload == nullptr) return absl::InvalidArgumentError("loadgen: no workload");
   return std::unique_ptr<LoadRunner>(new LoadRunner(options, workload));
 }
@@ -251,7 +270,8 @@ absl::StatusOr<RunResult> LoadRunner::Run() {
   result.records = std::move(state_->records);
   std::sort(result.records.begin(), result.records.end(),
             [](const RequestRecord& a, const RequestRecord& b) { return a.index < b.index; });
-  for (const RequestRecord& r : result.records) result.duration_s = std::max(result.duration_s, r.end_s);
+  for (const RequestRecord& r : result.records)
+    result.duration_s = std::max(result.duration_s, r.end_s);
   return result;
 }
 

@@ -22,12 +22,12 @@
 namespace ced::loadgen {
 
 struct RunOptions {
-  std::string target;            // gateway address, host:port
-  double duration_s = 0;         // stop issuing after this long; 0 = no time bound
-  int64_t max_requests = 0;      // stop after issuing this many; 0 = no count bound
-  int concurrency = 0;           // > 0: closed loop (arrival times are ignored)
-  double request_timeout_s = 60; // each call's deadline, counted from its start
-  float temperature = 0;         // 0 = greedy
+  std::string target;             // gateway address, host:port
+  double duration_s = 0;          // stop issuing after this long; 0 = no time bound
+  int64_t max_requests = 0;       // stop after issuing this many; 0 = no count bound
+  int concurrency = 0;            // > 0: closed loop (arrival times are ignored)
+  double request_timeout_s = 60;  // each call's deadline, counted from its start
+  float temperature = 0;          // 0 = greedy
   ced::v1::ReplayOn replay_on = ced::v1::REPLAY_ON_UNSPECIFIED;
   // Polled while running (may be null). Once true: no new request, and the
   // calls in flight are cancelled (they end as CANCELLED).

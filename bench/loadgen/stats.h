@@ -14,13 +14,13 @@ namespace ced::loadgen {
 // run on a monotonic clock.
 struct RequestRecord {
   int64_t index = 0;
-  int64_t prompt_tokens = 0;      // as planned (text prompts: bytes)
-  int64_t max_tokens = 0;         // as requested
-  double planned_s = -1;          // its Poisson arrival time; < 0 in closed loop
-  double sent_s = 0;              // the call was started
-  double first_token_s = -1;      // the first message with a token arrived; < 0 if none
-  double end_s = 0;               // the call finished (any status)
-  int64_t output_tokens = 0;      // tokens received
+  int64_t prompt_tokens = 0;  // as planned (text prompts: bytes)
+  int64_t max_tokens = 0;     // as requested
+  double planned_s = -1;      // its Poisson arrival time; < 0 in closed loop
+  double sent_s = 0;          // the call was started
+  double first_token_s = -1;  // the first message with a token arrived; < 0 if none
+  double end_s = 0;           // the call finished (any status)
+  int64_t output_tokens = 0;  // tokens received
   // "OK" or the gRPC status code name (e.g. "DEADLINE_EXCEEDED"); for an OK
   // stream that ended with finish_reason ERROR or CANCELLED, that reason
   // ("FINISH_ERROR", "FINISH_CANCELLED").
@@ -62,9 +62,9 @@ bool TpotMs(const RequestRecord& r, double* tpot_ms);
 bool MeetsSlo(const RequestRecord& r, const Slo& slo);
 
 struct RunReport {
-  int64_t issued = 0;     // requests started
-  int64_t succeeded = 0;  // outcome OK
-  int64_t failed = 0;     // issued - succeeded
+  int64_t issued = 0;                     // requests started
+  int64_t succeeded = 0;                  // outcome OK
+  int64_t failed = 0;                     // issued - succeeded
   std::map<std::string, int64_t> errors;  // outcome -> count, OK excluded
   int64_t prompt_tokens = 0;              // over succeeded requests
   int64_t output_tokens = 0;              // over all requests (tokens received)

@@ -65,8 +65,8 @@ absl::Status Workload::Extend(int64_t min_size) {
   o.output_cv = options_.output_cv;
   o.rate = options_.rate;
   o.seed = options_.seed;
-  o.num_requests = static_cast<int>(
-      std::max<int64_t>({min_size, 2 * static_cast<int64_t>(specs_.size()), 64}));
+  o.num_requests =
+      static_cast<int>(std::max<int64_t>({min_size, 2 * static_cast<int64_t>(specs_.size()), 64}));
   ASSIGN_OR_RETURN(specs_, sim::MakeWorkload(o));
   return absl::OkStatus();
 }

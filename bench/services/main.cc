@@ -38,7 +38,7 @@ struct Flags {
   std::string sizes = "64K,1M,8M,32M";
   int threads = 4;
   int mib_per_sample = 256;
-  int transport_reps = 5;
+  int transport_reps = 9;
   std::string perftest = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
   // ttft
@@ -50,10 +50,10 @@ struct Flags {
   std::string gateway_preset = "tiny";
   int gateway_prompt_tokens = 128;
   int gateway_max_tokens = 32;
-  int gateway_reps = 20;
+  int gateway_reps = 30;
   std::string concurrency = "1,16,48";
   int stream_tokens = 128;
-  int throughput_reps = 3;
+  int throughput_reps = 5;
   // kv bytes
   std::string kv_presets = "tiny,tiny-dec";
   std::string kv_formats = "f32,bf16,fp8_e4m3,fp4_e2m1";

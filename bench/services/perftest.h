@@ -1,6 +1,7 @@
 // Runs one ucx_perftest bandwidth measurement on loopback: a server process
 // and a client process, both with UCX_TLS set, and reads the client's final
-// "overall" bandwidth. Blocking; not thread-safe (uses a fixed port).
+// "overall" bandwidth. Blocking. When the server dies before the client
+// connected (its port got taken), retries on another free port.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ struct PerftestRun {
   int iters = 0;
   int warmup = 0;
   int outstanding = 1;  // -O
-  int port = 0;         // -p, the out-of-band port
+  int port = 0;         // -p, the out-of-band port; 0 picks a free one
   std::string log_dir;  // server/client logs
   double timeout_s = 120;
 };

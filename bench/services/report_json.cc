@@ -24,7 +24,11 @@ json Transport(const TransportReport& t) {
                      {"ours", J(c.ours)},
                      {"perftest", J(c.perftest)},
                      {"ratio_summary", J(c.ratio_summary)},
-                     {"meets_80_percent", c.ratio_summary.median >= 0.8}});
+                     {"ours_single_in_flight_gbps", c.single_gbps},
+                     {"ours_single_in_flight", J(c.single)},
+                     {"best_ratio", c.best_ratio},
+                     {"meets_80_percent_best", c.best_ratio >= 0.8},
+                     {"meets_80_percent_paired", c.ratio_summary.median >= 0.8}});
   }
   json lanes = json::array();
   for (const LaneRow& l : t.lanes) {

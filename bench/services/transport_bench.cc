@@ -6,10 +6,9 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
+#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -186,6 +185,7 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
   for (int t = 0; t < o.threads; ++t) {
     for (uint64_t i = 0; i < max_size; ++i) src[t][i] = static_cast<uint8_t>(i * 131 + t);
   }
+  const std::vector<std::vector<uint8_t>> single_src(1, src[0]);
   MeasureCpuRates(max_size, &report);
   progress(absl::StrFormat("transport: CRC32C %.2f GB/s, memcpy %.2f GB/s (one thread)",
                            report.crc32c_gbps.median, report.memcpy_gbps.median));
@@ -212,7 +212,7 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
       report.cells.push_back(cell);
     }
   }
-  int port = o.port_base > 0 ? o.port_base : 20000 + static_cast<int>(getpid() % 20000);
+  int port = o.port_base;  // 0: RunPerftest picks a free port every time
   for (int rep = 0; rep < o.repetitions; ++rep) {
     for (TransportCell& cell : report.cells) {
       Endpoint& ep = *endpoints[cell.tls];
@@ -220,9 +220,14 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
       const int perf_iters = ItersFor(o, cell.size, 1);
       // Warm the connection and the destination pages once per cell.
       if (rep == 0) RETURN_IF_ERROR(MeasureOurs(ep, src, cell.size, 2).status());
-      double ours = 0, perf = 0;
+      double ours = 0, perf = 0, single = 0;
       auto run_ours = [&]() -> absl::Status {
         ASSIGN_OR_RETURN(ours, MeasureOurs(ep, src, cell.size, ours_iters));
+        return absl::OkStatus();
+      };
+      auto run_single = [&]() -> absl::Status {
+        if (!o.single_flight) return absl::OkStatus();
+        ASSIGN_OR_RETURN(single, MeasureOurs(ep, single_src, cell.size, perf_iters));
         return absl::OkStatus();
       };
       auto run_perf = [&]() -> absl::Status {
@@ -234,32 +239,31 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
         run.iters = perf_iters;
         run.warmup = std::max(2, perf_iters / 16);
         run.outstanding = o.threads;
-        run.port = port++;
+        run.port = port > 0 ? port++ : 0;
         run.log_dir = o.scratch_dir;
         ASSIGN_OR_RETURN(perf, RunPerftest(run));
         return absl::OkStatus();
       };
-      if (rep % 2 == 0) {
-        RETURN_IF_ERROR(run_ours());
-        RETURN_IF_ERROR(run_perf());
-      } else {
-        RETURN_IF_ERROR(run_perf());
-        RETURN_IF_ERROR(run_ours());
-      }
+      // Rotate the order of the three measurements from one repetition to the next.
+      const std::function<absl::Status()> runs[] = {run_ours, run_perf, run_single};
+      for (int k = 0; k < 3; ++k) RETURN_IF_ERROR(runs[(k + rep) % 3]());
       cell.ours_gbps.push_back(ours);
       cell.perftest_gbps.push_back(perf);
       cell.ratio.push_back(perf > 0 ? ours / perf : 0);
-      progress(
-          absl::StrFormat("transport rep %d/%d UCX_TLS=%-7s %8.0f KiB: ours %.3f GB/s, "
-                          "%s %.3f GB/s (%.0f%%)",
-                          rep + 1, o.repetitions, cell.tls, cell.size / 1024.0, ours,
-                          o.perftest_test, perf, perf > 0 ? 100 * ours / perf : 0));
+      if (o.single_flight) cell.single_gbps.push_back(single);
+      progress(absl::StrFormat(
+          "transport rep %d/%d UCX_TLS=%-7s %8.0f KiB: ours %.3f GB/s (%d in flight), %s %.3f "
+          "GB/s (%.0f%%); ours with 1 in flight %.3f GB/s",
+          rep + 1, o.repetitions, cell.tls, cell.size / 1024.0, ours, o.threads, o.perftest_test,
+          perf, perf > 0 ? 100 * ours / perf : 0, single));
     }
   }
   for (TransportCell& cell : report.cells) {
     cell.ours = Summarize(cell.ours_gbps);
     cell.perftest = Summarize(cell.perftest_gbps);
     cell.ratio_summary = Summarize(cell.ratio);
+    cell.single = Summarize(cell.single_gbps);
+    cell.best_ratio = cell.perftest.max > 0 ? cell.ours.max / cell.perftest.max : 0;
   }
   for (auto& [tls, ep] : endpoints) {
     ep->sender.reset();

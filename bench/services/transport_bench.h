@@ -1,8 +1,8 @@
 // KV transfer throughput of the UCX KvTransport against ucx_perftest on the
 // same UCX transports and message sizes, measured side by side: for every
-// repetition, every (transports, size) cell runs ours and perftest back to
-// back, alternating which goes first, so that the machine's background load
-// hits both alike.
+// repetition, every (transports, size) cell runs its measurements back to
+// back, in an order that rotates from one repetition to the next, so that the
+// machine's background load hits all of them alike.
 //
 // Ours: a receiver process (this binary in its kv_sink role) whose sink lands
 // every message in a preallocated per-sender slot, and `threads` sender
@@ -10,7 +10,8 @@
 // returns once the receiver verified the checksum and acknowledged, so the
 // figure includes the transport's CRC32C on both sides and the verdict round
 // trip. Perftest: `ucx_perftest -t <test>` server + client processes with
-// -O = threads outstanding sends.
+// -O = threads outstanding sends. Optionally ours once more with a single Send
+// in flight, as the prefill worker sends.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +32,13 @@ struct TransportBenchOptions {
   uint64_t bytes_per_sample = 256 << 20;  // volume of one timed measurement
   int min_iters = 16;                     // messages per measurement at least
   int repetitions = 3;
+  // Also measure ours with a single Send in flight (the prefill worker's sender
+  // thread sends one message at a time).
+  bool single_flight = true;
   std::string self_exe;  // this binary (for the kv_sink role)
   std::string perftest = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
-  int port_base = 0;        // perftest's out-of-band port; 0 picks from the pid
+  int port_base = 0;        // perftest's out-of-band port; 0 picks a free one per run
   std::string scratch_dir;  // perftest logs
 };
 
@@ -43,7 +47,11 @@ struct TransportCell {
   uint64_t size = 0;
   std::vector<double> ours_gbps, perftest_gbps;  // one per repetition, 1e9 B/s
   std::vector<double> ratio;                     // ours / perftest, per repetition
-  Summary ours, perftest, ratio_summary;
+  std::vector<double> single_gbps;               // ours, one Send in flight
+  Summary ours, perftest, ratio_summary, single;
+  // Best ours / best perftest: the capability of each when the shared machine
+  // let it run (perftest busy-polls, so contention hits it harder than ours).
+  double best_ratio = 0;
 };
 
 // What UCX selects for each UCX_TLS: endpoints as the KV transport makes them

@@ -30,6 +30,11 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(
   int port = 0;
   builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  // Accept the keepalive pings our own clients send (MakeChannel) even
+  // between calls, instead of answering GOAWAY "too_many_pings".
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* s : options.services) builder.RegisterService(s);
   rs->server_ = builder.BuildAndStart();

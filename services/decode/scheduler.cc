@@ -35,7 +35,8 @@ void DecodeWorker::Finish(Request* r, FinishReason reason, const std::string& de
     last.set_completion_tokens(r->generated);
     last.set_replayed_here(r->replayed_here);
     auto* t = last.mutable_timings();
-    if (r->t_ready.time_since_epoch().count() != 0) t->set_transfer_ms(Ms(r->t_reserve, r->t_ready));
+    // The exposed (not overlapped) transfer time is measured by the prefill
+    // worker; reservation-to-ready here would also count the prefill compute.
     t->set_prefill_ms(r->prefill_ms);
     t->set_replay_ms(r->replay_ms);
     if (r->t_first.time_since_epoch().count() != 0) t->set_decode_ms(Ms(r->t_first, Clock::now()));
@@ -153,7 +154,7 @@ void DecodeWorker::SchedulerLoop() {
         }
         // Release only once no transfer can still land in the blocks and the
         // stream (if any) has the final status.
-        if (r->finished && r->inflight_messages == 0 && (r->stream || now - r->t_reserve > std::chrono::milliseconds(options_.reservation_timeout_ms))) {
+        if (r->finished && r->inflight_messages == 0 && (r->stream || r->cancelled || now - r->t_reserve > std::chrono::milliseconds(options_.reservation_timeout_ms))) {
           by_token_.erase(r->transfer_token);
           to_release.push_back(std::move(it->second));
           it = requests_.erase(it);

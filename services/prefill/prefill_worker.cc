@@ -37,7 +37,6 @@ struct PrefillWorker::Job {
   int pending_sends = 0;
   absl::Status send_error;
   int64_t sent_bytes = 0;
-  double transfer_ms = 0;
 };
 
 struct PrefillWorker::SendTask {
@@ -239,7 +238,6 @@ void PrefillWorker::SenderLoop() {
       m_->transfer_seconds->Observe(secs);
       if (status.ok()) {
         job.sent_bytes += static_cast<int64_t>(task->header.payload_bytes);
-        job.transfer_ms += secs * 1000.0;
         m_->transfer_bytes->Increment(static_cast<double>(task->header.payload_bytes));
       } else if (job.send_error.ok()) {
         job.send_error = absl::Status(
@@ -358,6 +356,8 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     QueueSend(jp, h, {{tail_bytes.data(), tail_bytes.size()}});
   }
   // Wait for every message of this job (the cache and tail bytes must outlive them).
+  // This wait is the transfer time not hidden behind the prefill compute.
+  const auto t_wait = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return job.pending_sends == 0; });
@@ -380,7 +380,8 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
   d->set_transferred_bytes(job.sent_bytes);
   d->set_replayed(pre->replay_done && !c.IsDecoderOnly());
   d->mutable_timings()->set_prefill_ms(compute_s * 1000.0);
-  d->mutable_timings()->set_transfer_ms(job.transfer_ms);
+  d->mutable_timings()->set_transfer_ms(
+      std::chrono::duration<double, std::milli>(Clock::now() - t_wait).count());
   job.stream->Push(std::move(done));
   job.stream->Close(grpc::Status::OK);
   m_->requests->WithLabels({{"outcome", "ok"}}).Increment();

@@ -39,7 +39,7 @@ RunSummary Summary(const std::string& label, bool decoder_only) {
   return s;
 }
 
-TEST(ReportJsonTest, HoldsEveryRunAndItsCounts) {
+TEST(LoadgenReportJsonTest, HoldsEveryRunAndItsCounts) {
   ReportContext ctx;
   ctx.workload.seed = 9;
   ctx.run.duration_s = 5;
@@ -70,7 +70,7 @@ TEST(ReportJsonTest, HoldsEveryRunAndItsCounts) {
   EXPECT_FALSE(brief["runs"][0].contains("requests"));
 }
 
-TEST(ReportMarkdownTest, OneRowPerRunAndErrors) {
+TEST(LoadgenReportMarkdownTest, OneRowPerRunAndErrors) {
   const std::string md = ReportMarkdown({Summary("ced", false), Summary("dec", true)});
   EXPECT_NE(md.find("| ced | tiny (CED 4+4) | 2/s | 2 | 1 | 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| dec | tiny-dec (decoder-only 8) | 2/s |"), std::string::npos) << md;
@@ -87,7 +87,7 @@ TEST(ReportMarkdownTest, OneRowPerRunAndErrors) {
       << md;
 }
 
-TEST(FlagsTest, ParsesTypedFlagsAndLists) {
+TEST(LoadgenFlagsTest, ParsesTypedFlagsAndLists) {
   FlagSet f;
   int64_t n = 0;
   double d = 0;
@@ -116,7 +116,7 @@ TEST(FlagsTest, ParsesTypedFlagsAndLists) {
   EXPECT_FALSE(ParseDoubleList("rate", "1,,2").ok());
 }
 
-TEST(FlagsTest, ErrorsNameTheFlag) {
+TEST(LoadgenFlagsTest, ErrorsNameTheFlag) {
   FlagSet f;
   int64_t n = 0;
   f.Int("num", &n, "");
@@ -130,7 +130,7 @@ TEST(FlagsTest, ErrorsNameTheFlag) {
   EXPECT_NE(s.message().find("--nope"), std::string::npos);
 }
 
-TEST(ProgressTest, FractionFollowsTheTighterBound) {
+TEST(LoadgenProgressTest, FractionFollowsTheTighterBound) {
   Progress p;
   p.elapsed_s = 5;
   p.issued = 30;

@@ -5,7 +5,7 @@
 namespace ced::loadgen {
 namespace {
 
-TEST(PercentileTest, LinearInterpolationBetweenClosestRanks) {
+TEST(LoadgenPercentileTest, LinearInterpolationBetweenClosestRanks) {
   std::vector<double> v;
   for (int i = 100; i >= 1; --i) v.push_back(i);  // any order
   EXPECT_DOUBLE_EQ(Percentile(v, 50), 50.5);
@@ -17,7 +17,7 @@ TEST(PercentileTest, LinearInterpolationBetweenClosestRanks) {
   EXPECT_DOUBLE_EQ(Percentile({3, 1, 2}, 50), 2);
 }
 
-TEST(PercentileTest, EdgeCases) {
+TEST(LoadgenPercentileTest, EdgeCases) {
   EXPECT_EQ(Percentile({}, 50), 0);
   EXPECT_EQ(Percentile({7}, 0), 7);
   EXPECT_EQ(Percentile({7}, 99), 7);
@@ -25,7 +25,7 @@ TEST(PercentileTest, EdgeCases) {
   EXPECT_EQ(Percentile({1, 2, 3}, 250), 3);  // clamped
 }
 
-TEST(SummarizeTest, MeanAndPercentiles) {
+TEST(LoadgenSummarizeTest, MeanAndPercentiles) {
   const LatencySummary s = Summarize({4, 1, 3, 2});
   EXPECT_EQ(s.count, 4);
   EXPECT_DOUBLE_EQ(s.mean, 2.5);
@@ -48,37 +48,36 @@ RequestRecord Rec(double sent, double first, double end, int64_t tokens,
   return r;
 }
 
-TEST(LatencyTest, TtftTpotE2e) {
+TEST(LoadgenLatencyTest, TtftTpotE2e) {
   const RequestRecord r = Rec(1.0, 1.2, 2.1, 10);
   EXPECT_NEAR(TtftMs(r), 200, 1e-9);
   EXPECT_NEAR(E2eMs(r), 1100, 1e-9);
   double tpot = 0;
   ASSERT_TRUE(TpotMs(r, &tpot));
-  EXPECT_NEAR(tpot, 100, 1e-9);  // (1100 - 200) / 9
+  EXPECT_NEAR(tpot, 100, 1e-9);                      // (1100 - 200) / 9
   EXPECT_FALSE(TpotMs(Rec(0, 0.1, 0.1, 1), &tpot));  // one token: undefined
   EXPECT_FALSE(TpotMs(Rec(0, -1, 0.5, 0, "UNAVAILABLE"), &tpot));
 }
 
-TEST(SloTest, BothLimitsMustHold) {
+TEST(LoadgenSloTest, BothLimitsMustHold) {
   const Slo slo{250, 50};
-  EXPECT_TRUE(MeetsSlo(Rec(0, 0.2, 0.2 + 0.045 * 9, 10), slo));  // TTFT 200, TPOT 45
+  EXPECT_TRUE(MeetsSlo(Rec(0, 0.2, 0.2 + 0.045 * 9, 10), slo));   // TTFT 200, TPOT 45
   EXPECT_FALSE(MeetsSlo(Rec(0, 0.3, 0.3 + 0.045 * 9, 10), slo));  // TTFT 300
   EXPECT_FALSE(MeetsSlo(Rec(0, 0.1, 0.1 + 0.06 * 9, 10), slo));   // TPOT 60
-  EXPECT_TRUE(MeetsSlo(Rec(0, 0.1, 0.1, 1), slo));            // no TPOT: only TTFT counts
+  EXPECT_TRUE(MeetsSlo(Rec(0, 0.1, 0.1, 1), slo));                // no TPOT: only TTFT counts
   EXPECT_FALSE(MeetsSlo(Rec(0, 0.1, 0.5, 5, "DEADLINE_EXCEEDED"), slo));
-  EXPECT_TRUE(MeetsSlo(Rec(0, 9, 90, 10), Slo{}));            // no limits
+  EXPECT_TRUE(MeetsSlo(Rec(0, 9, 90, 10), Slo{}));  // no limits
   EXPECT_FALSE(MeetsSlo(Rec(0, 0.1, 0.5, 5, "FINISH_ERROR"), Slo{}));
 }
 
-TEST(ReportTest, CountsAttainmentAndGoodput) {
+TEST(LoadgenReportTest, CountsAttainmentAndGoodput) {
   const Slo slo{250, 50};
   std::vector<RequestRecord> recs = {
       Rec(0.0, 0.2, 0.2 + 0.04 * 9, 10),  // meets both
       Rec(1.0, 1.1, 1.1 + 0.03 * 4, 5),   // meets both
       Rec(2.0, 2.5, 2.5 + 0.01 * 9, 10),  // TTFT 500: miss
       Rec(3.0, 3.1, 3.1 + 0.08 * 9, 10),  // TPOT 80: miss
-      Rec(4.0, -1, 5.0, 0, "UNAVAILABLE"),
-      Rec(5.0, 5.1, 8.0, 3, "DEADLINE_EXCEEDED"),
+      Rec(4.0, -1, 5.0, 0, "UNAVAILABLE"), Rec(5.0, 5.1, 8.0, 3, "DEADLINE_EXCEEDED"),
       Rec(6.0, -1, 6.5, 0, "UNAVAILABLE"),
   };
   for (size_t i = 0; i < recs.size(); ++i) recs[i].index = static_cast<int64_t>(i);
@@ -109,8 +108,9 @@ TEST(ReportTest, CountsAttainmentAndGoodput) {
   EXPECT_EQ(r.server_ttft.count, 0);  // no record carried gateway timings
 }
 
-TEST(ReportTest, GatewayTimingsOfSucceededRequestsOnly) {
-  RequestRecord a = Rec(0, 0.1, 0.2, 2), b = Rec(0, 0.1, 0.2, 2), c = Rec(0, -1, 0.2, 0, "INTERNAL");
+TEST(LoadgenReportTest, GatewayTimingsOfSucceededRequestsOnly) {
+  RequestRecord a = Rec(0, 0.1, 0.2, 2), b = Rec(0, 0.1, 0.2, 2),
+                c = Rec(0, -1, 0.2, 0, "INTERNAL");
   a.server_queue_ms = 1, a.server_prefill_ms = 2, a.server_transfer_ms = 3, a.server_ttft_ms = 8;
   a.replay_on_decode = true;
   c.server_queue_ms = 100, c.server_prefill_ms = 100, c.server_transfer_ms = 100;
@@ -125,7 +125,7 @@ TEST(ReportTest, GatewayTimingsOfSucceededRequestsOnly) {
   EXPECT_EQ(r.send_lag.count, 0);  // closed loop: no planned times
 }
 
-TEST(ReportTest, SendLagOverAllIssuedRequests) {
+TEST(LoadgenReportTest, SendLagOverAllIssuedRequests) {
   RequestRecord a = Rec(1.002, 1.1, 1.2, 2), b = Rec(2.010, -1, 2.2, 0, "UNAVAILABLE");
   a.planned_s = 1.0;
   b.planned_s = 2.0;
@@ -135,7 +135,7 @@ TEST(ReportTest, SendLagOverAllIssuedRequests) {
   EXPECT_NEAR(r.send_lag.mean, 6, 1e-9);
 }
 
-TEST(ReportTest, ExplicitDurationAndEmptyRun) {
+TEST(LoadgenReportTest, ExplicitDurationAndEmptyRun) {
   const RunReport r = ComputeReport({Rec(0, 0.1, 1.0, 4)}, Slo{}, 2.0);
   EXPECT_DOUBLE_EQ(r.duration_s, 2.0);
   EXPECT_DOUBLE_EQ(r.request_throughput, 0.5);

@@ -22,7 +22,7 @@ Moments Measure(const std::vector<double>& xs) {
   return {mean, std::sqrt(sq / (xs.size() - 1)) / mean};
 }
 
-TEST(WorkloadTest, SameSeedSameRequests) {
+TEST(LoadgenWorkloadTest, SameSeedSameRequests) {
   WorkloadOptions o;
   o.seed = 42;
   o.rate = 3;
@@ -38,7 +38,7 @@ TEST(WorkloadTest, SameSeedSameRequests) {
   }
 }
 
-TEST(WorkloadTest, ExtendingDoesNotRedraw) {
+TEST(LoadgenWorkloadTest, ExtendingDoesNotRedraw) {
   WorkloadOptions o;
   auto a = Workload::Create(o);
   auto b = Workload::Create(o);
@@ -51,7 +51,7 @@ TEST(WorkloadTest, ExtendingDoesNotRedraw) {
   EXPECT_EQ(late.output_tokens, b->Get(5000).output_tokens);
 }
 
-TEST(WorkloadTest, DifferentSeedsDiffer) {
+TEST(LoadgenWorkloadTest, DifferentSeedsDiffer) {
   WorkloadOptions o;
   o.seed = 1;
   auto a = Workload::Create(o);
@@ -64,7 +64,7 @@ TEST(WorkloadTest, DifferentSeedsDiffer) {
   EXPECT_NE(a->Get(0).prompt_token_ids, b->Get(0).prompt_token_ids);
 }
 
-TEST(WorkloadTest, LengthsMatchRequestedMeanAndCv) {
+TEST(LoadgenWorkloadTest, LengthsMatchRequestedMeanAndCv) {
   WorkloadOptions o;
   o.input_mean = 500;
   o.input_cv = 0.5;
@@ -96,7 +96,7 @@ TEST(WorkloadTest, LengthsMatchRequestedMeanAndCv) {
   EXPECT_NEAR(mg.cv, 1.0, 0.03);
 }
 
-TEST(WorkloadTest, ZeroCvGivesFixedLengths) {
+TEST(LoadgenWorkloadTest, ZeroCvGivesFixedLengths) {
   WorkloadOptions o;
   o.input_mean = 77;
   o.input_cv = 0;
@@ -110,7 +110,7 @@ TEST(WorkloadTest, ZeroCvGivesFixedLengths) {
   }
 }
 
-TEST(WorkloadTest, RandomTokensCoverTheByteRange) {
+TEST(LoadgenWorkloadTest, RandomTokensCoverTheByteRange) {
   const std::vector<int32_t> t = RandomPromptTokens(7, 3, 20000);
   std::set<int32_t> seen;
   for (int32_t x : t) {
@@ -123,7 +123,7 @@ TEST(WorkloadTest, RandomTokensCoverTheByteRange) {
   EXPECT_NE(t, RandomPromptTokens(7, 4, 20000));
 }
 
-TEST(WorkloadTest, RateScalesTheSameTrace) {
+TEST(LoadgenWorkloadTest, RateScalesTheSameTrace) {
   WorkloadOptions o;
   o.rate = 1;
   auto slow = Workload::Create(o);
@@ -136,7 +136,7 @@ TEST(WorkloadTest, RateScalesTheSameTrace) {
   }
 }
 
-TEST(WorkloadTest, InvalidOptionsAreErrors) {
+TEST(LoadgenWorkloadTest, InvalidOptionsAreErrors) {
   WorkloadOptions o;
   o.input_mean = 0;
   EXPECT_FALSE(Workload::Create(o).ok());
@@ -148,7 +148,7 @@ TEST(WorkloadTest, InvalidOptionsAreErrors) {
   EXPECT_FALSE(Workload::Create(o).ok());
 }
 
-TEST(WorkloadTest, PromptFileLinesArePickedBySeed) {
+TEST(LoadgenWorkloadTest, PromptFileLinesArePickedBySeed) {
   const std::string path = ::testing::TempDir() + "/loadgen_prompts.txt";
   {
     std::ofstream out(path);
@@ -174,12 +174,15 @@ TEST(WorkloadTest, PromptFileLinesArePickedBySeed) {
   std::remove(path.c_str());
 }
 
-TEST(WorkloadTest, PromptFileErrorsNameTheFile) {
+TEST(LoadgenWorkloadTest, PromptFileErrorsNameTheFile) {
   auto missing = ReadPromptFile("/nonexistent/prompts.txt");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/prompts.txt"), std::string::npos);
   const std::string path = ::testing::TempDir() + "/loadgen_empty.txt";
-  { std::ofstream out(path); out << "\n\n"; }
+  {
+    std::ofstream out(path);
+    out << "\n\n";
+  }
   auto empty = ReadPromptFile(path);
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find(path), std::string::npos);
