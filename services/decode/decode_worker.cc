@@ -198,6 +198,9 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
     if (requests_.count(r->id)) {
       return absl::AlreadyExistsError(absl::StrCat("request_id '", r->id, "' is already reserved"));
     }
+    if (cancelled_early_.erase(r->id) > 0) {
+      return absl::CancelledError(absl::StrCat("request_id '", r->id, "' was cancelled"));
+    }
   }
   {
     std::lock_guard<std::mutex> lock(engine_mu_);
@@ -250,7 +253,15 @@ void DecodeWorker::AttachStream(
 bool DecodeWorker::Cancel(const std::string& request_id, const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = requests_.find(request_id);
-  if (it == requests_.end()) return false;
+  if (it == requests_.end()) {
+    // The Reserve may still be on its way: remember the id for a while.
+    const auto now = Clock::now();
+    for (auto t = cancelled_early_.begin(); t != cancelled_early_.end();) {
+      t = now - t->second > std::chrono::seconds(60) ? cancelled_early_.erase(t) : std::next(t);
+    }
+    if (cancelled_early_.size() < 10000) cancelled_early_[request_id] = now;
+    return false;
+  }
   if (!it->second->cancelled) {
     it->second->cancelled = true;
     it->second->cancel_reason = why;

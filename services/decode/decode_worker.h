@@ -38,7 +38,8 @@ struct DecodeWorkerOptions {
   std::string advertise_address;            // registered gRPC address (default: bound one)
   std::string advertise_kv_address;         // registered KV address (default: bound one)
   int max_batch = 64;                        // sequences per decode step
-  int reservation_timeout_ms = 30000;        // reserved but never streamed / K/V never arrived
+  int reservation_timeout_ms = 30000;        // K/V never arrived
+  int stream_attach_timeout_ms = 10000;      // reserved but never streamed
   int drain_timeout_ms = 30000;              // SIGTERM: finish in-flight work for this long
 };
 
@@ -93,6 +94,9 @@ class DecodeWorker {
   std::condition_variable cv_;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::map<uint64_t, Request*> by_token_;
+  // Ids cancelled before their Reserve arrived (the calls race): a later
+  // Reserve of one of them is refused instead of holding blocks. Bounded.
+  std::map<std::string, std::chrono::steady_clock::time_point> cancelled_early_;
   bool stop_ = false;
   std::atomic<bool> draining_{false};
   std::thread scheduler_;

@@ -146,6 +146,12 @@ void DecodeWorker::SchedulerLoop() {
         } else if (!r->finished && !r->transfer_error.empty()) {
           Finish(r, ced::internal::FINISH_REASON_ERROR, r->transfer_error,
                  grpc::Status(grpc::StatusCode::UNAVAILABLE, r->transfer_error));
+        } else if (!r->finished && !r->stream &&
+                   now - r->t_reserve >
+                       std::chrono::milliseconds(options_.stream_attach_timeout_ms)) {
+          Finish(r, ced::internal::FINISH_REASON_ERROR, "never streamed",
+                 grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                              "the reservation was not streamed in time"));
         } else if (!r->finished && r->state != Request::kRunning &&
                    now - r->t_reserve > std::chrono::milliseconds(options_.reservation_timeout_ms)) {
           Finish(r, ced::internal::FINISH_REASON_ERROR, "reservation timed out",
@@ -154,7 +160,10 @@ void DecodeWorker::SchedulerLoop() {
         }
         // Release only once no transfer can still land in the blocks and the
         // stream (if any) has the final status.
-        if (r->finished && r->inflight_messages == 0 && (r->stream || r->cancelled || now - r->t_reserve > std::chrono::milliseconds(options_.reservation_timeout_ms))) {
+        const bool stream_settled =
+            r->stream || r->cancelled ||
+            now - r->t_reserve > std::chrono::milliseconds(options_.stream_attach_timeout_ms);
+        if (r->finished && r->inflight_messages == 0 && stream_settled) {
           by_token_.erase(r->transfer_token);
           to_release.push_back(std::move(it->second));
           it = requests_.erase(it);
