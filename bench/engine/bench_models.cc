@@ -20,13 +20,12 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> LoadPreset(const std::string
     mo.out_dir = dir;
     RETURN_IF_ERROR(MakeModel(mo));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
-                   LoadModelWeights(dir, WeightSet::kFull));
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, LoadModelWeights(dir, WeightSet::kFull));
   return std::shared_ptr<const ModelWeights>(std::move(weights));
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> MakeBenchEngine(
-    std::shared_ptr<const ModelWeights> weights, int64_t kv_cache_bytes, int max_sequences) {
+absl::StatusOr<std::unique_ptr<Engine>> MakeBenchEngine(std::shared_ptr<const ModelWeights> weights,
+                                                        int64_t kv_cache_bytes, int max_sequences) {
   EngineOptions o;
   o.kv_cache_bytes = kv_cache_bytes;
   o.max_sequences = max_sequences;

@@ -22,8 +22,8 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> LoadPreset(const std::string
 
 // An engine over `weights` with a global K/V budget of `kv_cache_bytes` and
 // room for `max_sequences` running sequences.
-absl::StatusOr<std::unique_ptr<Engine>> MakeBenchEngine(
-    std::shared_ptr<const ModelWeights> weights, int64_t kv_cache_bytes, int max_sequences);
+absl::StatusOr<std::unique_ptr<Engine>> MakeBenchEngine(std::shared_ptr<const ModelWeights> weights,
+                                                        int64_t kv_cache_bytes, int max_sequences);
 
 // Deterministic pseudo-random byte tokens (xorshift), ids in [0, 256).
 std::vector<int32_t> RandomPrompt(int n, uint64_t seed);

@@ -60,8 +60,7 @@ absl::StatusOr<Measurement> RunSteps(Engine& engine, const std::vector<SeqId>& s
 absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
                                             std::shared_ptr<const ModelWeights> weights) {
   const ModelConfig& c = weights->config();
-  const int max_batch = *std::max_element(options.batch_sizes.begin(),
-                                          options.batch_sizes.end());
+  const int max_batch = *std::max_element(options.batch_sizes.begin(), options.batch_sizes.end());
   const int nb = static_cast<int>(options.batch_sizes.size());
   const int capacity = options.context + (options.repetitions + 1) * options.steps * nb + 1;
   const int64_t kv_bytes = static_cast<int64_t>(max_batch) * (capacity + 64) *
@@ -117,8 +116,8 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
       std::fprintf(stderr,
                    "[decode %d/%d] batch %2d: %.1f tokens/s (%.2f ms/step), %.0f%% of the "
                    "roofline at this repetition's bandwidth, CPU share %.0f%%\n",
-                   rep + 1, options.repetitions, r.batch, r.tokens_per_s.back(),
-                   r.step_ms.back(), 100 * roofline_s / m.seconds, 100 * r.cpu_share.back());
+                   rep + 1, options.repetitions, r.batch, r.tokens_per_s.back(), r.step_ms.back(),
+                   100 * roofline_s / m.seconds, 100 * r.cpu_share.back());
     }
   }
   report.best_bandwidth = *std::max_element(report.bandwidth.begin(), report.bandwidth.end());

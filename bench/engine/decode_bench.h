@@ -13,9 +13,9 @@
 namespace ced::bench {
 
 struct DecodeBenchOptions {
-  int context = 512;                 // prompt tokens before decode starts
+  int context = 512;  // prompt tokens before decode starts
   std::vector<int> batch_sizes = {1, 16};
-  int steps = 8;                     // decode steps per measurement
+  int steps = 8;  // decode steps per measurement
   int repetitions = 5;
   size_t bandwidth_bytes = 1ull << 30;  // probe buffer (>> last-level cache)
 };
@@ -29,16 +29,16 @@ struct DecodeBatchResult {
   std::vector<double> bytes_per_step_samples;
   std::vector<double> step_ms;
   std::vector<double> cpu_share;  // process CPU time / (wall x threads)
-  double bytes_per_step = 0;  // weights + K/V at the mean context (last rep)
+  double bytes_per_step = 0;      // weights + K/V at the mean context (last rep)
   double weight_bytes = 0, kv_bytes = 0;
-  double mean_context = 0;    // keys a step attends (global), mean over the last rep
+  double mean_context = 0;  // keys a step attends (global), mean over the last rep
 };
 
 struct DecodeReport {
   DecodeBenchOptions options;
-  std::vector<double> bandwidth;  // B/s, one sample per repetition
+  std::vector<double> bandwidth;        // B/s, one sample per repetition
   std::vector<double> bandwidth_share;  // the CPU share of each sample
-  double best_bandwidth = 0;      // max of `bandwidth`: the roofline's bandwidth
+  double best_bandwidth = 0;            // max of `bandwidth`: the roofline's bandwidth
   std::vector<DecodeBatchResult> batches;
 };
 

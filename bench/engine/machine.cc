@@ -75,8 +75,8 @@ constexpr int kChainsAvx512 = 16;
 // acc = acc * a + b converges to b / (1 - a): no overflow, no denormals.
 __attribute__((target("avx2,fma"))) float FmaChainsAvx2(int64_t iters) {
   const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
-  __m256 c0 = _mm256_set1_ps(1.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-         c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  __m256 c0 = _mm256_set1_ps(1.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+         c8 = c0, c9 = c0, c10 = c0, c11 = c0;
   for (int64_t i = 0; i < iters; ++i) {
     c0 = _mm256_fmadd_ps(c0, a, b);
     c1 = _mm256_fmadd_ps(c1, a, b);
@@ -139,6 +139,8 @@ MachineInfo CollectMachineInfo() {
   m.compiler = __VERSION__;
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   m.omp_wait_policy = wait != nullptr ? wait : "";
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  m.blas_coretype_env = coretype != nullptr ? coretype : "";
   return m;
 }
 

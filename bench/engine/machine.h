@@ -14,14 +14,15 @@
 namespace ced::bench {
 
 struct MachineInfo {
-  std::string cpu_model;      // /proc/cpuinfo "model name"
-  int logical_cores = 0;      // std::thread::hardware_concurrency
-  int omp_threads = 0;        // omp_get_max_threads
-  int64_t l3_bytes = 0;       // 0 when unknown
-  bool has_avx512 = false;    // AVX-512F usable
-  std::string blas_core;      // OpenBLAS kernel set in use (e.g. "Haswell")
-  std::string compiler;       // compiler version string
-  std::string omp_wait_policy;  // $OMP_WAIT_POLICY or ""
+  std::string cpu_model;          // /proc/cpuinfo "model name"
+  int logical_cores = 0;          // std::thread::hardware_concurrency
+  int omp_threads = 0;            // omp_get_max_threads
+  int64_t l3_bytes = 0;           // 0 when unknown
+  bool has_avx512 = false;        // AVX-512F usable
+  std::string blas_core;          // OpenBLAS kernel set in use (e.g. "Haswell")
+  std::string compiler;           // compiler version string
+  std::string omp_wait_policy;    // $OMP_WAIT_POLICY or ""
+  std::string blas_coretype_env;  // $OPENBLAS_CORETYPE or "" (kernels auto-detected)
 };
 MachineInfo CollectMachineInfo();
 

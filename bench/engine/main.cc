@@ -33,12 +33,12 @@ struct Flags {
   std::string sections = "prefill,decode,replay";
   int prompt_tokens = 2048;
   int chunk_tokens = 256;
-  int prefill_reps = 5;
+  int prefill_reps = 9;
   double fma_seconds = 0.3;
   int decode_context = 512;
   std::string decode_batches = "1,16";
   int decode_steps = 8;
-  int decode_reps = 7;
+  int decode_reps = 9;
   int bandwidth_mib = 1024;
   std::string replay_presets = "small,tiny";
   std::string replay_lengths = "64,128,256,512,1024,2048";
@@ -74,7 +74,8 @@ constexpr const char* kRelevantEnv[] = {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "G
 std::string CommandLine(int argc, char** argv) {
   std::vector<std::string> parts;
   for (const char* name : kRelevantEnv) {
-    if (const char* v = std::getenv(name); v != nullptr) parts.push_back(absl::StrCat(name, "=", v));
+    if (const char* v = std::getenv(name); v != nullptr)
+      parts.push_back(absl::StrCat(name, "=", v));
   }
   std::string prog = argv[0];
   if (!prog.empty() && prog[0] == '/') prog = std::filesystem::path(prog).filename().string();
@@ -148,8 +149,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
     }
   } cleanup;
   if (scratch.empty()) {
-    scratch = (std::filesystem::temp_directory_path() /
-               absl::StrCat("ced_engine_bench_", getpid()))
+    scratch = (std::filesystem::temp_directory_path() / absl::StrCat("ced_engine_bench_", getpid()))
                   .string();
     cleanup.dir = scratch;
   }
@@ -169,8 +169,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
   ctx.kv_format = std::string(kernels::KvFormatName(ced->config().kv_cache_dtype));
   ctx.block_size = EngineOptions().block_size;
   std::fprintf(stderr, "[setup] %s, %d cores, %d OpenMP threads, OpenBLAS %s, load %s\n",
-               ctx.machine.cpu_model.c_str(), ctx.machine.logical_cores,
-               ctx.machine.omp_threads, ctx.machine.blas_core.c_str(), ctx.load_start.c_str());
+               ctx.machine.cpu_model.c_str(), ctx.machine.logical_cores, ctx.machine.omp_threads,
+               ctx.machine.blas_core.c_str(), ctx.load_start.c_str());
   if (ctx.machine.omp_wait_policy.empty() && ctx.machine.omp_threads > 1) {
     std::fprintf(stderr,
                  "[setup] note: OMP_WAIT_POLICY is unset; on a shared machine spinning OpenMP "
@@ -219,17 +219,16 @@ absl::Status Run(const Flags& f, const std::string& command) {
     std::fprintf(stderr, "[blas] prefill again in a child process with OPENBLAS_CORETYPE=%s\n",
                  alt.c_str());
     const std::string json = scratch + "/blas_child.json";
-    const std::vector<std::string> args = {
-        "--sections=prefill",
-        absl::StrCat("--prompt_tokens=", f.prompt_tokens),
-        absl::StrCat("--chunk_tokens=", f.chunk_tokens),
-        absl::StrCat("--prefill_reps=", f.prefill_reps),
-        absl::StrCat("--fma_seconds=", f.fma_seconds),
-        absl::StrCat("--seed=", f.seed),
-        "--scratch_dir=" + scratch,
-        "--markdown=" + scratch + "/blas_child.md",
-        "--json=" + json,
-        "--compare_blas_core=none"};
+    const std::vector<std::string> args = {"--sections=prefill",
+                                           absl::StrCat("--prompt_tokens=", f.prompt_tokens),
+                                           absl::StrCat("--chunk_tokens=", f.chunk_tokens),
+                                           absl::StrCat("--prefill_reps=", f.prefill_reps),
+                                           absl::StrCat("--fma_seconds=", f.fma_seconds),
+                                           absl::StrCat("--seed=", f.seed),
+                                           "--scratch_dir=" + scratch,
+                                           "--markdown=" + scratch + "/blas_child.md",
+                                           "--json=" + json,
+                                           "--compare_blas_core=none"};
     auto child = RunChild(args, "OPENBLAS_CORETYPE=" + alt, json);
     if (!child.ok()) return child.status();
     report.alt_blas_core = alt;
@@ -290,17 +289,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (flags.help_requested()) {
-    std::printf("%s", flags.Help("ced_engine_bench [flags]",
-                                 "Benchmarks the CED engine on the CPU backend and writes a "
-                                 "markdown and a JSON report:\n"
-                                 "  1. prefill TTFT of `small` (CED) vs `small-dec` "
-                                 "(decoder-only twin, same weights),\n"
-                                 "  2. decode tokens/s vs the measured memory-bandwidth "
-                                 "roofline,\n"
-                                 "  3. prefill GFLOP/s vs the measured FMA peak,\n"
-                                 "  4. bounded-replay error against the full forward.\n"
-                                 "Run from the repository root; threads follow "
-                                 "OMP_NUM_THREADS (default: all cores).")
+    std::printf("%s", flags
+                          .Help("ced_engine_bench [flags]",
+                                "Benchmarks the CED engine on the CPU backend and writes a "
+                                "markdown and a JSON report:\n"
+                                "  1. prefill TTFT of `small` (CED) vs `small-dec` "
+                                "(decoder-only twin, same weights),\n"
+                                "  2. decode tokens/s vs the measured memory-bandwidth "
+                                "roofline,\n"
+                                "  3. prefill GFLOP/s vs the measured FMA peak,\n"
+                                "  4. bounded-replay error against the full forward.\n"
+                                "Run from the repository root; threads follow "
+                                "OMP_NUM_THREADS (default: all cores).")
                           .c_str());
     return 0;
   }

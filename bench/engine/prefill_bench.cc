@@ -52,9 +52,9 @@ void Account(const ModelConfig& c, int n, int replay_start, PrefillVariant* v) {
   if (c.IsDecoderOnly()) {
     v->attention_flops = AttentionFlopsForPositions(c, 0, n, c.num_layers);
   } else {
-    v->attention_flops = AttentionFlopsForPositions(c, 0, n, c.num_encoder_layers) +
-                         AttentionFlopsForPositions(c, replay_start, n,
-                                                    c.num_layers - c.num_encoder_layers);
+    v->attention_flops =
+        AttentionFlopsForPositions(c, 0, n, c.num_encoder_layers) +
+        AttentionFlopsForPositions(c, replay_start, n, c.num_layers - c.num_encoder_layers);
   }
 }
 

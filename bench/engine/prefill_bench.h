@@ -21,7 +21,7 @@ struct PrefillBenchOptions {
 };
 
 struct PrefillVariant {
-  std::string name;    // "ced-bounded", "ced-exact", "decoder-only"
+  std::string name;  // "ced-bounded", "ced-exact", "decoder-only"
   std::string preset;
   int replay_tokens = 0;  // N - s (0 for decoder-only)
   // Accounting (DESIGN.md §1): matmuls incl. the LM head once + attention.

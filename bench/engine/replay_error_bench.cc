@@ -34,8 +34,8 @@ double Kl(const float* p_logits, const float* q_logits, int n) {
 // Prefill + `steps` steps. With `forced` empty, greedy (argmax fed back);
 // otherwise step k+1 is fed forced[k]. Returns the logits of every step.
 absl::StatusOr<std::vector<std::vector<float>>> Run(Engine& engine,
-                                                    const std::vector<int32_t>& prompt,
-                                                    int steps, ReplayMode mode,
+                                                    const std::vector<int32_t>& prompt, int steps,
+                                                    ReplayMode mode,
                                                     const std::vector<int32_t>& forced) {
   const int V = engine.config().vocab_size;
   ASSIGN_OR_RETURN(SeqId seq, engine.CreateSequence(static_cast<int>(prompt.size()) + steps));
@@ -106,8 +106,7 @@ absl::StatusOr<std::vector<ReplayErrorRow>> RunReplayError(
     std::fprintf(stderr,
                  "[replay %s n=%d] KL first %.3g, mean %.3g, max %.3g nats; top-1 %.0f%%; "
                  "first divergence %s (full forward %.1f s)\n",
-                 preset.c_str(), n, row.kl_first, row.kl_mean, row.kl_max,
-                 100 * row.top1_agreement,
+                 preset.c_str(), n, row.kl_first, row.kl_mean, row.kl_max, 100 * row.top1_agreement,
                  row.first_divergence < 0 ? "none" : std::to_string(row.first_divergence).c_str(),
                  full_s);
     rows.push_back(row);

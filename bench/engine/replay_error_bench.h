@@ -25,19 +25,19 @@ struct ReplayErrorOptions {
 struct ReplayErrorRow {
   std::string preset;
   int prompt_tokens = 0;
-  int replay_window = 0;        // bounded R
-  int exact_window = 0;         // (L-E)(W-1)+1
-  bool approximate = false;     // bounded replay starts after position 0
+  int replay_window = 0;     // bounded R
+  int exact_window = 0;      // (L-E)(W-1)+1
+  bool approximate = false;  // bounded replay starts after position 0
   int steps = 0;
   // Bounded replay vs full forward (nats).
-  double kl_first = 0;          // KL(full || bounded) at the first token
+  double kl_first = 0;             // KL(full || bounded) at the first token
   double kl_mean = 0, kl_max = 0;  // over the K steps
-  double top1_agreement = 0;    // fraction of the K steps with equal argmax
-  int first_divergence = -1;    // first step with a different argmax; -1 = none
+  double top1_agreement = 0;       // fraction of the K steps with equal argmax
+  int first_divergence = -1;       // first step with a different argmax; -1 = none
   // Exact replay vs full forward (sanity: float rounding only).
   double exact_kl_max = 0;
   int exact_first_divergence = -1;
-  double full_forward_s = 0;    // time of the reference forward
+  double full_forward_s = 0;  // time of the reference forward
 };
 
 // Runs every length on `weights` (lengths above max_position are skipped).

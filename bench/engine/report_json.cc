@@ -66,32 +66,31 @@ Json PrefillJson(const PrefillReport& p) {
   j["prompt_tokens"] = p.options.prompt_tokens;
   j["chunk_tokens"] = p.options.chunk_tokens;
   j["repetitions"] = p.options.repetitions;
-  j["fma_peak_flops"] = {{"avx2", SummaryJson(p.fma_avx2)},
-                         {"avx512", SummaryJson(p.fma_avx512)}};
+  j["fma_peak_flops"] = {{"avx2", SummaryJson(p.fma_avx2)}, {"avx512", SummaryJson(p.fma_avx512)}};
   j["fma_peak_flops_cpu_normalized"] = {
       {"avx2", SummaryJson(Normalized(p.fma_avx2, p.fma_avx2_share))},
       {"avx512", SummaryJson(Normalized(p.fma_avx512, p.fma_avx512_share))}};
   for (const PrefillVariant& v : p.variants) {
     std::vector<double> rate;
     for (double t : v.ttft_s) rate.push_back(v.flops() / t);
-    j["variants"].push_back({{"name", v.name},
-                             {"replay_tokens", v.replay_tokens},
-                             {"matmul_flops", v.matmul_flops},
-                             {"attention_flops", v.attention_flops},
-                             {"ttft_s", SummaryJson(v.ttft_s)},
-                             {"encoder_s", SummaryJson(v.encoder_s)},
-                             {"replay_s", SummaryJson(v.replay_s)},
-                             {"flops_per_s", SummaryJson(rate)},
-                             {"fraction_of_avx2_peak", SummaryJson(PeakFraction(v, p.fma_avx2))},
-                             {"fraction_of_avx512_peak",
-                              SummaryJson(PeakFraction(v, p.fma_avx512))},
-                             {"fraction_of_avx2_peak_cpu_normalized",
-                              SummaryJson(PeakFractionCpu(v, p.fma_avx2, p.fma_avx2_share))},
-                             {"fraction_of_avx512_peak_cpu_normalized",
-                              SummaryJson(PeakFractionCpu(v, p.fma_avx512, p.fma_avx512_share))},
-                             {"cpu_share", SummaryJson(v.cpu_share)},
-                             {"ttft_samples_s", v.ttft_s},
-                             {"first_token", v.first_token}});
+    j["variants"].push_back(
+        {{"name", v.name},
+         {"replay_tokens", v.replay_tokens},
+         {"matmul_flops", v.matmul_flops},
+         {"attention_flops", v.attention_flops},
+         {"ttft_s", SummaryJson(v.ttft_s)},
+         {"encoder_s", SummaryJson(v.encoder_s)},
+         {"replay_s", SummaryJson(v.replay_s)},
+         {"flops_per_s", SummaryJson(rate)},
+         {"fraction_of_avx2_peak", SummaryJson(PeakFraction(v, p.fma_avx2))},
+         {"fraction_of_avx512_peak", SummaryJson(PeakFraction(v, p.fma_avx512))},
+         {"fraction_of_avx2_peak_cpu_normalized",
+          SummaryJson(PeakFractionCpu(v, p.fma_avx2, p.fma_avx2_share))},
+         {"fraction_of_avx512_peak_cpu_normalized",
+          SummaryJson(PeakFractionCpu(v, p.fma_avx512, p.fma_avx512_share))},
+         {"cpu_share", SummaryJson(v.cpu_share)},
+         {"ttft_samples_s", v.ttft_s},
+         {"first_token", v.first_token}});
   }
   const PrefillVariant &bounded = p.variants[0], &exact = p.variants[1], &dec = p.variants[2];
   j["speedup_bounded"] = SummaryJson(p.speedup_bounded);
@@ -153,15 +152,20 @@ Json BuildJson(const BenchReport& report) {
   j["quick"] = c.quick;
   j["load_average_start"] = c.load_start;
   j["load_average_end"] = c.load_end;
-  j["machine"] = {{"cpu_model", m.cpu_model},     {"logical_cores", m.logical_cores},
-                  {"omp_threads", m.omp_threads}, {"l3_bytes", m.l3_bytes},
-                  {"has_avx512", m.has_avx512},   {"blas_core", m.blas_core},
-                  {"blas_isa", BlasIsa(m.blas_core)}, {"compiler", m.compiler},
-                  {"omp_wait_policy", m.omp_wait_policy}};
-  j["model"] = absl::StrFormat(
-      "L=%d E=%d d=%d H=%d G=%d D=%d F=%d V=%d W=%d R=%d", mc.num_layers, mc.num_encoder_layers,
-      mc.hidden_size, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.intermediate_size,
-      mc.vocab_size, mc.sliding_window, mc.replay_window);
+  j["machine"] = {{"cpu_model", m.cpu_model},
+                  {"logical_cores", m.logical_cores},
+                  {"omp_threads", m.omp_threads},
+                  {"l3_bytes", m.l3_bytes},
+                  {"has_avx512", m.has_avx512},
+                  {"blas_core", m.blas_core},
+                  {"blas_isa", BlasIsa(m.blas_core)},
+                  {"compiler", m.compiler},
+                  {"omp_wait_policy", m.omp_wait_policy},
+                  {"openblas_coretype_env", m.blas_coretype_env}};
+  j["model"] = absl::StrFormat("L=%d E=%d d=%d H=%d G=%d D=%d F=%d V=%d W=%d R=%d", mc.num_layers,
+                               mc.num_encoder_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads,
+                               mc.head_dim, mc.intermediate_size, mc.vocab_size, mc.sliding_window,
+                               mc.replay_window);
   j["kv_format"] = c.kv_format;
   j["block_size"] = c.block_size;
   if (report.has_prefill) j["prefill"] = PrefillJson(report.prefill);

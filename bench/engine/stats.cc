@@ -20,8 +20,7 @@ double Quantile(const std::vector<double>& sorted, double q) {
 }  // namespace
 
 double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double ProcessCpuSeconds() {

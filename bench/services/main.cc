@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
     }
   }
   ced::bench::FlagSet flags;
-  flags.Bool("quick", &f.quick, "fewer repetitions, smaller volumes (about 3 minutes)");
+  flags.Bool("quick", &f.quick, "fewer repetitions, smaller volumes (about 1.5 minutes)");
   flags.String("sections", &f.sections, "comma list of: transport, ttft, gateway, kvbytes");
   flags.String("ced", &f.ced, "the ced CLI (default: next to this binary)");
   flags.String("scratch_dir", &f.scratch_dir, "models and logs (default: a temporary dir)");

@@ -77,8 +77,8 @@ json Ttft(const TtftReport& t) {
                     {"gateway_transfer_ms", J(r.gw_transfer)},
                     {"kv_ready_ms", J(r.ready)},
                     {"not_overlapped_ms", J(r.nonoverlap)},
-                    {"share_of_ttft", J(r.share_nonoverlap)},
-                    {"gateway_transfer_over_ttft", J(r.share_reported)},
+                    {"share_of_ttft_gateway_transfer_ms", J(r.share_gateway)},
+                    {"share_of_ttft_decode_side", J(r.share_nonoverlap)},
                     {"second_token_gap_ms", J(r.second_gap)},
                     {"samples", samples}});
   }

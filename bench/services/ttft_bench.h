@@ -3,15 +3,17 @@
 // (one prefill and one decode worker), with the replay on the decode worker
 // and on the prefill worker, alternating.
 //
-// Per request: the client-measured TTFT, the gateway's timings, and from the
-// decode worker's metrics the time from reservation until all K/V landed
-// (ced_kv_transfer_seconds; one observation per request). The prefill compute
-// starts right after the reservation, so
-//   non-overlapped transfer = ready - prefill compute  (an upper bound: it
-//   also holds the prefill RPC's dispatch).
-// With the replay on decode the first token waits for it; with the replay on
-// prefill the first token is sent before the K/V finishes and the transfer
-// shows up in the gap to the second token instead.
+// Per request: the client-measured TTFT and the gateway's timings, whose
+// transfer_ms is the exposed transfer the prefill worker measured (from the
+// end of its compute until the last K/V message was acknowledged). As a cross-
+// check from the other side, the decode worker's metrics give the time from
+// reservation until all K/V landed (ced_kv_transfer_seconds; one observation
+// per request); the prefill compute starts right after the reservation, so
+//   not overlapped = ready - prefill compute  (an upper bound: it also holds
+//   the prefill RPC's dispatch).
+// With the replay on decode the first token waits for the transfer; with the
+// replay on prefill the first token is sent before the K/V finishes and the
+// transfer shows up in the gap to the second token instead.
 #pragma once
 
 #include <string>
@@ -46,8 +48,9 @@ struct TtftRow {
   std::string placement_seen;  // what the gateway reported
   std::vector<TtftSample> samples;
   Summary client_ttft, gw_ttft, prefill, gw_transfer, ready, nonoverlap, second_gap;
-  Summary share_nonoverlap;  // nonoverlap / client TTFT (0 when TTFT precedes it)
-  Summary share_reported;    // the gateway's transfer_ms / its ttft_ms
+  // Share of the client TTFT, 0 when the first token does not wait for the
+  // transfer: the gateway's transfer_ms, and the decode-side cross-check.
+  Summary share_gateway, share_nonoverlap;
   double bytes = 0;
 };
 

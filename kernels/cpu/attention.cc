@@ -33,8 +33,8 @@ inline float Dot(const float* a, const float* b, int n) {
     acc1 += a1 * b1;
   }
   acc0 += acc1;
-  float sum = ((acc0[0] + acc0[4]) + (acc0[1] + acc0[5])) +
-              ((acc0[2] + acc0[6]) + (acc0[3] + acc0[7]));
+  float sum =
+      ((acc0[0] + acc0[4]) + (acc0[1] + acc0[5])) + ((acc0[2] + acc0[6]) + (acc0[3] + acc0[7]));
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
@@ -82,8 +82,8 @@ const float* LocalRow(const AttentionParams& p, const AttentionSegment& s, bool 
     const float* rows = value ? s.chunk_local_v : s.chunk_local_k;
     return rows + static_cast<size_t>(pos - s.q_begin) * kv_dim + g * D;
   }
-  const uint8_t* row = (value ? s.local_v_ring : s.local_k_ring) +
-                       static_cast<size_t>(pos % p.window) * RowBytes(p);
+  const uint8_t* row =
+      (value ? s.local_v_ring : s.local_k_ring) + static_cast<size_t>(pos % p.window) * RowBytes(p);
   if (p.format == KvFormat::kF32) return reinterpret_cast<const float*>(row) + g * D;
   DecodeRowSlice(p.format, row, kv_dim, g * D, D, scratch);
   return scratch;
@@ -313,16 +313,15 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
           }
           float m = MaxOf(row + l0, l1 - l0, -std::numeric_limits<float>::infinity());
           m = MaxOf(row, keys, m);
-          const float inv =
-              1.0f / (ExpInPlace(row, keys, m) + ExpInPlace(row + l0, l1 - l0, m));
+          const float inv = 1.0f / (ExpInPlace(row, keys, m) + ExpInPlace(row + l0, l1 - l0, m));
           Scale(row, keys, inv);
           Scale(row + l0, l1 - l0, inv);
           std::fill(row + keys, row + l0, 0.0f);
           std::fill(row + l1, row + cols, 0.0f);
         }
         float* o = oh + static_cast<size_t>(i0) * H * D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, gcols, 1.0f, scores,
-                    cols, ctx.v.data(), D, 0.0f, o, H * D);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, gcols, 1.0f, scores, cols,
+                    ctx.v.data(), D, 0.0f, o, H * D);
         if (lcols > 0) {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, lcols, 1.0f,
                       scores + gcols, cols, ctx.v.data() + lrow * D, D, 1.0f, o, H * D);

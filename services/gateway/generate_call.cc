@@ -76,7 +76,8 @@ void GenerateCall::Cancel() {
 }
 
 void GenerateCall::TryCancelAll() {
-  for (grpc::ClientContext* ctx : {&route_ctx_, &reserve_ctx_, &decode_ctx_, &prefill_ctx_}) {
+  // Not the Reserve: its answer must come back before the decode worker's Cancel is sent.
+  for (grpc::ClientContext* ctx : {&route_ctx_, &decode_ctx_, &prefill_ctx_}) {
     ctx->TryCancel();
   }
 }
@@ -128,7 +129,7 @@ void GenerateCall::SendWorkerCancels() {
   request.set_request_id(request_.request_id);
   ced::internal::CancelResponse response;
   const auto deadline = absl::ToChronoTime(absl::Now() + core_->settings().cancel_timeout);
-  if (reserved_ && !decode_complete_) {
+  if (decode_stub_ != nullptr && !decode_complete_) {  // a failed Reserve may have landed
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
     (void)decode_stub_->Cancel(&ctx, request, &response);
