@@ -325,7 +325,10 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
   };
   const auto t0 = Clock::now();
   auto pre = engine_->Prefill(seq, job.tokens, po);
-  const double compute_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  // From here until the last message is acknowledged: the transfer time not
+  // hidden behind the prefill compute.
+  const auto t_wait = Clock::now();
+  const double compute_s = std::chrono::duration<double>(t_wait - t0).count();
   absl::Status status = pre.status();
   int32_t first = -1;
   std::vector<uint8_t> tail_bytes;
@@ -356,8 +359,6 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     QueueSend(jp, h, {{tail_bytes.data(), tail_bytes.size()}});
   }
   // Wait for every message of this job (the cache and tail bytes must outlive them).
-  // This wait is the transfer time not hidden behind the prefill compute.
-  const auto t_wait = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return job.pending_sends == 0; });
