@@ -8,6 +8,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libopenblas-dev
+  # oneDNN: only for the BLAS comparison benchmark (bench/blas).
+  libdnnl-dev
   libabsl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libucx-dev ucx-utils

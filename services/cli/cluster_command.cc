@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -171,6 +173,13 @@ int RunCluster(const std::vector<std::string>& args) {
     return Fail(kWords, "--prefill >= 0, --decode >= 1 and ports must be integers", 2);
   }
   const int base = static_cast<int>(*bp), mbase = static_cast<int>(*mp);
+  // Every worker runs OpenMP kernels on the same machine: threads that spin
+  // while waiting steal the cores their neighbours need, so wait passively
+  // and share the cores out (unless the user chose otherwise).
+  setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  setenv("OMP_NUM_THREADS",
+         std::to_string(std::max<long>(1, cores / std::max<int64_t>(1, *np + *nd))).c_str(), 0);
   services::InstallShutdownSignals();
   std::vector<std::unique_ptr<Child>> children;
   auto start = [&](const std::string& name, std::vector<std::string> a) -> absl::Status {

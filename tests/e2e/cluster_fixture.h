@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -85,7 +86,12 @@ class LocalCluster {
     }
     ADD_FAILURE() << "cluster did not become ready; log:\n" << Log();
   }
-  ~LocalCluster() { Stop(); }
+  // Keeps the log (under the test temp dir) only when the test failed.
+  ~LocalCluster() {
+    Stop();
+    std::remove(ready_file_.c_str());
+    if (!::testing::Test::HasFailure()) std::remove(log_.c_str());
+  }
 
   void Stop() {
     if (pid_ <= 0) return;

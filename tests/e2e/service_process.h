@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -68,7 +69,11 @@ class ServiceProcess {
     }
     ADD_FAILURE() << "ced serve did not start; log:\n" << Log();
   }
-  ~ServiceProcess() { Stop(SIGTERM); }
+  // Keeps the log (under the test temp dir) only when the test failed.
+  ~ServiceProcess() {
+    Stop(SIGTERM);
+    if (!::testing::Test::HasFailure()) std::remove(log_.c_str());
+  }
   ServiceProcess(const ServiceProcess&) = delete;
   ServiceProcess& operator=(const ServiceProcess&) = delete;
 

@@ -1,0 +1,274 @@
+#include "kernels/cpu/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/kv_codec.h"
+
+namespace ced::kernels {
+namespace {
+
+constexpr int kHeads = 8;
+constexpr int kKvHeads = 2;
+constexpr int kHeadDim = 64;
+constexpr int kBlockSize = 16;
+constexpr int kKvDim = kKvHeads * kHeadDim;
+constexpr double kTolerance = 1e-4;
+
+// One sequence's segment: query positions [q_begin, q_begin + n), local window
+// clipped at lo.
+struct SegmentSpec {
+  int q_begin = 0;
+  int n = 0;
+  int lo = 0;
+};
+
+// Inputs of one segment, in the kernel's layout plus the decoded f32 values
+// the reference reads.
+struct SegmentData {
+  SegmentSpec spec;
+  std::vector<float> q, out;                // [n, H*D]
+  std::vector<float> global_k, global_v;    // decoded, [T, G*D]
+  std::vector<float> local_k, local_v;      // decoded, [T, G*D] (only window rows used)
+  std::vector<const uint8_t*> k_blocks, v_blocks;
+  std::vector<uint8_t> k_ring, v_ring;      // W rows in `format`
+  std::vector<float> chunk_k, chunk_v;      // [n, G*D], rounded through `format`
+};
+
+std::vector<float> RandomRows(size_t count, std::mt19937* rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(count);
+  for (float& x : v) x = normal(*rng);
+  return v;
+}
+
+// Encodes `row` into `dst` and overwrites `row` with the decoded values.
+void EncodeAndRound(KvFormat f, float* row, uint8_t* dst) {
+  EncodeRow(f, row, kKvDim, dst);
+  DecodeRow(f, dst, kKvDim, row);
+}
+
+// Builds every segment's data; global blocks of all segments share one pool
+// and are handed out in a shuffled order.
+class Batch {
+ public:
+  Batch(KvFormat format, int window, const std::vector<SegmentSpec>& specs, uint32_t seed)
+      : format_(format), window_(window), segs_(specs.size()) {
+    std::mt19937 rng(seed);
+    const size_t row_bytes = KvRowBytes(format, kKvDim);
+    int total_blocks = 0;
+    for (const SegmentSpec& s : specs) {
+      total_blocks += (s.q_begin + s.n + kBlockSize - 1) / kBlockSize;
+    }
+    pool_k_.assign(static_cast<size_t>(total_blocks) * kBlockSize * row_bytes, 0xA5);
+    pool_v_.assign(pool_k_.size(), 0x5A);
+    std::vector<int> ids(total_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    int next_id = 0;
+    for (size_t si = 0; si < specs.size(); ++si) {
+      SegmentData& d = segs_[si];
+      d.spec = specs[si];
+      const int T = d.spec.q_begin + d.spec.n;
+      d.q = RandomRows(static_cast<size_t>(d.spec.n) * kHeads * kHeadDim, &rng);
+      d.out.assign(d.q.size(), -1e30f);
+      d.global_k = RandomRows(static_cast<size_t>(T) * kKvDim, &rng);
+      d.global_v = RandomRows(d.global_k.size(), &rng);
+      d.local_k = RandomRows(d.global_k.size(), &rng);
+      d.local_v = RandomRows(d.global_k.size(), &rng);
+      for (int b = 0; b * kBlockSize < T; ++b) {
+        const size_t offset = static_cast<size_t>(ids[next_id++]) * kBlockSize * row_bytes;
+        d.k_blocks.push_back(pool_k_.data() + offset);
+        d.v_blocks.push_back(pool_v_.data() + offset);
+        for (int r = 0; r < kBlockSize && b * kBlockSize + r < T; ++r) {
+          const size_t pos = static_cast<size_t>(b) * kBlockSize + r;
+          EncodeAndRound(format, &d.global_k[pos * kKvDim], pool_k_.data() + offset + r * row_bytes);
+          EncodeAndRound(format, &d.global_v[pos * kKvDim], pool_v_.data() + offset + r * row_bytes);
+        }
+      }
+      std::vector<uint8_t> scratch(row_bytes);
+      if (window > 0) {
+        d.k_ring.assign(static_cast<size_t>(window) * row_bytes, 0xC3);
+        d.v_ring.assign(d.k_ring.size(), 0x3C);
+      }
+      for (int pos = 0; pos < T; ++pos) {
+        float* k = &d.local_k[static_cast<size_t>(pos) * kKvDim];
+        float* v = &d.local_v[static_cast<size_t>(pos) * kKvDim];
+        if (pos < d.spec.q_begin && window > 0 && pos >= d.spec.q_begin - window) {
+          const size_t slot = static_cast<size_t>(pos % window) * row_bytes;
+          EncodeAndRound(format, k, d.k_ring.data() + slot);
+          EncodeAndRound(format, v, d.v_ring.data() + slot);
+        } else {
+          EncodeAndRound(format, k, scratch.data());
+          EncodeAndRound(format, v, scratch.data());
+        }
+      }
+      d.chunk_k.assign(d.local_k.begin() + static_cast<size_t>(d.spec.q_begin) * kKvDim,
+                       d.local_k.end());
+      d.chunk_v.assign(d.local_v.begin() + static_cast<size_t>(d.spec.q_begin) * kKvDim,
+                       d.local_v.end());
+    }
+  }
+
+  void Run() {
+    AttentionParams p;
+    p.format = format_;
+    p.num_heads = kHeads;
+    p.num_kv_heads = kKvHeads;
+    p.head_dim = kHeadDim;
+    p.window = window_;
+    p.block_size = kBlockSize;
+    std::vector<AttentionSegment> segments;
+    for (SegmentData& d : segs_) {
+      AttentionSegment s;
+      s.q = d.q.data();
+      s.out = d.out.data();
+      s.n = d.spec.n;
+      s.q_begin = d.spec.q_begin;
+      s.global_k_host = d.k_blocks.data();
+      s.global_v_host = d.v_blocks.data();
+      if (window_ > 0) {
+        s.local_k_ring = d.k_ring.data();
+        s.local_v_ring = d.v_ring.data();
+        s.chunk_local_k = d.chunk_k.data();
+        s.chunk_local_v = d.chunk_v.data();
+      }
+      s.lo = d.spec.lo;
+      segments.push_back(s);
+    }
+    AttentionCpu(p, segments);
+  }
+
+  // Max |kernel - reference| over every segment's output.
+  double MaxError() const {
+    double worst = 0.0;
+    for (const SegmentData& d : segs_) worst = std::max(worst, SegmentError(d));
+    return worst;
+  }
+
+ private:
+  // DESIGN.md §1.3 in double precision: one softmax over global keys [0, t]
+  // and local keys [max(lo, t-W+1), t]; query head h reads kv head h/(H/G).
+  double SegmentError(const SegmentData& d) const {
+    const int group = kHeads / kKvHeads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+    double worst = 0.0;
+    for (int i = 0; i < d.spec.n; ++i) {
+      const int t = d.spec.q_begin + i;
+      const int lb = window_ > 0 ? std::max(d.spec.lo, t - window_ + 1) : t + 1;
+      for (int h = 0; h < kHeads; ++h) {
+        const int g = h / group;
+        const float* q = &d.q[(static_cast<size_t>(i) * kHeads + h) * kHeadDim];
+        // Keys: (matrix, position) pairs, global first.
+        std::vector<std::pair<const float*, const float*>> kv;
+        for (int pos = 0; pos <= t; ++pos) {
+          const size_t off = static_cast<size_t>(pos) * kKvDim + g * kHeadDim;
+          kv.emplace_back(&d.global_k[off], &d.global_v[off]);
+        }
+        for (int pos = lb; pos <= t; ++pos) {
+          const size_t off = static_cast<size_t>(pos) * kKvDim + g * kHeadDim;
+          kv.emplace_back(&d.local_k[off], &d.local_v[off]);
+        }
+        std::vector<double> s(kv.size());
+        double m = -1e300;
+        for (size_t j = 0; j < kv.size(); ++j) {
+          double dot = 0.0;
+          for (int e = 0; e < kHeadDim; ++e) dot += static_cast<double>(q[e]) * kv[j].first[e];
+          s[j] = dot * scale;
+          m = std::max(m, s[j]);
+        }
+        double sum = 0.0;
+        for (double& x : s) sum += (x = std::exp(x - m));
+        const float* o = &d.out[(static_cast<size_t>(i) * kHeads + h) * kHeadDim];
+        for (int e = 0; e < kHeadDim; ++e) {
+          double ref = 0.0;
+          for (size_t j = 0; j < kv.size(); ++j) ref += s[j] * kv[j].second[e];
+          worst = std::max(worst, std::abs(ref / sum - o[e]));
+        }
+      }
+    }
+    return worst;
+  }
+
+  KvFormat format_;
+  int window_;
+  std::vector<SegmentData> segs_;
+  std::vector<uint8_t> pool_k_, pool_v_;
+};
+
+class AttentionCpuTest : public ::testing::TestWithParam<std::tuple<KvFormat, int>> {
+ protected:
+  void SetUp() override {
+    saved_threads_ = omp_get_max_threads();
+    omp_set_num_threads(std::get<1>(GetParam()));
+  }
+  void TearDown() override { omp_set_num_threads(saved_threads_); }
+
+  double Check(int window, const std::vector<SegmentSpec>& specs, uint32_t seed) {
+    Batch batch(std::get<0>(GetParam()), window, specs, seed);
+    batch.Run();
+    return batch.MaxError();
+  }
+
+ private:
+  int saved_threads_ = 1;
+};
+
+TEST_P(AttentionCpuTest, PrefillWithRing) {
+  EXPECT_LE(Check(/*window=*/32, {{/*q_begin=*/40, /*n=*/80, /*lo=*/0}}, 1), kTolerance);
+}
+
+TEST_P(AttentionCpuTest, PrefillClippedWindow) {
+  // lo inside the ring and lo inside the chunk.
+  EXPECT_LE(Check(32, {{50, 70, 30}}, 2), kTolerance);
+  EXPECT_LE(Check(32, {{48, 64, 60}}, 3), kTolerance);
+}
+
+TEST_P(AttentionCpuTest, PrefillNoWindow) {
+  EXPECT_LE(Check(/*window=*/0, {{33, 96, 0}}, 4), kTolerance);
+}
+
+TEST_P(AttentionCpuTest, PrefillFromZero) {
+  EXPECT_LE(Check(24, {{0, 70, 0}}, 5), kTolerance);
+}
+
+TEST_P(AttentionCpuTest, DecodeSequencesOfDifferentLengths) {
+  // Lengths 1 (first token), inside one block, block boundaries, several blocks.
+  std::vector<SegmentSpec> specs = {{0, 1, 0},  {7, 1, 0},  {15, 1, 0}, {16, 1, 0},
+                                    {47, 1, 5}, {100, 1, 90}, {200, 1, 0}};
+  EXPECT_LE(Check(32, specs, 6), kTolerance);
+}
+
+TEST_P(AttentionCpuTest, DecodeNoWindow) {
+  EXPECT_LE(Check(0, {{3, 1, 0}, {64, 1, 0}, {130, 1, 0}}, 7), kTolerance);
+}
+
+TEST_P(AttentionCpuTest, MixedPrefillShortAndDecode) {
+  // A long segment, a short multi-row segment (below the BLAS path) and decodes.
+  std::vector<SegmentSpec> specs = {{20, 72, 10}, {35, 7, 0}, {90, 1, 40}, {9, 1, 0}};
+  EXPECT_LE(Check(16, specs, 8), kTolerance);
+}
+
+std::string ParamName(const ::testing::TestParamInfo<std::tuple<KvFormat, int>>& info) {
+  return std::string(KvFormatName(std::get<0>(info.param))) + "_threads" +
+         std::to_string(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(FormatsAndThreads, AttentionCpuTest,
+                         ::testing::Combine(::testing::Values(KvFormat::kF32, KvFormat::kBF16,
+                                                              KvFormat::kFP8E4M3,
+                                                              KvFormat::kFP4E2M1),
+                                            ::testing::Values(1, 2)),
+                         ParamName);
+
+}  // namespace
+}  // namespace ced::kernels
