@@ -34,6 +34,23 @@ void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out) {
   out->set_seed(p.seed);
 }
 
+ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string& worker_id,
+                                         ced::internal::Role role,
+                                         const std::string& grpc_address,
+                                         const std::string& kv_transport) {
+  ced::internal::WorkerInfo info;
+  const CacheStats cs = engine.cache_stats();
+  info.set_worker_id(worker_id);
+  info.set_role(role);
+  info.set_grpc_address(grpc_address);
+  info.set_total_kv_blocks(cs.global_blocks_total);
+  info.set_block_size(cs.block_size);
+  info.set_model_fingerprint(ModelFingerprint(engine.config()));
+  info.set_kv_format(std::string(kernels::KvFormatName(engine.kv_format())));
+  info.set_kv_transport(kv_transport);
+  return info;
+}
+
 absl::Status ValidatePrompt(const google::protobuf::RepeatedField<int32_t>& ids,
                             const ModelConfig& config, const std::string& field) {
   if (ids.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));

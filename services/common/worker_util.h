@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "ced/internal/common.pb.h"
+#include "ced/internal/router.pb.h"
 #include "engine/model/config.h"
 #include "engine/runtime/engine.h"
 #include "engine/sampling/sampler.h"
@@ -18,6 +19,13 @@ uint64_t RequestIdHash(const std::string& request_id);
 std::string ModelFingerprint(const ModelConfig& config);
 SamplingParams FromProto(const ced::internal::SamplingParams& p);
 void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out);
+// The registration every worker sends the router: id, role, gRPC address,
+// KV pool shape, model fingerprint, cache format and transport name.
+ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string& worker_id,
+                                         ced::internal::Role role,
+                                         const std::string& grpc_address,
+                                         const std::string& kv_transport);
+
 // Validates a prompt of token ids (non-empty, in vocabulary); errors name `field`.
 absl::Status ValidatePrompt(const google::protobuf::RepeatedField<int32_t>& ids,
                             const ModelConfig& config, const std::string& field);

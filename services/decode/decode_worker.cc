@@ -99,19 +99,13 @@ absl::Status DecodeWorker::Init() {
   if (!options_.router_address.empty()) {
     RouterClient::Options ro;
     ro.router_address = options_.router_address;
-    auto& info = ro.worker;
-    info.set_worker_id(options_.worker_id);
-    info.set_role(ced::internal::ROLE_DECODE);
-    info.set_grpc_address(options_.advertise_address.empty() ? server_->grpc_address()
-                                                             : options_.advertise_address);
-    info.set_kv_address(options_.advertise_kv_address.empty() ? kv_address_
-                                                              : options_.advertise_kv_address);
-    info.set_weights(ced::internal::WEIGHTS_HELD_FULL);
-    info.set_total_kv_blocks(engine_->cache_stats().global_blocks_total);
-    info.set_block_size(engine_->cache_stats().block_size);
-    info.set_model_fingerprint(ModelFingerprint(engine_->config()));
-    info.set_kv_format(std::string(kernels::KvFormatName(engine_->kv_format())));
-    info.set_kv_transport(transport_->name());
+    ro.worker = MakeWorkerInfo(
+        *engine_, options_.worker_id, ced::internal::ROLE_DECODE,
+        options_.advertise_address.empty() ? server_->grpc_address() : options_.advertise_address,
+        transport_->name());
+    ro.worker.set_kv_address(options_.advertise_kv_address.empty() ? kv_address_
+                                                                   : options_.advertise_kv_address);
+    ro.worker.set_weights(ced::internal::WEIGHTS_HELD_FULL);
     ro.load = [this](ced::internal::LoadReport* r) { FillLoad(r); };
     router_ = std::make_unique<RouterClient>(std::move(ro));
     router_->Start();
