@@ -43,30 +43,24 @@ absl::Status DecodeWorker::Init() {
   }
   ASSIGN_OR_RETURN(engine_, Engine::Create(options_.engine));
   m_ = std::make_unique<Metrics>();
-  auto gauge = [&](const char* name, const char* help) -> absl::StatusOr<metrics::Gauge*> {
-    ASSIGN_OR_RETURN(auto* f, registry_.AddGauge(name, help));
-    return &f->WithLabels({});
+  auto gauge = [&](const char* name, const char* help) {
+    return metrics::AddUnlabelledGauge(registry_, name, help);
   };
-  auto counter = [&](const char* name, const char* help,
-                     metrics::Labels labels) -> absl::StatusOr<metrics::Counter*> {
-    std::vector<std::string> names;
-    for (const auto& [k, v] : labels) names.push_back(k);
-    ASSIGN_OR_RETURN(auto* f, registry_.AddCounter(name, help, names));
-    return &f->WithLabels(labels);
+  auto counter = [&](const char* name, const char* help) {
+    return metrics::AddUnlabelledCounter(registry_, name, help);
   };
-  auto hist = [&](const char* name, const char* help,
-                  std::vector<double> b) -> absl::StatusOr<metrics::Histogram*> {
-    ASSIGN_OR_RETURN(auto* f, registry_.AddHistogram(name, help, std::move(b)));
-    return &f->WithLabels({});
+  auto hist = [&](const char* name, const char* help, std::vector<double> b) {
+    return metrics::AddUnlabelledHistogram(registry_, name, help, std::move(b));
   };
   ASSIGN_OR_RETURN(m_->running, gauge("ced_decode_running_sequences", "Sequences in the decode batch."));
   ASSIGN_OR_RETURN(m_->waiting, gauge("ced_decode_waiting_sequences", "Reserved sequences waiting for K/V or a batch slot."));
   ASSIGN_OR_RETURN(m_->kv_used, gauge("ced_kv_blocks_used", "Global KV cache blocks in use (reserved)."));
   ASSIGN_OR_RETURN(m_->kv_free, gauge("ced_kv_blocks_free", "Global KV cache blocks free."));
   ASSIGN_OR_RETURN(m_->weights_bytes, gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
-  ASSIGN_OR_RETURN(m_->steps, counter("ced_decode_steps_total", "Batched decode steps.", {}));
-  ASSIGN_OR_RETURN(m_->generated, counter("ced_generated_tokens_total", "Tokens generated.", {}));
-  ASSIGN_OR_RETURN(m_->transfer_bytes, counter("ced_kv_transfer_bytes_total", "K/V bytes moved over the data plane.", {{"direction", "in"}}));
+  ASSIGN_OR_RETURN(m_->steps, counter("ced_decode_steps_total", "Batched decode steps."));
+  ASSIGN_OR_RETURN(m_->generated, counter("ced_generated_tokens_total", "Tokens generated."));
+  ASSIGN_OR_RETURN(auto* transfer_bytes, registry_.AddCounter("ced_kv_transfer_bytes_total", "K/V bytes moved over the data plane.", {"direction"}));
+  m_->transfer_bytes = &transfer_bytes->WithLabels({{"direction", "in"}});
   ASSIGN_OR_RETURN(m_->replays, registry_.AddCounter("ced_replays_total", "Replays by where they ran.", {"placement"}));
   ASSIGN_OR_RETURN(m_->requests, registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
   ASSIGN_OR_RETURN(m_->step_seconds, hist("ced_decode_step_seconds", "Time of one batched decode step.", metrics::LatencySecondsBuckets()));

@@ -127,4 +127,26 @@ std::string Registry::Serialize() const {
   return out;
 }
 
+absl::StatusOr<Counter*> AddUnlabelledCounter(Registry& registry, std::string_view name,
+                                              std::string_view help) {
+  auto family = registry.AddCounter(name, help);
+  if (!family.ok()) return family.status();
+  return &(*family)->WithLabels({});
+}
+
+absl::StatusOr<Gauge*> AddUnlabelledGauge(Registry& registry, std::string_view name,
+                                          std::string_view help) {
+  auto family = registry.AddGauge(name, help);
+  if (!family.ok()) return family.status();
+  return &(*family)->WithLabels({});
+}
+
+absl::StatusOr<Histogram*> AddUnlabelledHistogram(Registry& registry, std::string_view name,
+                                                  std::string_view help,
+                                                  std::vector<double> bounds) {
+  auto family = registry.AddHistogram(name, help, std::move(bounds));
+  if (!family.ok()) return family.status();
+  return &(*family)->WithLabels({});
+}
+
 }  // namespace ced::metrics

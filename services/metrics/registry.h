@@ -69,4 +69,13 @@ class Registry final {
   std::vector<std::function<void()>> hooks_;
 };
 
+// Registers (or finds) a metric without labels and returns its only child.
+absl::StatusOr<Counter*> AddUnlabelledCounter(Registry& registry, std::string_view name,
+                                              std::string_view help);
+absl::StatusOr<Gauge*> AddUnlabelledGauge(Registry& registry, std::string_view name,
+                                          std::string_view help);
+absl::StatusOr<Histogram*> AddUnlabelledHistogram(Registry& registry, std::string_view name,
+                                                  std::string_view help,
+                                                  std::vector<double> bounds);
+
 }  // namespace ced::metrics

@@ -56,19 +56,16 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
 absl::Status PrefillWorker::Init() {
   ASSIGN_OR_RETURN(engine_, Engine::Create(options_.engine));
   m_ = std::make_unique<Metrics>();
-  auto gauge = [&](const char* n, const char* h) -> absl::StatusOr<metrics::Gauge*> {
-    ASSIGN_OR_RETURN(auto* f, registry_.AddGauge(n, h));
-    return &f->WithLabels({});
+  auto gauge = [&](const char* n, const char* h) {
+    return metrics::AddUnlabelledGauge(registry_, n, h);
   };
-  auto hist = [&](const char* n, const char* h) -> absl::StatusOr<metrics::Histogram*> {
-    ASSIGN_OR_RETURN(auto* f, registry_.AddHistogram(n, h, metrics::LatencySecondsBuckets()));
-    return &f->WithLabels({});
+  auto hist = [&](const char* n, const char* h) {
+    return metrics::AddUnlabelledHistogram(registry_, n, h, metrics::LatencySecondsBuckets());
   };
   ASSIGN_OR_RETURN(m_->queue_depth, gauge("ced_prefill_queue_depth", "Prefill requests waiting."));
   ASSIGN_OR_RETURN(m_->queued_tokens, gauge("ced_prefill_outstanding_tokens", "Prompt tokens queued or in flight."));
   ASSIGN_OR_RETURN(m_->weights_bytes, gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
-  ASSIGN_OR_RETURN(auto* pt, registry_.AddCounter("ced_prompt_tokens_total", "Prompt tokens prefilled."));
-  m_->prompt_tokens = &pt->WithLabels({});
+  ASSIGN_OR_RETURN(m_->prompt_tokens, metrics::AddUnlabelledCounter(registry_, "ced_prompt_tokens_total", "Prompt tokens prefilled."));
   ASSIGN_OR_RETURN(auto* tb, registry_.AddCounter("ced_kv_transfer_bytes_total", "K/V bytes moved over the data plane.", {"direction"}));
   m_->transfer_bytes = &tb->WithLabels({{"direction", "out"}});
   ASSIGN_OR_RETURN(auto* rp, registry_.AddCounter("ced_replays_total", "Replays by where they ran.", {"placement"}));
