@@ -17,6 +17,8 @@ PACKAGES=(
   nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 curl
+  # TLS: OpenSSL for the services' certificate checks and scripts/make_test_ca.sh.
+  libssl-dev openssl
   # A second gRPC implementation for the gateway's client tests (Debian's python3).
   python3-grpcio python3-protobuf
   # libFuzzer + ASan/UBSan runtimes for tests/fuzz (run_fuzzers.sh builds with clang++).
@@ -25,10 +27,17 @@ PACKAGES=(
 if [[ "${CED_WITH_PROMETHEUS:-1}" == "1" ]]; then
   PACKAGES+=(prometheus)
 fi
-# Deploy checks (tests/deploy): compose validation, the consistency test, and
-# node/npm for the Kubernetes schema validator. kubectl is not taken from apt
-# (Debian 12's is too old for the kustomize overlays): its test skips without it.
+# Deploy checks (tests/deploy): compose validation, the consistency test,
+# kubectl for `kubectl kustomize` (Debian 12's kubernetes-client, unless a
+# kubectl is already installed; deploy/k8s keeps to syntax its kustomize v2
+# reads), and node/npm for the Kubernetes schema validator.
 PACKAGES+=(docker-compose python3)
+if ! command -v kubectl >/dev/null; then
+  PACKAGES+=(kubernetes-client)
+fi
+# The compose-in-network-namespaces test (tests/deploy): dnsmasq stands in for
+# Docker's embedded DNS (service names, one A record per replica).
+PACKAGES+=(dnsmasq-base)
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   PACKAGES+=(nodejs npm)
 fi

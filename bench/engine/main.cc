@@ -45,7 +45,7 @@ struct Flags {
   int replay_steps = 64;
   int seed = 0;
   std::string scratch_dir;
-  std::string compare_blas_core = "auto";
+  std::string compare_blas_core = "none";
   std::string markdown = "bench/results/engine.md";
   std::string json = "bench/results/engine.json";
 };
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
   flags.String("compare_blas_core", &f.compare_blas_core,
                "rerun the prefill section in a child process with OPENBLAS_CORETYPE set to "
                "this; auto = on AVX-512 CPUs, the other ISA's kernels (Haswell <-> SkylakeX); "
-               "none = off");
+               "none = off (the default: the engine's GEMMs no longer run on OpenBLAS)");
   flags.String("markdown", &f.markdown, "markdown report path");
   flags.String("json", &f.json, "JSON report path");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {

@@ -50,10 +50,13 @@ void AppendHeader(const Json& d, std::string* md) {
                           ? absl::StrFormat(", L3 %.0f MiB", m.value("l3_bytes", 0) / 1048576.0)
                           : "",
                       m.value("has_avx512", false) ? ", AVX-512" : ""),
-      absl::StrFormat("- Threads: %d OpenMP threads (OMP_WAIT_POLICY=%s); OpenBLAS runs "
-                      "single-threaded inside them with its `%s` kernels (%s FMAs; %s)\n",
+      absl::StrFormat("- Threads: %d (OMP_NUM_THREADS sizes the engine's worker pool, "
+                      "whose idle workers spin 0.2 ms for the next op, then sleep; "
+                      "OMP_WAIT_POLICY=%s applies to the machine probes). GEMMs and attention "
+                      "run on the engine's packed-weight kernels (%s FMAs); OpenBLAS (`%s`, "
+                      "%s) is linked but not on the engine's prefill or decode path\n",
                       m.value("omp_threads", 0), wait.empty() ? "unset" : wait,
-                      m.value("blas_core", ""), IsaName(m.value("blas_isa", "")),
+                      IsaName(m.value("kernel_isa", "")), m.value("blas_core", ""),
                       coretype.empty() ? "auto-detected, OPENBLAS_CORETYPE unset"
                                        : "forced by OPENBLAS_CORETYPE=" + coretype),
       "- Load average (1/5/15 min) at start: ", d.value("load_average_start", ""),
@@ -82,7 +85,7 @@ void AppendPrefillSummary(const Json& p, const std::string& blas_core, const std
   const Json &sp = p["speedup_bounded"], &sp_cpu = p["cpu_time_ratio_bounded"];
   absl::StrAppend(
       md, absl::StrFormat("| Prefill TTFT speedup, CED (bounded, R=%d) vs decoder-only, %d "
-                          "tokens, OpenBLAS `%s`%s; FLOP ratio %.2fx | %s | %.2fx | >= %.1fx | "
+                          "tokens, %s%s; FLOP ratio %.2fx | %s | %.2fx | >= %.1fx | "
                           "%s / %s |\n",
                           v0.value("replay_tokens", 0), p.value("prompt_tokens", 0), blas_core,
                           note, p.value("flop_ratio_bounded", 0.0), Range(sp, "%.2f", 1, "x"),
@@ -93,7 +96,7 @@ void AppendPrefillSummary(const Json& p, const std::string& blas_core, const std
     const Json& v = p["variants"][i];
     const Json &f = v[key], &f_cpu = v[key + "_cpu_normalized"];
     absl::StrAppend(
-        md, absl::StrFormat("| Prefill FLOP/s / %s FMA peak, %s, OpenBLAS `%s`%s | %s | %.0f%% | "
+        md, absl::StrFormat("| Prefill FLOP/s / %s FMA peak, %s, %s%s | %s | %.0f%% | "
                             ">= %.0f%% | %s / %s |\n",
                             IsaName(isa), v.value("name", ""), blas_core, note, Percent(f),
                             100 * Median(f_cpu), 100 * kTargetPeakFraction,
@@ -111,11 +114,14 @@ void AppendSummary(const Json& d, std::string* md) {
                   "normalized) |\n|---|---|---|---|---|\n");
   const Json& m = d["machine"];
   if (d.contains("prefill")) {
-    AppendPrefillSummary(d["prefill"], m.value("blas_core", ""), m.value("blas_isa", ""), "", md);
+    const std::string isa = m.value("kernel_isa", m.value("blas_isa", ""));
+    AppendPrefillSummary(d["prefill"], absl::StrCat("engine kernels (", IsaName(isa), ")"), isa,
+                         "", md);
   }
   if (d.contains("alt_blas")) {
     const std::string core = d["alt_blas"].value("blas_core", "");
-    AppendPrefillSummary(d["alt_blas"]["prefill"], core, BlasIsa(core), " (section 5)", md);
+    AppendPrefillSummary(d["alt_blas"]["prefill"], absl::StrCat("OPENBLAS_CORETYPE=", core),
+                         m.value("kernel_isa", BlasIsa(core)), " (section 5)", md);
   }
   if (d.contains("decode")) {
     const Json& dec = d["decode"];
@@ -228,10 +234,11 @@ void AppendPeak(const Json& d, std::string* md) {
       absl::StrFormat("%.1f", Median(norm["avx2"]) * 1e-9), " |\n", "| AVX-512 | ",
       Median(peaks["avx512"]) > 0 ? Range(peaks["avx512"], "%.1f", 1e-9) : "not available", " | ",
       absl::StrFormat("%.1f", Median(norm["avx512"]) * 1e-9), " |\n\n",
-      "The per-variant fractions are in the table of section 1. OpenBLAS picks its kernel set "
-      "when it loads (or from `OPENBLAS_CORETYPE`); the `",
-      core, "` set uses ", IsaName(BlasIsa(core)), " FMAs, so the ", IsaName(BlasIsa(core)),
-      " peak is the bound that applies to its GEMMs.\n\n");
+      "The per-variant fractions are in the table of section 1. The engine's GEMM and "
+      "attention kernels are compiled for this CPU and use ",
+      IsaName(d["machine"].value("kernel_isa", BlasIsa(core))), " FMAs, so the ",
+      IsaName(d["machine"].value("kernel_isa", BlasIsa(core))),
+      " peak is the bound that applies.\n\n");
 }
 
 void AppendReplay(const Json& d, std::string* md) {

@@ -46,6 +46,8 @@ struct BenchReport {
 // "avx512" for OpenBLAS kernel sets built on AVX-512 FMAs (SkylakeX,
 // Cooperlake, SapphireRapids), else "avx2".
 std::string BlasIsa(const std::string& blas_core);
+// "avx512" or "avx2": what the engine's own CPU kernels were compiled for.
+std::string KernelIsa();
 
 nlohmann::ordered_json BuildJson(const BenchReport& report);
 std::string FormatMarkdown(const nlohmann::ordered_json& doc);

@@ -141,6 +141,17 @@ std::string BlasIsa(const std::string& blas_core) {
   return c == "skylakex" || c == "cooperlake" || c == "sapphirerapids" ? "avx512" : "avx2";
 }
 
+// The ISA the engine's CPU kernels were compiled for (they are built with the
+// same -march flags as this bench): their packed-panel GEMM and attention
+// kernels use 16-wide vectors, which become AVX-512 FMAs where AVX-512F is on.
+std::string KernelIsa() {
+#ifdef __AVX512F__
+  return "avx512";
+#else
+  return "avx2";
+#endif
+}
+
 Json BuildJson(const BenchReport& report) {
   const RunContext& c = report.context;
   const MachineInfo& m = c.machine;
@@ -159,6 +170,7 @@ Json BuildJson(const BenchReport& report) {
                   {"has_avx512", m.has_avx512},
                   {"blas_core", m.blas_core},
                   {"blas_isa", BlasIsa(m.blas_core)},
+                  {"kernel_isa", KernelIsa()},
                   {"compiler", m.compiler},
                   {"omp_wait_policy", m.omp_wait_policy},
                   {"openblas_coretype_env", m.blas_coretype_env}};

@@ -3,7 +3,10 @@
 //     bf16 peak, GEMMs alone and with attention and the row kernels;
 //  2. CED prefill (encoder + decoder K/V projections + replay) against the
 //     decoder-only prefill on the same shape;
-//  3. decode attention at long context per KV format: bytes read per second.
+//  3. decode attention at long context per KV format: bytes read per second;
+//  4. the KV transfer paths' local costs: pinned host <-> device copies (the
+//     staging bound of a GPU transfer over a host-memory fabric), device to
+//     device copies, and the GPU payload CRC32C of the "nccl" KV transport.
 // Prints markdown to stdout. Flags: --peak_tflops=989 --hbm_gbs=4800.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -17,6 +20,7 @@
 
 #include "kernels/cpu/kv_codec.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/crc32c.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/kv_codec.h"
 #include "kernels/cuda/kv_codec_device.cuh"
@@ -374,6 +378,33 @@ void DecodeBench(double hbm_gbs) {
   std::printf("\n");
 }
 
+void TransferBench() {
+  std::printf("\n## KV transfer paths (local costs)\n\n");
+  std::printf("| bytes | H2D pinned GB/s | D2H pinned GB/s | D2D GB/s | CRC32C on GPU GB/s |\n|---|---|---|---|---|\n");
+  const size_t max_bytes = size_t{256} << 20;
+  uint8_t* dev = DevAlloc<uint8_t>(max_bytes);
+  uint8_t* dev2 = DevAlloc<uint8_t>(max_bytes);
+  uint32_t* crcs = DevAlloc<uint32_t>(max_bytes / 65536 + 1);
+  uint8_t* host = nullptr;
+  CK(cudaMallocHost(&host, max_bytes));
+  std::memset(host, 0x5A, max_bytes);
+  for (size_t bytes : {size_t{256} << 10, size_t{4} << 20, size_t{64} << 20, max_bytes}) {
+    const int reps = bytes >= (size_t{64} << 20) ? 5 : 50;
+    const double h2d = TimeMs([&] { CK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice)); }, reps);
+    const double d2h = TimeMs([&] { CK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost)); }, reps);
+    const double d2d = TimeMs([&] { CK(cudaMemcpyAsync(dev2, dev, bytes, cudaMemcpyDeviceToDevice)); }, reps);
+    const double crc = TimeMs([&] { CK(ced::kernels::Crc32cChunksCuda(dev, bytes, 65536, crcs, nullptr)); }, reps);
+    auto gbs = [&](double ms) { return bytes / (ms * 1e6); };
+    std::printf("| %zu KiB | %.1f | %.1f | %.0f | %.0f |\n", bytes >> 10, gbs(h2d), gbs(d2h),
+                2 * gbs(d2d), gbs(crc));
+  }
+  std::printf("\nD2D counts bytes read + written. The \"nccl\" transport checks every payload with the CRC32C kernel on both sides.\n");
+  CK(cudaFreeHost(host));
+  CK(cudaFree(dev));
+  CK(cudaFree(dev2));
+  CK(cudaFree(crcs));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -390,5 +421,6 @@ int main(int argc, char** argv) {
               prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, peak, hbm);
   PrefillBench(peak);
   DecodeBench(hbm);
+  TransferBench();
   return 0;
 }

@@ -35,12 +35,13 @@ struct Flags {
   std::string cluster_ucx_tls;
   // transport
   std::string ucx_tls_list = "tcp;shm,tcp";
-  std::string sizes = "64K,1M,8M,32M";
+  std::string sizes = "256K,1M,4M,16M";
   int threads = 4;
   int mib_per_sample = 256;
   int transport_reps = 9;
   std::string perftest = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
+  bool perftest_peer = true;
   // ttft
   std::string ttft_preset = "small";
   int ttft_prompt_tokens = 2048;
@@ -191,6 +192,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
     o.self_exe = self;
     o.perftest = f.perftest;
     o.perftest_test = f.perftest_test;
+    o.perftest_peer = f.perftest_peer;
     o.scratch_dir = scratch;
     ASSIGN_OR_RETURN(report.transport, RunTransportBench(o, progress));
   }
@@ -276,6 +278,8 @@ int main(int argc, char** argv) {
   flags.Int("transport_reps", &f.transport_reps, "transport: repetitions per cell");
   flags.String("perftest", &f.perftest, "transport: the ucx_perftest binary");
   flags.String("perftest_test", &f.perftest_test, "transport: perftest test name");
+  flags.Bool("perftest_peer", &f.perftest_peer,
+             "transport: also run ucx_perftest -e (peer error handling, like ours)");
   flags.String("ttft_preset", &f.ttft_preset, "ttft: model preset");
   flags.Int("ttft_prompt_tokens", &f.ttft_prompt_tokens, "ttft: prompt length");
   flags.Int("ttft_max_tokens", &f.ttft_max_tokens, "ttft: tokens generated");

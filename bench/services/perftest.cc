@@ -54,6 +54,7 @@ std::vector<std::string> Args(const PerftestRun& run, bool client) {
                                          "-p", absl::StrCat(run.port),
                                          "-f"};
   a.insert(a.end(), rest.begin(), rest.end());
+  if (run.error_handling) a.push_back("-e");
   return a;
 }
 
@@ -78,6 +79,7 @@ absl::StatusOr<double> RunOnce(const PerftestRun& run, bool* server_died) {
   ChildOptions server_options;
   server_options.argv = Args(run, /*client=*/false);
   server_options.env["UCX_TLS"] = run.tls;
+  if (run.error_handling) server_options.env["UCX_MM_ERROR_HANDLING"] = "y";
   server_options.log_path = run.log_dir + "/perftest_server.log";
   ASSIGN_OR_RETURN(auto server, Child::Spawn(server_options));
   const std::string client_log = run.log_dir + "/perftest_client.log";
@@ -86,6 +88,7 @@ absl::StatusOr<double> RunOnce(const PerftestRun& run, bool* server_died) {
     ChildOptions client_options;
     client_options.argv = Args(run, /*client=*/true);
     client_options.env["UCX_TLS"] = run.tls;
+    if (run.error_handling) client_options.env["UCX_MM_ERROR_HANDLING"] = "y";
     client_options.log_path = client_log;
     ASSIGN_OR_RETURN(auto client, Child::Spawn(client_options));
     absl::StatusOr<int> st = client->Wait(run.timeout_s);

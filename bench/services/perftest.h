@@ -19,6 +19,9 @@ struct PerftestRun {
   int iters = 0;
   int warmup = 0;
   int outstanding = 1;  // -O
+  // -e: endpoints with peer error handling, as the KV transport makes them (and,
+  // where UCX_TLS may select shared memory, UCX_MM_ERROR_HANDLING=y as it sets).
+  bool error_handling = false;
   int port = 0;         // -p, the out-of-band port; 0 picks a free one
   std::string log_dir;  // server/client logs
   double timeout_s = 120;

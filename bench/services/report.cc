@@ -46,18 +46,25 @@ void Transport(const TransportReport& t, std::string* md) {
       "`ucp_am_recv_data_nbx`). Both get the same `UCX_TLS`. ",
       o.bytes_per_sample >> 20, " MiB per measurement (at least ", o.min_iters, " messages), ",
       o.repetitions, " repetitions. GB/s = 1e9 B/s. UCX ", t.ucx_version,
-      ". The last column is ours once more with a single Send in flight, as the prefill "
-      "worker's sender thread sends. Every repetition runs the three measurements of a cell "
-      "back to back, in rotating order.\n\n| UCX_TLS | message | ours GB/s | perftest GB/s | "
-      "ours / perftest (paired) | best ours / best perftest | ≥ 80% (best / paired) | ours, 1 in "
-      "flight |\n|---|---|---|---|---|---|---|---|\n");
+      ". *perftest -e* is the same test with `-e`, endpoints with peer error handling as ours "
+      "has them (see the lanes below). *ours, 1 in flight* is ours once more with a single "
+      "Send in flight, as the prefill worker's sender thread sends. Every repetition runs the "
+      "measurements of a cell back to back, in rotating order.\n\n| UCX_TLS | message | ours "
+      "GB/s | perftest GB/s | ours / perftest (paired) | best ours / best perftest | ≥ 80% "
+      "(best / paired) | perftest -e GB/s | ours / perftest -e (paired; best) | ours, 1 in "
+      "flight |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const TransportCell& c : t.cells) {
     absl::StrAppend(md, "| ", c.tls, " | ", SizeName(c.size), " | ", S(c.ours, "%.3f"), " | ",
                     S(c.perftest, "%.3f"), " | ", Pct(c.ratio_summary), " | ",
                     absl::StrFormat("%.1f%%", 100 * c.best_ratio), " | ",
                     c.best_ratio >= 0.8 ? "yes" : "**no**", " / ",
                     c.ratio_summary.median >= 0.8 ? "yes" : "**no**", " | ",
-                    c.single.n > 0 ? S(c.single, "%.3f") : "—", " |\n");
+                    c.perftest_peer.n > 0 ? S(c.perftest_peer, "%.3f") : "—", " | ",
+                    c.perftest_peer.n > 0
+                        ? absl::StrCat(Pct(c.ratio_peer_summary), "; ",
+                                       absl::StrFormat("%.1f%%", 100 * c.best_ratio_peer))
+                        : "—",
+                    " | ", c.single.n > 0 ? S(c.single, "%.3f") : "—", " |\n");
   }
   absl::StrAppend(
       md,
@@ -79,6 +86,22 @@ void Transport(const TransportReport& t, std::string* md) {
     absl::StrAppend(md, "| ", l.tls, " | ", l.ours.am, " | ", l.ours.rndv, " | ", l.perftest.am,
                     " | ", l.perftest.rndv, " |\n");
   }
+  absl::StrAppend(
+      md,
+      "\nThe KV transport needs peer error handling: it is how the decode worker learns that "
+      "a prefill peer died mid-transfer (the sink's Complete gets UNAVAILABLE) and how a "
+      "Send that timed out force-closes its connection so that the payload is no longer "
+      "referenced. With it, UCX 1.13 selects no CMA lane for rendezvous on a sockaddr "
+      "(client-server) endpoint, so on shm,tcp large messages cross tcp loopback (two "
+      "kernel copies) where ucx_perftest's endpoints without error handling read them with "
+      "one CMA copy (`process_vm_readv`). *perftest -e* has peer error handling like ours "
+      "but connects by exchanged worker addresses, not sockaddr: on shm,tcp its endpoints "
+      "then have no tcp lane at all and large messages take the rendezvous-over-shared-memory "
+      "path, so it is not the same lane set as ours either (same lanes on tcp). What ours "
+      "does per message beyond perftest: CRC32C of the payload on the sending thread, the "
+      "64-byte header encoded and checked, the sink's Accept, CRC32C verification on the "
+      "receiver's verifier thread (off the UCX progress thread), Complete and an "
+      "acknowledgement message back to the waiting Send.\n");
   absl::StrAppend(md, "\nSingle-thread CPU rates on a ",
                   SizeName(o.sizes.empty() ? 0 : *std::max_element(o.sizes.begin(), o.sizes.end())),
                   " buffer, same run: CRC32C ", S(t.crc32c_gbps, "%.2f", " GB/s"),

@@ -28,7 +28,12 @@ json Transport(const TransportReport& t) {
                      {"ours_single_in_flight", J(c.single)},
                      {"best_ratio", c.best_ratio},
                      {"meets_80_percent_best", c.best_ratio >= 0.8},
-                     {"meets_80_percent_paired", c.ratio_summary.median >= 0.8}});
+                     {"meets_80_percent_paired", c.ratio_summary.median >= 0.8},
+                     {"perftest_peer_error_handling_gbps", c.perftest_peer_gbps},
+                     {"perftest_peer_error_handling", J(c.perftest_peer)},
+                     {"ratio_peer_error_handling", c.ratio_peer},
+                     {"ratio_peer_error_handling_summary", J(c.ratio_peer_summary)},
+                     {"best_ratio_peer_error_handling", c.best_ratio_peer}});
   }
   json lanes = json::array();
   for (const LaneRow& l : t.lanes) {

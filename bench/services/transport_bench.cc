@@ -220,7 +220,7 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
       const int perf_iters = ItersFor(o, cell.size, 1);
       // Warm the connection and the destination pages once per cell.
       if (rep == 0) RETURN_IF_ERROR(MeasureOurs(ep, src, cell.size, 2).status());
-      double ours = 0, perf = 0, single = 0;
+      double ours = 0, perf = 0, single = 0, perf_peer = 0;
       auto run_ours = [&]() -> absl::Status {
         ASSIGN_OR_RETURN(ours, MeasureOurs(ep, src, cell.size, ours_iters));
         return absl::OkStatus();
@@ -230,8 +230,9 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
         ASSIGN_OR_RETURN(single, MeasureOurs(ep, single_src, cell.size, perf_iters));
         return absl::OkStatus();
       };
-      auto run_perf = [&]() -> absl::Status {
+      auto run_perf_with = [&](bool error_handling, double* out) -> absl::Status {
         PerftestRun run;
+        run.error_handling = error_handling;
         run.binary = o.perftest;
         run.test = o.perftest_test;
         run.tls = cell.tls;
@@ -241,21 +242,35 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
         run.outstanding = o.threads;
         run.port = port > 0 ? port++ : 0;
         run.log_dir = o.scratch_dir;
-        ASSIGN_OR_RETURN(perf, RunPerftest(run));
+        ASSIGN_OR_RETURN(*out, RunPerftest(run));
         return absl::OkStatus();
       };
-      // Rotate the order of the three measurements from one repetition to the next.
-      const std::function<absl::Status()> runs[] = {run_ours, run_perf, run_single};
-      for (int k = 0; k < 3; ++k) RETURN_IF_ERROR(runs[(k + rep) % 3]());
+      auto run_perf = [&]() { return run_perf_with(false, &perf); };
+      auto run_perf_peer = [&]() -> absl::Status {
+        if (!o.perftest_peer) return absl::OkStatus();
+        return run_perf_with(true, &perf_peer);
+      };
+      // Rotate the order of the measurements from one repetition to the next.
+      const std::function<absl::Status()> runs[] = {run_ours, run_perf, run_single,
+                                                    run_perf_peer};
+      for (int k = 0; k < 4; ++k) RETURN_IF_ERROR(runs[(k + rep) % 4]());
       cell.ours_gbps.push_back(ours);
       cell.perftest_gbps.push_back(perf);
       cell.ratio.push_back(perf > 0 ? ours / perf : 0);
       if (o.single_flight) cell.single_gbps.push_back(single);
-      progress(absl::StrFormat(
-          "transport rep %d/%d UCX_TLS=%-7s %8.0f KiB: ours %.3f GB/s (%d in flight), %s %.3f "
-          "GB/s (%.0f%%); ours with 1 in flight %.3f GB/s",
-          rep + 1, o.repetitions, cell.tls, cell.size / 1024.0, ours, o.threads, o.perftest_test,
-          perf, perf > 0 ? 100 * ours / perf : 0, single));
+      if (o.perftest_peer) {
+        cell.perftest_peer_gbps.push_back(perf_peer);
+        cell.ratio_peer.push_back(perf_peer > 0 ? ours / perf_peer : 0);
+      }
+      progress(absl::StrCat(
+          absl::StrFormat("transport rep %d/%d UCX_TLS=%-7s %8.0f KiB: ours %.3f GB/s (%d in "
+                          "flight), %s %.3f GB/s (%.0f%%)",
+                          rep + 1, o.repetitions, cell.tls, cell.size / 1024.0, ours, o.threads,
+                          o.perftest_test, perf, perf > 0 ? 100 * ours / perf : 0),
+          o.perftest_peer ? absl::StrFormat(", with -e %.3f GB/s (%.0f%%)", perf_peer,
+                                            perf_peer > 0 ? 100 * ours / perf_peer : 0)
+                          : "",
+          o.single_flight ? absl::StrFormat("; ours with 1 in flight %.3f GB/s", single) : ""));
     }
   }
   for (TransportCell& cell : report.cells) {
@@ -264,6 +279,10 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
     cell.ratio_summary = Summarize(cell.ratio);
     cell.single = Summarize(cell.single_gbps);
     cell.best_ratio = cell.perftest.max > 0 ? cell.ours.max / cell.perftest.max : 0;
+    cell.perftest_peer = Summarize(cell.perftest_peer_gbps);
+    cell.ratio_peer_summary = Summarize(cell.ratio_peer);
+    cell.best_ratio_peer =
+        cell.perftest_peer.max > 0 ? cell.ours.max / cell.perftest_peer.max : 0;
   }
   for (auto& [tls, ep] : endpoints) {
     ep->sender.reset();

@@ -10,8 +10,10 @@
 // returns once the receiver verified the checksum and acknowledged, so the
 // figure includes the transport's CRC32C on both sides and the verdict round
 // trip. Perftest: `ucx_perftest -t <test>` server + client processes with
-// -O = threads outstanding sends. Optionally ours once more with a single Send
-// in flight, as the prefill worker sends.
+// -O = threads outstanding sends, as UCX's defaults make its endpoints (no error
+// handling) and, optionally, with -e: peer error handling as the KV transport
+// uses. Optionally ours once more with a single Send in flight, as the prefill
+// worker sends.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,9 @@ namespace ced::bench {
 
 struct TransportBenchOptions {
   std::vector<std::string> tls = {"tcp", "shm,tcp"};  // UCX_TLS values
-  std::vector<uint64_t> sizes = {64 << 10, 1 << 20, 8 << 20, 32 << 20};
+  // A real K/V message is a chunk of many tokens' global K/V: hundreds of KiB
+  // to several MiB.
+  std::vector<uint64_t> sizes = {256 << 10, 1 << 20, 4 << 20, 16 << 20};
   int threads = 4;                        // our Sends in flight; perftest -O
   uint64_t bytes_per_sample = 256 << 20;  // volume of one timed measurement
   int min_iters = 16;                     // messages per measurement at least
@@ -35,6 +39,8 @@ struct TransportBenchOptions {
   // Also measure ours with a single Send in flight (the prefill worker's sender
   // thread sends one message at a time).
   bool single_flight = true;
+  // Also measure ucx_perftest with -e (peer error handling, like ours).
+  bool perftest_peer = true;
   std::string self_exe;  // this binary (for the kv_sink role)
   std::string perftest = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
@@ -48,10 +54,13 @@ struct TransportCell {
   std::vector<double> ours_gbps, perftest_gbps;  // one per repetition, 1e9 B/s
   std::vector<double> ratio;                     // ours / perftest, per repetition
   std::vector<double> single_gbps;               // ours, one Send in flight
-  Summary ours, perftest, ratio_summary, single;
+  std::vector<double> perftest_peer_gbps;        // ucx_perftest -e
+  std::vector<double> ratio_peer;                // ours / perftest -e, per repetition
+  Summary ours, perftest, ratio_summary, single, perftest_peer, ratio_peer_summary;
   // Best ours / best perftest: the capability of each when the shared machine
   // let it run (perftest busy-polls, so contention hits it harder than ours).
   double best_ratio = 0;
+  double best_ratio_peer = 0;  // best ours / best perftest -e
 };
 
 // What UCX selects for each UCX_TLS: endpoints as the KV transport makes them

@@ -20,10 +20,10 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Create(const Options& opti
     return absl::InvalidArgumentError(
         absl::StrCat("cost model: GPU '", options.gpu.name, "' needs positive specs"));
   }
-  if (!(options.bytes_per_param > 0) || !(options.link_bytes_per_s > 0) ||
+  if (!(options.bytes_per_param >= 0) || !(options.link_bytes_per_s > 0) ||
       !(options.kv_room_fraction > 0 && options.kv_room_fraction <= 1)) {
     return absl::InvalidArgumentError(
-        "cost model: bytes_per_param and link bandwidth must be > 0, kv_room_fraction in (0, 1]");
+        "cost model: bytes_per_param must be >= 0, link bandwidth > 0, kv_room_fraction in (0, 1]");
   }
   return std::unique_ptr<CostModel>(new CostModel(options));
 }
@@ -31,15 +31,20 @@ absl::StatusOr<std::unique_ptr<CostModel>> CostModel::Create(const Options& opti
 CostModel::CostModel(const Options& options)
     : options_(options), accounting_(ComputeAccounting(options.config)) {
   const ModelConfig& c = options_.config;
-  kv_bytes_per_token_ = static_cast<double>(GlobalKvBytesPerToken(c, options_.kv_format));
+  bytes_per_param_ =
+      options_.bytes_per_param > 0 ? options_.bytes_per_param : options_.gpu.bytes_per_param;
+  kv_format_ = options_.kv_format.value_or(c.kv_cache_dtype);
+  link_bytes_per_s_ = options_.gpu.link_bytes_per_s > 0 ? options_.gpu.link_bytes_per_s
+                                                        : options_.link_bytes_per_s;
+  kv_bytes_per_token_ = static_cast<double>(GlobalKvBytesPerToken(c, kv_format_));
   // KvBytesReadPerDecodeStep(ctx) = g * ctx + l * min(W, ctx).
   const int w = c.sliding_window;
-  const double at_one = KvBytesReadPerDecodeStep(c, options_.kv_format, 1);
+  const double at_one = KvBytesReadPerDecodeStep(c, kv_format_, 1);
   if (w == 0) {
     kv_read_global_ = at_one;
   } else {
-    kv_read_global_ = KvBytesReadPerDecodeStep(c, options_.kv_format, w + 1) -
-                      KvBytesReadPerDecodeStep(c, options_.kv_format, w);
+    kv_read_global_ = KvBytesReadPerDecodeStep(c, kv_format_, w + 1) -
+                      KvBytesReadPerDecodeStep(c, kv_format_, w);
     kv_read_local_ = at_one - kv_read_global_;
   }
   // AttentionFlopsPerLayer(ctx) = 4HD * (ctx + min(W, ctx)), for every layer.
@@ -61,7 +66,7 @@ Work CostModel::PrefillWork(int64_t prompt, bool replay_here) const {
     const int64_t params = PrefillMatmulParams(a, prompt, 0);
     work.flops = MatmulFlops(params) + AttentionFlopsForPositions(c, 0, prompt, c.num_layers);
     work.bytes = static_cast<double>(a.params_per_prompt_token + a.lm_head_params) *
-                 options_.bytes_per_param;
+                 bytes_per_param_;
   } else {
     const int64_t r = replay_here ? ReplayedTokens(prompt) : 0;
     const int64_t params = replay_here ? PrefillMatmulParams(a, prompt, r)
@@ -72,7 +77,7 @@ Work CostModel::PrefillWork(int64_t prompt, bool replay_here) const {
                                             c.num_layers - c.num_encoder_layers);
     const int64_t touched =
         a.params_per_prompt_token + (replay_here ? a.params_per_replayed_token + a.lm_head_params : 0);
-    work.bytes = static_cast<double>(touched) * options_.bytes_per_param;
+    work.bytes = static_cast<double>(touched) * bytes_per_param_;
   }
   work.bytes += static_cast<double>(prompt) * kv_bytes_per_token_;  // K/V written
   return work;
@@ -87,14 +92,14 @@ Work CostModel::DecodeReplayWork(int64_t prompt) const {
   work.flops = MatmulFlops(r * accounting_.params_per_replayed_token + accounting_.lm_head_params) +
                AttentionFlopsForPositions(c, prompt - r, prompt, decoder_layers);
   // The decoder layers read the prompt's global K/V once (flash-style).
-  work.bytes = KvBytesReadPerDecodeStep(c, options_.kv_format, prompt) * decoder_layers /
+  work.bytes = KvBytesReadPerDecodeStep(c, kv_format_, prompt) * decoder_layers /
                c.num_layers;
   return work;
 }
 
 Work CostModel::DecodeStepBaseWork() const {
   return Work{0, static_cast<double>(accounting_.params_per_generated_token) *
-                     options_.bytes_per_param};
+                     bytes_per_param_};
 }
 
 Work CostModel::DecodeSequenceWork(int64_t context) const {
@@ -121,13 +126,24 @@ double CostModel::StepSeconds(const Work& work, int gpus) const {
                   work.bytes / (options_.gpu.hbm_bytes_per_s * k));
 }
 
+double CostModel::PrefillSeconds(int64_t prompt, bool replay_here, int gpus) const {
+  const GpuSpec& g = options_.gpu;
+  return StepSeconds(PrefillWork(prompt, replay_here), gpus) + g.prefill_step_s +
+         g.prefill_token_s * static_cast<double>(prompt);
+}
+
+double CostModel::DecodeStepSeconds(const Work& work, int64_t sequences, int gpus) const {
+  const GpuSpec& g = options_.gpu;
+  return StepSeconds(work, gpus) + g.decode_step_s + g.decode_seq_s * static_cast<double>(sequences);
+}
+
 double CostModel::TransferBytes(int64_t prompt, bool replay_on_decode) const {
   const ModelConfig& c = options_.config;
   double bytes = static_cast<double>(prompt) * kv_bytes_per_token_;
   if (replay_on_decode && !decoder_only()) {
     bytes += static_cast<double>(ReplayedTokens(prompt)) * c.hidden_size * 2.0;  // h_E, bf16
   } else {
-    bytes += static_cast<double>(LocalKvBytesPerSequence(c, options_.kv_format));
+    bytes += static_cast<double>(LocalKvBytesPerSequence(c, kv_format_));
   }
   return bytes;
 }
@@ -138,10 +154,11 @@ WeightSet CostModel::PrefillWeightSet(bool replay_here) const {
 }
 
 double CostModel::WeightBytes(WeightSet set) const {
-  return static_cast<double>(WeightSetBytes(options_.config, set, options_.bytes_per_param));
+  return static_cast<double>(WeightSetBytes(options_.config, set, bytes_per_param_));
 }
 
 double CostModel::KvRoomBytes(WeightSet set, int gpus) const {
+  if (options_.gpu.kv_room_bytes > 0) return options_.gpu.kv_room_bytes;
   return options_.kv_room_fraction * options_.gpu.hbm_bytes * gpus - WeightBytes(set);
 }
 

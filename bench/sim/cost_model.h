@@ -3,12 +3,16 @@
 // Parameter counts, attention FLOPs and K/V bytes all come from
 // engine/accounting, so the simulator and `ced model info` cannot disagree.
 //
-// Units: seconds, bytes, FLOPs. Weights are counted at bytes_per_param
-// (2 = bf16); K/V in `kv_format`. Immutable after Create; thread-safe.
+// Units: seconds, bytes, FLOPs. Weights are counted at the device's
+// bytes_per_param (2 = bf16 on the GPUs, 4 = f32 on a CPU profile); K/V in
+// the model's kv_cache_dtype. A device profile may add measured per-step,
+// per-token and per-sequence costs on top of the roofline (0 on the GPU
+// kinds). Immutable after Create; thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "bench/sim/hardware.h"
@@ -37,10 +41,10 @@ class CostModel {
   struct Options {
     ModelConfig config;  // validated by Create
     GpuSpec gpu;
-    double bytes_per_param = 2;
-    KvFormat kv_format = KvFormat::kBF16;
+    double bytes_per_param = 0;          // 0: the device's (gpu.bytes_per_param)
+    std::optional<KvFormat> kv_format;   // unset: the model's kv_cache_dtype
     double kv_room_fraction = 0.9;       // of HBM, before weights
-    double link_bytes_per_s = 50e9;      // K/V link per prefill instance
+    double link_bytes_per_s = 50e9;      // K/V link per prefill instance (unless the device sets one)
   };
   static absl::StatusOr<std::unique_ptr<CostModel>> Create(const Options& options);
 
@@ -69,17 +73,20 @@ class CostModel {
   // (exactly DecodeSequenceWork summed; the accounting is linear in both).
   Work DecodeBatchWork(int64_t batch, int64_t sum_context, int64_t sum_local) const;
 
+  // The roofline alone: max(FLOPs / (peak x gpus), bytes / (bandwidth x gpus)).
   double StepSeconds(const Work& work, int gpus) const;
-  double PrefillSeconds(int64_t prompt, bool replay_here, int gpus) const {
-    return StepSeconds(PrefillWork(prompt, replay_here), gpus);
-  }
+  // One prefill step: the roofline plus the device's fixed and per-token costs.
+  double PrefillSeconds(int64_t prompt, bool replay_here, int gpus) const;
+  // One decode iteration of `work` over `sequences` sequences (replays
+  // included): the roofline plus the device's fixed and per-sequence costs.
+  double DecodeStepSeconds(const Work& work, int64_t sequences, int gpus) const;
 
   // Bytes the prefill instance sends the decode instance: global K/V of the
   // prompt, plus the decoder's local ring (replay on prefill) or h_E of the
   // replayed positions (replay on decode).
   double TransferBytes(int64_t prompt, bool replay_on_decode) const;
   double TransferSeconds(int64_t prompt, bool replay_on_decode) const {
-    return TransferBytes(prompt, replay_on_decode) / options_.link_bytes_per_s;
+    return TransferBytes(prompt, replay_on_decode) / link_bytes_per_s_;
   }
 
   // Weights held: a prefill instance holds the encoder-only set unless it
@@ -87,15 +94,21 @@ class CostModel {
   WeightSet PrefillWeightSet(bool replay_here) const;
   double WeightBytes(WeightSet set) const;
   // KV room of an instance of `gpus` GPUs holding `set`: fraction of HBM
-  // minus weights; <= 0 when the weights do not fit.
+  // minus weights (<= 0 when the weights do not fit), or the device's fixed
+  // KV budget when it sets one.
   double KvRoomBytes(WeightSet set, int gpus) const;
   double kv_bytes_per_token() const { return kv_bytes_per_token_; }
+  double bytes_per_param() const { return bytes_per_param_; }
+  KvFormat kv_format() const { return kv_format_; }
 
  private:
   explicit CostModel(const Options& options);
 
   Options options_;
   Accounting accounting_;
+  double bytes_per_param_ = 2;
+  KvFormat kv_format_ = KvFormat::kBF16;
+  double link_bytes_per_s_ = 50e9;
   double kv_bytes_per_token_ = 0;   // global K/V stored per token
   double kv_read_global_ = 0;       // decode K/V bytes read per context token
   double kv_read_local_ = 0;        // ... per token of min(W, context)

@@ -3,6 +3,7 @@
 //   ced-sim --plan [flags]   every prefill:decode split's capacity
 //   ced-sim --info [flags]   instance memory and one-prefill-step tables
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +23,8 @@ struct Args {
   std::string replay_on = "prefill";
   int instances = 6, prefill_instances = 3, total_gpus = 0;
   int prefill_gpus = 4, decode_gpus = 4;
-  std::string gpu = "h100";
+  std::string gpu = "h100", device_profile, requests_out;
+  bool start_lag = false;
   double link_gbps = 50, heartbeat_ms = 50;
   int block_size = 16, max_batch = 256;
   double input_mean = 1024, input_cv = 0.5, output_mean = 1024, output_cv = 0.5;
@@ -30,7 +32,7 @@ struct Args {
   int requests = 500, seed = 1, max_requests = 20000;
   double duration = 0;
   double tpot_ms = 25, ttft_factor = 5, ttft_ms = 0, target = 0.9;
-  bool plan = false, info = false, naive_router = false;
+  bool plan = false, info = false, naive_router = false, summary_line = false;
   int bisection_steps = 7;
 };
 
@@ -43,7 +45,11 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ced-encoder-layers / --ced-replay: ", s.message()));
   }
-  ASSIGN_OR_RETURN(o.gpu, GpuByName(a.gpu));
+  if (a.device_profile.empty()) {
+    ASSIGN_OR_RETURN(o.gpu, GpuByName(a.gpu));
+  } else {
+    ASSIGN_OR_RETURN(o.gpu, LoadDeviceProfile(a.device_profile));
+  }
   if (a.replay_on == "prefill") {
     o.replay_on = router::ReplayOnChoice::kPrefill;
   } else if (a.replay_on == "decode") {
@@ -63,6 +69,7 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
   o.block_size = a.block_size;
   o.max_batch = a.max_batch;
   o.count_inflight = !a.naive_router;
+  o.start_lag = a.start_lag;
   o.workload.input_mean = a.input_mean;
   o.workload.input_cv = a.input_cv;
   o.workload.output_mean = a.output_mean;
@@ -96,6 +103,8 @@ absl::Status Main(int argc, char** argv) {
   f.Int("prefill-gpus", &a.prefill_gpus, "tensor-parallel GPUs per prefill instance");
   f.Int("decode-gpus", &a.decode_gpus, "tensor-parallel GPUs per decode instance");
   f.String("gpu", &a.gpu, "GPU kind: h100 | h200");
+  f.String("device-profile", &a.device_profile,
+           "measured device profile file (ced-sim-calibrate) instead of --gpu");
   f.Double("link-gbps", &a.link_gbps, "K/V link per prefill instance, GB/s");
   f.Double("heartbeat-ms", &a.heartbeat_ms, "load-report period to the router (simulated ms)");
   f.Int("block-size", &a.block_size, "KV block size in tokens");
@@ -119,6 +128,14 @@ absl::Status Main(int argc, char** argv) {
   f.Bool("plan", &a.plan, "find every split's capacity and the best split");
   f.Bool("info", &a.info, "print instance memory and one-prefill-step tables");
   f.Bool("naive-router", &a.naive_router, "route prefill by reported queued tokens only");
+  f.Bool("decode-start-lag", &a.start_lag,
+         "model the decode worker's loop: K/V that lands while others run is started in one "
+         "iteration and decoded from the next");
+  f.String("requests-out", &a.requests_out,
+           "simulation mode: write every request (CSV: index, arrival_s, prompt_tokens, "
+           "output_tokens, ttft_s, tpot_s, prefill_s, completed) here");
+  f.Bool("summary-line", &a.summary_line,
+         "simulation mode: also print the summary as one line of full-precision figures");
   RETURN_IF_ERROR(f.Parse(argc, argv));
   if (f.help_requested()) {
     std::printf("%s", f.Help("Usage: ced-sim [--plan | --info] [flags]\n\n"
@@ -156,6 +173,19 @@ absl::Status Main(int argc, char** argv) {
   }
   ASSIGN_OR_RETURN(SimSummary s, RunSimulation(o));
   std::printf("%s", SummaryTable(s).c_str());
+  if (a.summary_line) std::printf("summary %s\n", s.ToString().c_str());
+  if (!a.requests_out.empty()) {
+    std::ofstream out(a.requests_out);
+    out << "index,arrival_s,prompt_tokens,output_tokens,ttft_s,tpot_s,prefill_s,completed\n";
+    for (size_t i = 0; i < s.results.size(); ++i) {
+      const RequestResult& r = s.results[i];
+      out << absl::StrFormat("%d,%.9f,%d,%d,%.9f,%.9f,%.9f,%d\n", i, r.arrival_s,
+                             r.prompt_tokens, r.output_tokens, r.completed ? r.ttft_s() : -1,
+                             r.completed ? r.tpot_s() : -1, r.prefill_s, r.completed ? 1 : 0);
+    }
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("--requests-out: cannot write '", a.requests_out, "'"));
+  }
   return absl::OkStatus();
 }
 

@@ -56,10 +56,26 @@ run --plan $COMMON --input-mean 4096 --output-mean 256 --heartbeat-ms 250 --naiv
 
 echo
 echo "## H200 fleet (six 4xH200 instances)"
-run --info --gpu h200 | head -9
-for r in 8192:128 1024:1024; do
+run --info --gpu h200
+for r in $RATIOS; do
   in=${r%:*}; out=${r#*:}
   echo; echo "### $r"
   run --plan $COMMON --gpu h200 --input-mean "$in" --output-mean "$out"
   run --plan $COMMON --gpu h200 --input-mean "$in" --output-mean "$out" --ced-encoder-layers 80
 done
+echo; echo "### 8192:128, replay on decode"
+run --plan $COMMON --gpu h200 --input-mean 8192 --output-mean 128 --ced-replay-on decode
+
+echo
+echo "## H200: 8192:128 with 2-GPU prefill instances (24 GPUs)"
+run --info --gpu h200 --prefill-gpus 2 | head -9
+for mode in "--ced-replay-on prefill" "--ced-replay-on decode" "--ced-encoder-layers 80"; do
+  run --plan $COMMON --gpu h200 --input-mean 8192 --output-mean 128 --prefill-gpus 2 \
+    --total-gpus 24 --ttft-slo-ms 1528.7 $mode
+done
+
+echo
+echo "## H200: naive router vs in-flight accounting, 4096:256"
+run --plan $COMMON --gpu h200 --input-mean 4096 --output-mean 256 --naive-router
+run --plan $COMMON --gpu h200 --input-mean 4096 --output-mean 256 --heartbeat-ms 250
+run --plan $COMMON --gpu h200 --input-mean 4096 --output-mean 256 --heartbeat-ms 250 --naive-router

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <queue>
 #include <utility>
@@ -39,6 +40,7 @@ struct Later {
 
 struct Req {
   RequestSpec spec;
+  std::vector<int> blocks;  // the decode instance's KV blocks, while admitted
   int prefill = -1, decode = -1;
   bool replay_on_decode = false;
   int64_t generated = 0;
@@ -55,11 +57,24 @@ struct PrefillInst {
 
 struct DecodeInst {
   std::string id;
-  int64_t total_blocks = 0, free_blocks = 0;
+  std::unique_ptr<DecodeKvPool> pool;  // the engine's block allocator
   int reserved = 0;  // admitted, not finished
   std::deque<int> ready;  // K/V landed, waiting for a batch slot
-  std::vector<int> running;
+  std::vector<int> started;  // started this iteration, decoded from the next (start_lag)
+  // The running batch, priced without a pass over it: every sequence past
+  // its first token advances one position per step, so the batch's context
+  // sums move by known amounts and change otherwise only when a sequence
+  // joins, reaches the local window or finishes (heaps keyed by step).
+  int64_t steps_done = 0;
+  int64_t running = 0;                                // sequences in the batch
+  int64_t batch = 0, sum_context = 0, sum_local = 0;  // those past their first token
+  int64_t below_window = 0;  // ... whose context is below W (local sum still grows)
+  using StepEvent = std::pair<int64_t, int>;         // (steps_done, request)
+  std::priority_queue<StepEvent, std::vector<StepEvent>, std::greater<StepEvent>> finish_at,
+      reach_window_at;
+  std::vector<int> first_pending;  // replays on decode: their first token this step
   bool busy = false;
+  Work replay_work;  // replays on decode in the batch
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
@@ -89,6 +104,8 @@ class Simulator {
   void OnPrefillDone(int p);
   void OnTransferDone(int r);
   void StartDecodeStep(int d);
+  void JoinBatch(DecodeInst& inst, int r);
+  void AddToBatch(DecodeInst& inst, int r);
   void OnDecodeStepDone(int d);
   void Heartbeat();
 
@@ -145,7 +162,7 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
   for (int i = 0; i < o_.decode_instances; ++i) {
     DecodeInst d;
     d.id = absl::StrFormat("d%03d", i);
-    d.total_blocks = d.free_blocks = blocks;
+    d.pool = std::make_unique<DecodeKvPool>(blocks, o_.block_size);
     RETURN_IF_ERROR(table_.Register(
         {d.id, router::Role::kDecode, router::WeightsHeld::kFull, blocks, o_.block_size}, ToTime(0)));
     decode_.push_back(std::move(d));
@@ -153,6 +170,7 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
   std::stable_sort(trace.begin(), trace.end(), [](const RequestSpec& a, const RequestSpec& b) {
     return a.arrival_s < b.arrival_s;
   });
+  reqs_.reserve(trace.size());
   for (size_t i = 0; i < trace.size(); ++i) {
     Req r;
     r.spec = trace[i];
@@ -160,7 +178,8 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
     r.result.prompt_tokens = r.spec.prompt_tokens;
     r.result.output_tokens = r.spec.output_tokens;
     reqs_.push_back(r);
-    Push(r.spec.arrival_s, EventKind::kArrival, static_cast<int>(i));
+    // The path to the router (gateway, RPC hops) before the request is placed.
+    Push(r.spec.arrival_s + cost_->gpu().request_s, EventKind::kArrival, static_cast<int>(i));
   }
   unfinished_ = static_cast<int>(reqs_.size());
   Push(0, EventKind::kHeartbeat, 0);
@@ -182,7 +201,7 @@ bool Simulator::Route(int r) {
   q.prefill = index(decision->prefill_id);
   q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
   DecodeInst& d = decode_[q.decode];
-  if (!TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size, &d.free_blocks)) {
+  if (!d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks)) {
     return false;  // the router's view was stale: retry like the gateway does
   }
   ++d.reserved;
@@ -204,7 +223,7 @@ void Simulator::Finish(int r) {
   q.result.completed = true;
   q.result.replayed_on_decode = q.replay_on_decode;
   DecodeInst& d = decode_[q.decode];
-  d.free_blocks += BlocksForRequest(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size);
+  d.pool->Release(&q.blocks);
   --d.reserved;
   --unfinished_;
 }
@@ -217,8 +236,10 @@ void Simulator::StartPrefill(int p) {
   inst.current = r;
   const Req& q = reqs_[r];
   inst.queued_tokens -= q.spec.prompt_tokens;
-  Push(now_ + cost_->PrefillSeconds(q.spec.prompt_tokens, !q.replay_on_decode, o_.prefill_gpus),
-       EventKind::kPrefillDone, p);
+  const double step =
+      cost_->PrefillSeconds(q.spec.prompt_tokens, !q.replay_on_decode, o_.prefill_gpus);
+  reqs_[r].result.prefill_s = step;
+  Push(now_ + step, EventKind::kPrefillDone, p);
 }
 
 void Simulator::OnPrefillDone(int p) {
@@ -246,48 +267,109 @@ void Simulator::OnTransferDone(int r) {
   if (!decode_[d].busy) StartDecodeStep(d);
 }
 
+void Simulator::JoinBatch(DecodeInst& inst, int r) {
+  const Req& q = reqs_[r];
+  ++inst.running;
+  if (q.generated == 0) {
+    inst.replay_work += cost_->DecodeReplayWork(q.spec.prompt_tokens);
+    inst.first_pending.push_back(r);
+    return;
+  }
+  AddToBatch(inst, r);
+}
+
+void Simulator::AddToBatch(DecodeInst& inst, int r) {
+  const Req& q = reqs_[r];
+  const int64_t context = q.spec.prompt_tokens + q.generated;  // at its next step
+  const int64_t left = q.spec.output_tokens - q.generated;
+  const int64_t w = cost_->config().sliding_window;
+  ++inst.batch;
+  inst.sum_context += context;
+  inst.finish_at.push({inst.steps_done + left, r});
+  if (w > 0) {
+    inst.sum_local += std::min(w, context);
+    if (context < w) {
+      ++inst.below_window;
+      if (w - context <= left) inst.reach_window_at.push({inst.steps_done + (w - context), r});
+    }
+  }
+}
+
 void Simulator::StartDecodeStep(int d) {
   DecodeInst& inst = decode_[d];
-  while (!inst.ready.empty() && static_cast<int>(inst.running.size()) < o_.max_batch) {
-    inst.running.push_back(inst.ready.front());
-    inst.ready.pop_front();
-  }
-  if (inst.running.empty()) return;
-  Work work = cost_->DecodeStepBaseWork();
-  int64_t batch = 0, sum_context = 0, sum_local = 0;
-  const int64_t w = cost_->config().sliding_window;
-  for (int r : inst.running) {
-    const Req& q = reqs_[r];
-    if (q.generated == 0) {
-      work += cost_->DecodeReplayWork(q.spec.prompt_tokens);
-      continue;
+  if (o_.start_lag) {
+    // The worker's loop: requests started in the last iteration join now;
+    // those whose K/V landed since are started now and join the next one,
+    // unless nothing runs (then they are decoded at once).
+    for (int r : inst.started) JoinBatch(inst, r);
+    inst.started.clear();
+    const bool idle = inst.running == 0;
+    while (!inst.ready.empty() &&
+           inst.running + static_cast<int64_t>(inst.started.size()) < o_.max_batch) {
+      if (idle) {
+        JoinBatch(inst, inst.ready.front());
+      } else {
+        inst.started.push_back(inst.ready.front());
+      }
+      inst.ready.pop_front();
     }
-    const int64_t context = q.spec.prompt_tokens + q.generated;
-    ++batch;
-    sum_context += context;
-    if (w > 0) sum_local += std::min(w, context);
+  } else {
+    while (!inst.ready.empty() && inst.running < o_.max_batch) {
+      JoinBatch(inst, inst.ready.front());
+      inst.ready.pop_front();
+    }
   }
-  work += cost_->DecodeBatchWork(batch, sum_context, sum_local);
+  if (inst.running == 0) return;
+  Work work = cost_->DecodeStepBaseWork();
+  work += inst.replay_work;
+  work += cost_->DecodeBatchWork(inst.batch, inst.sum_context, inst.sum_local);
   inst.busy = true;
   ++decode_steps_;
-  Push(now_ + cost_->StepSeconds(work, o_.decode_gpus), EventKind::kDecodeStepDone, d);
+  Push(now_ + cost_->DecodeStepSeconds(work, inst.running, o_.decode_gpus),
+       EventKind::kDecodeStepDone, d);
 }
 
 void Simulator::OnDecodeStepDone(int d) {
   DecodeInst& inst = decode_[d];
   inst.busy = false;
-  std::vector<int> still;
-  still.reserve(inst.running.size());
-  for (int r : inst.running) {
+  ++inst.steps_done;
+  // Every sequence past its first token advanced one position.
+  inst.sum_context += inst.batch;
+  inst.sum_local += inst.below_window;
+  while (!inst.reach_window_at.empty() && inst.reach_window_at.top().first <= inst.steps_done) {
+    --inst.below_window;
+    inst.reach_window_at.pop();
+  }
+  const int64_t w = cost_->config().sliding_window;
+  while (!inst.finish_at.empty() && inst.finish_at.top().first <= inst.steps_done) {
+    const int r = inst.finish_at.top().second;
+    inst.finish_at.pop();
     Req& q = reqs_[r];
-    if (++q.generated == 1) q.result.first_token_s = now_;
-    if (q.generated >= q.spec.output_tokens) {
+    const int64_t context = q.spec.prompt_tokens + q.spec.output_tokens;
+    --inst.running;
+    --inst.batch;
+    inst.sum_context -= context;
+    if (w > 0) {
+      inst.sum_local -= std::min(w, context);
+      if (context < w) --inst.below_window;
+    }
+    q.generated = q.spec.output_tokens;
+    Finish(r);
+  }
+  // Replays on decode made their first token.
+  inst.replay_work = Work{};
+  for (int r : inst.first_pending) {
+    Req& q = reqs_[r];
+    q.generated = 1;
+    q.result.first_token_s = now_;
+    if (q.spec.output_tokens <= 1) {
+      --inst.running;
       Finish(r);
     } else {
-      still.push_back(r);
+      AddToBatch(inst, r);
     }
   }
-  inst.running.swap(still);
+  inst.first_pending.clear();
   StartDecodeStep(d);
 }
 
@@ -302,9 +384,9 @@ void Simulator::Heartbeat() {
   }
   for (const DecodeInst& d : decode_) {
     router::WorkerLoad load;
-    load.running_sequences = static_cast<int64_t>(d.running.size());
+    load.running_sequences = d.running;
     load.waiting_sequences = d.reserved - load.running_sequences;
-    load.free_kv_blocks = d.free_blocks;
+    load.free_kv_blocks = d.pool->free_blocks();
     load.last_heartbeat = t;
     (void)table_.Update(d.id, load);
   }
@@ -342,6 +424,9 @@ SimSummary Simulator::Run() {
   std::vector<double> ttft, tpot;
   double first_arrival = reqs_.empty() ? 0 : reqs_.front().spec.arrival_s, last_finish = first_arrival;
   int64_t output_tokens = 0;
+  s.results.reserve(reqs_.size());
+  ttft.reserve(reqs_.size());
+  tpot.reserve(reqs_.size());
   for (const Req& q : reqs_) {
     const RequestResult& r = q.result;
     s.results.push_back(r);
@@ -394,7 +479,7 @@ absl::StatusOr<SimSummary> RunSimulation(const SimOptions& o) {
   CostModel::Options cost;
   cost.config = o.model;
   cost.gpu = o.gpu;
-  cost.link_bytes_per_s = o.link_bytes_per_s;
+  cost.link_bytes_per_s = o.link_bytes_per_s;  // unless the device sets its own
   ASSIGN_OR_RETURN(std::unique_ptr<CostModel> model, CostModel::Create(cost));
   std::vector<RequestSpec> trace = o.requests;
   if (trace.empty()) {

@@ -40,6 +40,10 @@ struct SimOptions {
   double heartbeat_s = 0.05;
   int block_size = 16;
   int max_batch = 256;  // running sequences per decode instance
+  // The decode worker's scheduler loop (services/decode/scheduler.cc): a
+  // request whose K/V landed while others run is started (tail imported) in
+  // one iteration and decoded from the next. false: it joins the next step.
+  bool start_lag = false;
   double tpot_slo_s = 0.025;
   double ttft_slo_s = 1;
   WorkloadOptions workload;
@@ -49,6 +53,7 @@ struct SimOptions {
 
 struct RequestResult {
   double arrival_s = 0, first_token_s = -1, finish_s = -1;
+  double prefill_s = 0;  // its prefill step on the prefill instance
   int64_t prompt_tokens = 0, output_tokens = 0;
   bool completed = false;
   bool replayed_on_decode = false;

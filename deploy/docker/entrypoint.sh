@@ -21,6 +21,10 @@
 #                           those flags are given.
 #   CED_WORKER_ID_FROM_HOSTNAME=1  prefill/decode: --worker-id=$(hostname) unless
 #                           given, so replicas started with --scale stay unique.
+#   CED_TLS_CERT, CED_TLS_KEY, CED_TLS_CA, CED_TLS_SERVER_NAME, CED_HEALTH_LISTEN,
+#   CED_AUTH_TOKENS(_FILE)  read by `ced serve` itself (TLS / tokens; see
+#                           deploy/README.md "TLS and tokens"): paths to mounted
+#                           secrets, never files in the image.
 set -euo pipefail
 
 CED_BIN=${CED_BIN:-/usr/local/bin/ced}

@@ -21,6 +21,21 @@ Registry& GetRegistry() {
 
 }  // namespace
 
+void Backend::GemmMulti(const float* x, int n, int in, const GemmTarget* targets, int count) {
+  for (int i = 0; i < count; ++i) {
+    const GemmTarget& t = targets[i];
+    if (!t.accumulate) {
+      Gemm(x, n, in, t.w, t.out, t.y);
+      continue;
+    }
+    const size_t elems = static_cast<size_t>(n) * t.out;
+    float* tmp = static_cast<float*>(Alloc(elems * sizeof(float)));
+    Gemm(x, n, in, t.w, t.out, tmp);
+    Add(t.y, tmp, elems);
+    Free(tmp);
+  }
+}
+
 bool RegisterBackend(const std::string& name, BackendFactory factory) {
   Registry& r = GetRegistry();
   std::lock_guard<std::mutex> lock(r.mu);

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kv_codec.h"
+#include "kernels/cpu/math.h"
 
 namespace ced {
 
@@ -26,6 +27,7 @@ using kernels::KvFormat;
 
 using kernels::AttentionParams;
 using kernels::AttentionSegment;
+using kernels::GemmTarget;
 
 class Backend {
  public:
@@ -48,6 +50,11 @@ class Backend {
   virtual void RmsNorm(const float* x, int n, int d, const float* w, float eps, float* out) = 0;
   // y[n, out] = x[n, in] * w[out, in]^T (w row-major like a linear layer).
   virtual void Gemm(const float* x, int n, int in, const float* w, int out, float* y) = 0;
+  // Several products of one input x[n, in]: for each target,
+  // y[n, out] = x * w^T, or y += x * w^T when `accumulate` (a residual add
+  // fused into the product). Backends run them as one op where they can;
+  // the default issues one Gemm (+ Add) per target.
+  virtual void GemmMulti(const float* x, int n, int in, const GemmTarget* targets, int count);
   // x[i] += y[i].
   virtual void Add(float* x, const float* y, size_t count) = 0;
   // Rotate-half RoPE in place on x [n, heads, head_dim] at positions_host[i].

@@ -26,17 +26,28 @@ void Engine::StoreGlobal(Batch& batch, int slot, const float* k, const float* v)
 void Engine::ProjectDecoderGlobal(Batch& batch, const float* h_e) {
   const ModelConfig& c = config_;
   const int T = batch.rows, d = c.hidden_size, kv = c.KvDim();
-  DeviceBuffer hn(backend_.get(), static_cast<size_t>(T) * d);
-  DeviceBuffer gk(backend_.get(), static_cast<size_t>(T) * kv);
-  DeviceBuffer gv(backend_.get(), static_cast<size_t>(T) * kv);
-  backend_->RmsNorm(h_e, T, d, dw_->encoder_norm, static_cast<float>(c.rms_norm_eps), hn.get());
+  // Every decoder source layer's K and V from the same normalized h_E: one
+  // multi-output product (the weights side by side), then RoPE and store.
+  std::vector<int> layers;
   for (int l = c.num_encoder_layers; l < c.num_layers; ++l) {
-    if (!c.IsGlobalSource(l)) continue;
-    const auto& lw = dw_->layers[l];
-    backend_->Gemm(hn.get(), T, d, lw.global_k, kv, gk.get());
-    backend_->Gemm(hn.get(), T, d, lw.global_v, kv, gv.get());
-    backend_->Rope(gk.get(), T, c.num_kv_heads, c.head_dim, batch.positions.data(), c.rope_theta);
-    StoreGlobal(batch, c.GlobalSlot(l), gk.get(), gv.get());
+    if (c.IsGlobalSource(l)) layers.push_back(l);
+  }
+  if (layers.empty()) return;
+  const size_t plane = static_cast<size_t>(T) * kv;
+  DeviceBuffer hn(backend_.get(), static_cast<size_t>(T) * d);
+  DeviceBuffer kvs(backend_.get(), 2 * layers.size() * plane);
+  backend_->RmsNorm(h_e, T, d, dw_->encoder_norm, static_cast<float>(c.rms_norm_eps), hn.get());
+  std::vector<GemmTarget> targets;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& lw = dw_->layers[layers[i]];
+    targets.push_back({lw.global_k, kv, kvs.get() + (2 * i) * plane, false});
+    targets.push_back({lw.global_v, kv, kvs.get() + (2 * i + 1) * plane, false});
+  }
+  backend_->GemmMulti(hn.get(), T, d, targets.data(), static_cast<int>(targets.size()));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    float* gk = kvs.get() + (2 * i) * plane;
+    backend_->Rope(gk, T, c.num_kv_heads, c.head_dim, batch.positions.data(), c.rope_theta);
+    StoreGlobal(batch, c.GlobalSlot(layers[i]), gk, gk + plane);
   }
 }
 
@@ -47,11 +58,16 @@ void Engine::RunLayers(Batch& batch, int l0, int l1, float* x) {
             F = c.intermediate_size, W = c.sliding_window, bs = cache_->options().block_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const size_t rows = static_cast<size_t>(T);
-  DeviceBuffer a(be, rows * d), q(be, rows * qd), attn(be, rows * qd), tmp(be, rows * d);
+  // Local K/V rounded through the cache format (what attention reads): f32
+  // caches read lk/lv themselves.
+  const bool round_trip = W > 0 && c.kv_cache_dtype != KvFormat::kF32;
+  DeviceBuffer a(be, rows * d), q(be, rows * qd), attn(be, rows * qd);
   DeviceBuffer gate(be, rows * F), up(be, rows * F);
   DeviceBuffer lk(be, W > 0 ? rows * kv : 1), lv(be, W > 0 ? rows * kv : 1);
-  DeviceBuffer lk_rt(be, W > 0 ? rows * kv : 1), lv_rt(be, W > 0 ? rows * kv : 1);
+  DeviceBuffer lk_rt(be, round_trip ? rows * kv : 1), lv_rt(be, round_trip ? rows * kv : 1);
   DeviceBuffer gk(be, rows * kv), gv(be, rows * kv);
+  const float* lk_read = round_trip ? lk_rt.get() : lk.get();
+  const float* lv_read = round_trip ? lv_rt.get() : lv.get();
 
   // Per-segment block pointer tables, rebuilt per source slot.
   std::vector<std::vector<const uint8_t*>> kblocks(batch.segments.size()),
@@ -67,20 +83,32 @@ void Engine::RunLayers(Batch& batch, int l0, int l1, float* x) {
   for (int l = l0; l < l1; ++l) {
     const auto& lw = dw_->layers[l];
     be->RmsNorm(x, T, d, lw.attn_norm, eps, a.get());
-    be->Gemm(a.get(), T, d, lw.wq, qd, q.get());
+    // Every projection of `a` in one op: q, the local K/V, and an encoder
+    // source layer's global K/V.
+    const bool own_global = c.IsEncoderLayer(l) && c.IsGlobalSource(l);
+    GemmTarget proj[5];
+    int nproj = 0;
+    proj[nproj++] = {lw.wq, qd, q.get(), false};
+    if (W > 0) {
+      proj[nproj++] = {lw.local_k, kv, lk.get(), false};
+      proj[nproj++] = {lw.local_v, kv, lv.get(), false};
+    }
+    if (own_global) {
+      proj[nproj++] = {lw.global_k, kv, gk.get(), false};
+      proj[nproj++] = {lw.global_v, kv, gv.get(), false};
+    }
+    be->GemmMulti(a.get(), T, d, proj, nproj);
     be->Rope(q.get(), T, c.num_heads, c.head_dim, batch.positions.data(), c.rope_theta);
     if (W > 0) {
-      be->Gemm(a.get(), T, d, lw.local_k, kv, lk.get());
-      be->Gemm(a.get(), T, d, lw.local_v, kv, lv.get());
       be->Rope(lk.get(), T, c.num_kv_heads, c.head_dim, batch.positions.data(), c.rope_theta);
-      be->Copy(lk_rt.get(), lk.get(), rows * kv * sizeof(float));
-      be->Copy(lv_rt.get(), lv.get(), rows * kv * sizeof(float));
-      be->RoundTrip(c.kv_cache_dtype, lk_rt.get(), T, kv);
-      be->RoundTrip(c.kv_cache_dtype, lv_rt.get(), T, kv);
+      if (round_trip) {
+        be->Copy(lk_rt.get(), lk.get(), rows * kv * sizeof(float));
+        be->Copy(lv_rt.get(), lv.get(), rows * kv * sizeof(float));
+        be->RoundTrip(c.kv_cache_dtype, lk_rt.get(), T, kv);
+        be->RoundTrip(c.kv_cache_dtype, lv_rt.get(), T, kv);
+      }
     }
-    if (c.IsEncoderLayer(l) && c.IsGlobalSource(l)) {
-      be->Gemm(a.get(), T, d, lw.global_k, kv, gk.get());
-      be->Gemm(a.get(), T, d, lw.global_v, kv, gv.get());
+    if (own_global) {
       be->Rope(gk.get(), T, c.num_kv_heads, c.head_dim, batch.positions.data(), c.rope_theta);
       StoreGlobal(batch, c.GlobalSlot(l), gk.get(), gv.get());
     }
@@ -106,21 +134,22 @@ void Engine::RunLayers(Batch& batch, int l0, int l1, float* x) {
       if (W > 0) {
         s.local_k_ring = cache_->LocalRow(seg.seq->local_slot, l, 0, 0);
         s.local_v_ring = cache_->LocalRow(seg.seq->local_slot, l, 1, 0);
-        s.chunk_local_k = lk_rt.get() + static_cast<size_t>(seg.row0) * kv;
-        s.chunk_local_v = lv_rt.get() + static_cast<size_t>(seg.row0) * kv;
+        s.chunk_local_k = lk_read + static_cast<size_t>(seg.row0) * kv;
+        s.chunk_local_v = lv_read + static_cast<size_t>(seg.row0) * kv;
       }
       s.lo = c.IsEncoderLayer(l) ? 0 : seg.seq->replay_start;
     }
     be->Attention(params, segs);
-    be->Gemm(attn.get(), T, qd, lw.wo, d, tmp.get());
-    be->Add(x, tmp.get(), rows * d);
+    const GemmTarget out_proj = {lw.wo, d, x, true};  // x += attn * wo^T
+    be->GemmMulti(attn.get(), T, qd, &out_proj, 1);
 
     be->RmsNorm(x, T, d, lw.ffn_norm, eps, a.get());
-    be->Gemm(a.get(), T, d, lw.w_gate, F, gate.get());
-    be->Gemm(a.get(), T, d, lw.w_up, F, up.get());
+    const GemmTarget gate_up[2] = {{lw.w_gate, F, gate.get(), false},
+                                   {lw.w_up, F, up.get(), false}};
+    be->GemmMulti(a.get(), T, d, gate_up, 2);
     be->SiluMul(gate.get(), up.get(), rows * F);
-    be->Gemm(gate.get(), T, F, lw.w_down, d, tmp.get());
-    be->Add(x, tmp.get(), rows * d);
+    const GemmTarget down = {lw.w_down, d, x, true};  // x += ffn * w_down^T
+    be->GemmMulti(gate.get(), T, F, &down, 1);
 
     if (W > 0) {  // keep the last W positions of each segment in the ring
       std::vector<uint8_t*> k_rows, v_rows;

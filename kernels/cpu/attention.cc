@@ -1,14 +1,14 @@
 #include "kernels/cpu/attention.h"
 
-#include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/simd_math.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace ced::kernels {
 namespace {
@@ -40,8 +40,19 @@ inline float Dot(const float* a, const float* b, int n) {
 }
 
 inline float MaxOf(const float* x, int n, float m) {
-#pragma omp simd reduction(max : m)
-  for (int i = 0; i < n; ++i) m = std::max(m, x[i]);
+  typedef float V16 __attribute__((vector_size(64)));
+  int i = 0;
+  if (n >= 16) {
+    V16 acc;
+    std::memcpy(&acc, x, sizeof(acc));
+    for (i = 16; i + 16 <= n; i += 16) {
+      V16 v;
+      std::memcpy(&v, x + i, sizeof(v));
+      acc = acc > v ? acc : v;
+    }
+    for (int j = 0; j < 16; ++j) m = std::max(m, acc[j]);
+  }
+  for (; i < n; ++i) m = std::max(m, x[i]);
   return m;
 }
 
@@ -214,121 +225,148 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
   }
 }
 
-// K/V of one kv head for a long segment, gathered to contiguous f32 so BLAS
-// can run the score and value products: rows [0, T) are the global keys of
-// positions 0 .. T-1, rows [T, T + local_count) the local keys of positions
-// local_begin ..
+// K/V of one kv head for a long segment, gathered once per call into the
+// panel layout of kernels/cpu/gemm_packed.h, so the score and value products
+// run on the packed-panel kernel (no per-product packing):
+//   kg: global keys 0 .. T-1, panels of kPanel keys, each [D][kPanel],
+//       pre-multiplied by the softmax scale;
+//   vg: global values, D / kPanel panels, each [Tpad][kPanel] (dims side by side);
+//   kl / vl: the same for the local keys local_begin .. local_begin+local_count-1.
 struct HeadContext {
-  std::vector<float> k, v;  // [T + local_count, D]
+  std::vector<float> kg, vg, kl, vl;
+  int tpad = 0, lpad = 0;
   int local_begin = 0;
   int local_count = 0;
 };
 
-void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, HeadContext* ctx) {
+int RoundUp(int x) { return (x + kPanel - 1) / kPanel * kPanel; }
+
+// Writes key row `k` (D floats) of a packed-K array and value row `k` of a
+// packed-V array whose panels hold `rows` rows.
+inline void PutKey(float* kp, int D, int k, const float* src, float scale) {
+  float* dst = kp + static_cast<size_t>(k / kPanel) * D * kPanel + k % kPanel;
+  for (int d = 0; d < D; ++d) dst[static_cast<size_t>(d) * kPanel] = src[d] * scale;
+}
+inline void PutValue(float* vp, int rows, int k, const float* src, int D) {
+  for (int p = 0; p * kPanel < D; ++p) {
+    const int w = std::min(kPanel, D - p * kPanel);
+    std::memcpy(vp + (static_cast<size_t>(p) * rows + k) * kPanel, src + p * kPanel,
+                w * sizeof(float));
+  }
+}
+
+void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, float scale,
+                HeadContext* ctx) {
   const int D = p.head_dim, bs = p.block_size;
   const int T = s.q_begin + s.n;
+  const int dpanels = (D + kPanel - 1) / kPanel;
   ctx->local_count = 0;
+  ctx->local_begin = 0;
   if (p.window > 0) {
     ctx->local_begin = std::max(s.lo, s.q_begin - p.window + 1);
     ctx->local_count = std::max(0, T - ctx->local_begin);
   }
-  const size_t rows_total = static_cast<size_t>(T) + ctx->local_count;
-  ctx->k.resize(rows_total * D);
-  ctx->v.resize(rows_total * D);
+  ctx->tpad = RoundUp(T);
+  ctx->lpad = RoundUp(ctx->local_count);
+  // Padding (keys past T or local_count, dims past D) is never stored or
+  // read into a result, so the buffers are reused without clearing.
+  ctx->kg.resize(static_cast<size_t>(ctx->tpad) * D);
+  ctx->vg.resize(static_cast<size_t>(dpanels) * ctx->tpad * kPanel);
+  ctx->kl.resize(static_cast<size_t>(ctx->lpad) * D);
+  ctx->vl.resize(static_cast<size_t>(dpanels) * std::max(ctx->lpad, 1) * kPanel);
+  std::vector<float> tile(static_cast<size_t>(bs) * D);
   for (int b = 0; b * bs < T; ++b) {
     const int rows = std::min(bs, T - b * bs);
-    float* dk = &ctx->k[static_cast<size_t>(b) * bs * D];
-    float* dv = &ctx->v[static_cast<size_t>(b) * bs * D];
     size_t stride = 0;
-    const float* k = GlobalHeadsTile(p, s.global_k_host[b], g, 1, rows, dk, &stride);
-    if (k != dk) {
-      for (int r = 0; r < rows; ++r) std::memcpy(dk + r * D, k + r * stride, D * sizeof(float));
-    }
-    const float* v = GlobalHeadsTile(p, s.global_v_host[b], g, 1, rows, dv, &stride);
-    if (v != dv) {
-      for (int r = 0; r < rows; ++r) std::memcpy(dv + r * D, v + r * stride, D * sizeof(float));
-    }
+    const float* k = GlobalHeadsTile(p, s.global_k_host[b], g, 1, rows, tile.data(), &stride);
+    for (int r = 0; r < rows; ++r) PutKey(ctx->kg.data(), D, b * bs + r, k + r * stride, scale);
+    const float* v = GlobalHeadsTile(p, s.global_v_host[b], g, 1, rows, tile.data(), &stride);
+    for (int r = 0; r < rows; ++r) PutValue(ctx->vg.data(), ctx->tpad, b * bs + r, v + r * stride, D);
   }
+  std::vector<float> row(D);
   for (int i = 0; i < ctx->local_count; ++i) {
-    float* dk = &ctx->k[(static_cast<size_t>(T) + i) * D];
-    float* dv = &ctx->v[(static_cast<size_t>(T) + i) * D];
-    const float* k = LocalRow(p, s, false, g, ctx->local_begin + i, dk);
-    if (k != dk) std::memcpy(dk, k, D * sizeof(float));
-    const float* v = LocalRow(p, s, true, g, ctx->local_begin + i, dv);
-    if (v != dv) std::memcpy(dv, v, D * sizeof(float));
+    const float* k = LocalRow(p, s, false, g, ctx->local_begin + i, row.data());
+    PutKey(ctx->kl.data(), D, i, k, scale);
+    const float* v = LocalRow(p, s, true, g, ctx->local_begin + i, row.data());
+    PutValue(ctx->vl.data(), ctx->lpad, i, v, D);
   }
 }
 
 // Long segments (prefill chunks, replay), per query head and per tile of
-// kTileRows query rows: BLAS products for the scores against the global keys
-// the tile can see ([0, last position]) and against its local keys, a
-// vectorized softmax over each row's valid keys (global [0, t], local
-// [max(lo, t-W+1), t]; every other weight is 0), BLAS products for the
-// values. Tiles keep the scores in cache and skip most of the causal and
+// kTileRows query rows: packed-panel products for the scores against the
+// global keys the tile can see ([0, last position]) and against its local
+// keys, a vectorized softmax over each row's valid keys (global [0, t], local
+// [max(lo, t-W+1), t]; every other weight is 0), packed-panel products for
+// the values. Tiles keep the scores in cache and skip most of the causal and
 // window padding. Heads run in parallel.
 constexpr int kTileRows = 64;
 
 void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
   const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads, W = p.window;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int T = s.q_begin + s.n, n = s.n;
-  std::vector<HeadContext> ctxs(p.num_kv_heads);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int g = 0; g < p.num_kv_heads; ++g) GatherHead(p, s, g, &ctxs[g]);
-  const int max_cols = T + std::min(ctxs[0].local_count, kTileRows + std::max(W, 1));
-#pragma omp parallel
-  {
+  const int n = s.n;
+  // Gathered K/V per kv head, kept by the calling thread across calls (the
+  // pool's threads read it during this call only).
+  thread_local std::vector<HeadContext> t_ctxs;
+  if (t_ctxs.size() < static_cast<size_t>(p.num_kv_heads)) t_ctxs.resize(p.num_kv_heads);
+  std::vector<HeadContext>& ctxs = t_ctxs;
+  ParallelFor(p.num_kv_heads, [&](int g) { GatherHead(p, s, g, scale, &ctxs[g]); });
+  const size_t k_panel = static_cast<size_t>(D) * kPanel;  // floats per key panel
+  ParallelFor(H, [&](int h) {
+    const HeadContext& ctx = ctxs[h / group];
+    const float* qh = s.q + static_cast<size_t>(h) * D;
+    float* oh = s.out + static_cast<size_t>(h) * D;
     Scratch& sc = ThreadScratch();
-    Grow(&sc.scores, static_cast<size_t>(kTileRows) * max_cols);
-#pragma omp for schedule(dynamic, 1)
-    for (int h = 0; h < H; ++h) {
-      const HeadContext& ctx = ctxs[h / group];
-      const float* qh = s.q + static_cast<size_t>(h) * D;
-      float* oh = s.out + static_cast<size_t>(h) * D;
-      for (int i0 = 0; i0 < n; i0 += kTileRows) {
-        const int rows = std::min(kTileRows, n - i0);
-        const int t0 = s.q_begin + i0, t1 = t0 + rows - 1;  // first and last position
-        const int gcols = t1 + 1;
-        // Local keys of the tile: positions [lpos, t1], rows T + lpos - local_begin.
-        const int lpos = W > 0 ? std::max(s.lo, t0 - W + 1) : t1 + 1;
-        const int lcols = t1 + 1 - lpos;
-        const int cols = gcols + lcols;
-        float* scores = sc.scores.data();  // [rows, cols]: global then local
-        const float* q = qh + static_cast<size_t>(i0) * H * D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, gcols, D, scale, q, H * D,
-                    ctx.k.data(), D, 0.0f, scores, cols);
-        const size_t lrow = static_cast<size_t>(T) + lpos - ctx.local_begin;
-        if (lcols > 0) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, lcols, D, scale, q, H * D,
-                      ctx.k.data() + lrow * D, D, 0.0f, scores + gcols, cols);
+    for (int i0 = 0; i0 < n; i0 += kTileRows) {
+      const int rows = std::min(kTileRows, n - i0);
+      const int t0 = s.q_begin + i0, t1 = t0 + rows - 1;  // first and last position
+      const int gcols = t1 + 1, gpad = RoundUp(gcols);
+      // Local keys of the tile: positions [lpos, t1] = local rows [lr0, lr1);
+      // the score columns start at the panel holding lr0.
+      const int lpos = W > 0 ? std::max(s.lo, t0 - W + 1) : t1 + 1;
+      const int lr0 = lpos - ctx.local_begin, lr1 = t1 + 1 - ctx.local_begin;
+      const int lp0 = W > 0 && lr1 > lr0 ? lr0 / kPanel : 0;
+      const int lcols = W > 0 && lr1 > lr0 ? lr1 - lp0 * kPanel : 0;  // computed local columns
+      const int cols = gpad + RoundUp(lcols);
+      Grow(&sc.scores, static_cast<size_t>(rows) * cols);
+      float* scores = sc.scores.data();  // [rows, cols]: global, then local
+      const float* q = qh + static_cast<size_t>(i0) * H * D;
+      PanelGemm(q, static_cast<size_t>(H) * D, rows, D, ctx.kg.data(), k_panel, gcols, scores,
+                cols, false);
+      if (lcols > 0) {
+        PanelGemm(q, static_cast<size_t>(H) * D, rows, D, ctx.kl.data() + lp0 * k_panel, k_panel,
+                  lcols, scores + gpad, cols, false);
+      }
+      for (int i = 0; i < rows; ++i) {
+        const int t = t0 + i, keys = t + 1;
+        float* row = scores + static_cast<size_t>(i) * cols;
+        // This row's local keys: columns [l0, l1) (empty without a window).
+        int l0 = cols, l1 = cols;
+        if (W > 0) {
+          l0 = gpad + std::max(s.lo, t - W + 1) - ctx.local_begin - lp0 * kPanel;
+          l1 = gpad + keys - ctx.local_begin - lp0 * kPanel;
         }
-        for (int i = 0; i < rows; ++i) {
-          const int t = t0 + i, keys = t + 1;
-          float* row = scores + static_cast<size_t>(i) * cols;
-          // This row's local keys: columns [l0, l1) (empty without a window).
-          int l0 = cols, l1 = cols;
-          if (W > 0) {
-            l0 = gcols + std::max(s.lo, t - W + 1) - lpos;
-            l1 = gcols + keys - lpos;
-          }
-          float m = MaxOf(row + l0, l1 - l0, -std::numeric_limits<float>::infinity());
-          m = MaxOf(row, keys, m);
-          const float inv = 1.0f / (ExpInPlace(row, keys, m) + ExpInPlace(row + l0, l1 - l0, m));
-          Scale(row, keys, inv);
-          Scale(row + l0, l1 - l0, inv);
-          std::fill(row + keys, row + l0, 0.0f);
-          std::fill(row + l1, row + cols, 0.0f);
-        }
-        float* o = oh + static_cast<size_t>(i0) * H * D;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, gcols, 1.0f, scores, cols,
-                    ctx.v.data(), D, 0.0f, o, H * D);
-        if (lcols > 0) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, lcols, 1.0f,
-                      scores + gcols, cols, ctx.v.data() + lrow * D, D, 1.0f, o, H * D);
-        }
+        float m = MaxOf(row + l0, l1 - l0, -std::numeric_limits<float>::infinity());
+        m = MaxOf(row, keys, m);
+        const float inv = 1.0f / (ExpInPlace(row, keys, m) + ExpInPlace(row + l0, l1 - l0, m));
+        Scale(row, keys, inv);
+        Scale(row + l0, l1 - l0, inv);
+        std::fill(row + keys, row + std::max(keys, gcols), 0.0f);
+        std::fill(row + gpad, row + l0, 0.0f);
+        std::fill(row + l1, row + cols, 0.0f);
+      }
+      float* o = oh + static_cast<size_t>(i0) * H * D;
+      const size_t v_panel = static_cast<size_t>(ctx.tpad) * kPanel;
+      PanelGemm(scores, cols, rows, gcols, ctx.vg.data(), v_panel, D, o,
+                static_cast<size_t>(H) * D, false);
+      if (lcols > 0) {
+        const size_t vl_panel = static_cast<size_t>(ctx.lpad) * kPanel;
+        PanelGemm(scores + gpad, cols, rows, lcols,
+                  ctx.vl.data() + static_cast<size_t>(lp0) * kPanel * kPanel, vl_panel, D, o,
+                  static_cast<size_t>(H) * D, true);
       }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -347,7 +385,7 @@ void AttentionCpu(const AttentionParams& p, const std::vector<AttentionSegment>&
   // Tasks: each small segment split into `split` ranges of kv heads, just
   // enough for one task per thread; whole rows (contiguous memory) are read
   // when split is 1.
-  const int threads = omp_get_max_threads();
+  const int threads = PoolThreads();
   const int G = p.num_kv_heads;
   const int nsmall = static_cast<int>(small.size());
   const int want = (threads + nsmall - 1) / nsmall;
@@ -359,11 +397,13 @@ void AttentionCpu(const AttentionParams& p, const std::vector<AttentionSegment>&
   for (int si : small) work += static_cast<size_t>(segments[si].q_begin + segments[si].n);
   const bool parallel = work * p.num_heads * p.head_dim > (1u << 16);
   const int tasks = static_cast<int>(small.size()) * split;
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int k = 0; k < tasks; ++k) {
-    const int g0 = (k % split) * per;
-    SmallSegmentHeads(p, segments[small[k / split]], g0, g0 + per);
-  }
+  ParallelFor(
+      tasks,
+      [&](int k) {
+        const int g0 = (k % split) * per;
+        SmallSegmentHeads(p, segments[small[k / split]], g0, g0 + per);
+      },
+      parallel);
 }
 
 }  // namespace ced::kernels

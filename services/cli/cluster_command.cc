@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "ced/internal/router.grpc.pb.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
+#include "services/cli/security_flags.h"
 #include "services/cli/service_commands.h"
 #include "services/common/grpc_util.h"
 
@@ -151,19 +153,49 @@ int RunCluster(const std::vector<std::string>& args) {
       {"replay-on", "auto", "router default: prefill, decode or auto"},
       {"replay-mode", "bounded", "router default: bounded or exact"},
       {"prefill-replay-capable", "true", "prefill workers hold the decoder too (true/false)"},
-      {"kv-transport", "ucx", "ucx or inproc... (ucx between processes)"},
+      {"kv-transport", "ucx", "ucx or inproc... (ucx between processes; nccl: GPU to GPU)"},
+      {"device", "cpu", "compute backend of every worker: cpu, cuda or cuda-bf16"},
       {"kv-format", "", "cache format override for every worker"},
       {"kv-cache-mb", "256", "global KV cache budget per worker, MiB"},
       {"ready-file", "", "write the addresses of every service here once ready"},
+      {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
+      {"public-bind", "127.0.0.1", "interface of the gateway's public gRPC listener"},
   };
-  auto f = Flags::Parse(specs, args);
+  // TLS / auth flags go to the roles (security_flags.h); this process is a
+  // client of the router with the same identity.
+  std::vector<std::string> own_args = args;
+  std::map<std::string, std::string> security;
+  if (absl::Status s = ExtractSecurityFlags("cluster", &own_args, &security); !s.ok()) {
+    return Fail(kWords, std::string(s.message()), 2);
+  }
+  auto f = Flags::Parse(specs, own_args);
   if (!f.ok()) return Fail(kWords, std::string(f.status().message()), 2);
   if (f->help()) {
-    std::printf("%s", FormatHelp("ced cluster --model DIR [--prefill N] [--decode M]",
-                                 "Starts router, gateway, a prefill pool and a decode pool as "
-                                 "local processes on loopback; stops them on SIGINT/SIGTERM.",
-                                 specs).c_str());
+    std::printf("%s%s", FormatHelp("ced cluster --model DIR [--prefill N] [--decode M]",
+                                   "Starts router, gateway, a prefill pool and a decode pool as "
+                                   "local processes on loopback; stops them on SIGINT/SIGTERM.",
+                                   specs).c_str(),
+                SecurityHelp("cluster").c_str());
     return 0;
+  }
+  if (absl::Status s = InstallSecurity("cluster", security); !s.ok()) {
+    return Fail(kWords, std::string(s.message()), 2);
+  }
+  std::vector<std::string> tls_flags, gateway_security;
+  for (const auto& [name, value] : security) {
+    if (value.empty()) continue;
+    const bool gateway_only = name == "public-client-ca" || name == "auth-tokens-file";
+    (gateway_only ? gateway_security : tls_flags).insert(
+        (gateway_only ? gateway_security : tls_flags).end(), {"--" + name, value});
+  }
+  gateway_security.insert(gateway_security.begin(), tls_flags.begin(), tls_flags.end());
+  auto host_port = [](const std::string& host, const std::string& port) {
+    const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+    return (v6 ? "[" + host + "]" : host) + ":" + port;
+  };
+  const std::string bind = f->Get("bind"), public_bind = f->Get("public-bind");
+  if (bind.empty() || public_bind.empty()) {
+    return Fail(kWords, "--bind and --public-bind need an interface address", 2);
   }
   const std::string model = f->Get("model");
   if (model.empty()) return Fail(kWords, "--model is required", 2);
@@ -189,21 +221,24 @@ int RunCluster(const std::vector<std::string>& args) {
     children.push_back(std::move(c));
     return s;
   };
-  std::vector<std::string> common_worker = {"--model", model, "--kv-transport",
+  std::vector<std::string> common_worker = tls_flags;
+  common_worker.insert(common_worker.end(), {"--model", model, "--kv-transport",
                                             f->Get("kv-transport"), "--kv-cache-mb",
-                                            f->Get("kv-cache-mb")};
+                                            f->Get("kv-cache-mb"), "--device", f->Get("device")});
   if (!f->Get("kv-format").empty()) {
     common_worker.insert(common_worker.end(), {"--kv-format", f->Get("kv-format")});
   }
-  absl::Status s = start("router", {"--role=router", "--listen", "127.0.0.1:" + Port(base, 1),
-                                    "--metrics-listen", "127.0.0.1:" + Port(mbase, 1),
-                                    "--replay-on", f->Get("replay-on"), "--replay-mode",
-                                    f->Get("replay-mode"), "--model", model});
+  std::vector<std::string> router_args = {
+      "--role=router", "--listen", host_port(bind, Port(base, 1)), "--metrics-listen",
+      host_port(bind, Port(mbase, 1)), "--replay-on", f->Get("replay-on"), "--replay-mode",
+      f->Get("replay-mode"), "--model", model};
+  router_args.insert(router_args.end(), tls_flags.begin(), tls_flags.end());
+  absl::Status s = start("router", router_args);
   const std::string router = s.ok() ? children.back()->grpc : "";
   for (int i = 0; s.ok() && i < *np; ++i) {
     std::vector<std::string> a = {"--role=prefill", "--worker-id", absl::StrCat("prefill-", i),
-                                  "--listen", "127.0.0.1:" + Port(base, 10 + i),
-                                  "--metrics-listen", "127.0.0.1:" + Port(mbase, 10 + i),
+                                  "--listen", host_port(bind, Port(base, 10 + i)),
+                                  "--metrics-listen", host_port(bind, Port(mbase, 10 + i)),
                                   "--router", router};
     a.insert(a.end(), common_worker.begin(), common_worker.end());
     if (f->Get("prefill-replay-capable") == "true") a.push_back("--replay-capable");
@@ -211,17 +246,19 @@ int RunCluster(const std::vector<std::string>& args) {
   }
   for (int j = 0; s.ok() && j < *nd; ++j) {
     std::vector<std::string> a = {"--role=decode", "--worker-id", absl::StrCat("decode-", j),
-                                  "--listen", "127.0.0.1:" + Port(base, 30 + j),
-                                  "--metrics-listen", "127.0.0.1:" + Port(mbase, 30 + j),
-                                  "--kv-listen", "127.0.0.1:" + Port(base, 50 + j),
+                                  "--listen", host_port(bind, Port(base, 30 + j)),
+                                  "--metrics-listen", host_port(bind, Port(mbase, 30 + j)),
+                                  "--kv-listen", host_port(bind, Port(base, 50 + j)),
                                   "--router", router};
     a.insert(a.end(), common_worker.begin(), common_worker.end());
     s = start(absl::StrCat("decode-", j), a);
   }
   if (s.ok()) {
-    s = start("gateway", {"--role=gateway", "--listen", "127.0.0.1:" + Port(base, 0),
-                          "--metrics-listen", "127.0.0.1:" + Port(mbase, 0), "--router", router,
-                          "--model", model});
+    std::vector<std::string> a = {"--role=gateway", "--listen", host_port(public_bind, Port(base, 0)),
+                                  "--metrics-listen", host_port(bind, Port(mbase, 0)),
+                                  "--router", router, "--model", model};
+    a.insert(a.end(), gateway_security.begin(), gateway_security.end());
+    s = start("gateway", a);
   }
   if (s.ok() && !WaitForWorkers(router, static_cast<int>(*np), static_cast<int>(*nd), 60)) {
     s = absl::UnavailableError("workers did not register with the router in time");

@@ -19,7 +19,7 @@ std::vector<FlagSpec> EngineFlags() {
       {"kv-cache-mb", "256", "global KV cache budget in MiB"},
       {"block-size", "16", "tokens per KV block"},
       {"max-sequences", "64", "sequences alive at once (local windows)"},
-      {"kv-transport", "ucx", "KV data plane: ucx (UCX_TLS picks tcp/shm) or inproc"},
+      {"kv-transport", "ucx", "KV data plane: ucx (UCX_TLS picks tcp/shm), inproc or nccl (GPU to GPU)"},
       {"router", "127.0.0.1:50051", "router address; empty = do not register"},
       {"worker-id", "", "unique id (default: role-port)"},
       {"advertise-address", "", "gRPC address registered with the router (default: the bound one)"},
@@ -59,6 +59,8 @@ int ServeDecode(const std::vector<std::string>& args) {
   specs.push_back({"advertise-kv-address", "", "KV address registered with the router (default: the bound one)"});
   specs.push_back({"max-batch", "64", "sequences per decode step"});
   specs.push_back({"reservation-timeout-ms", "30000", "release reservations whose K/V never arrives"});
+  specs.push_back({"max-queued", "256", "reservations waiting for K/V or a batch slot before RESOURCE_EXHAUSTED"});
+  specs.push_back({"max-queued-tokens", "1048576", "prompt tokens of waiting reservations before RESOURCE_EXHAUSTED"});
   auto f = Flags::Parse(specs, args);
   if (!f.ok()) return Fail("serve --role=decode", std::string(f.status().message()), 2);
   if (f->help()) {
@@ -84,6 +86,13 @@ int ServeDecode(const std::vector<std::string>& args) {
   auto rt = f->GetInt("reservation-timeout-ms");
   auto dt = f->GetInt("drain-timeout-ms");
   if (!mb.ok() || !rt.ok() || !dt.ok()) return Fail("serve --role=decode", "bad integer flag", 2);
+  auto dq = f->GetInt("max-queued");
+  auto dqt = f->GetInt("max-queued-tokens");
+  if (!dq.ok() || !dqt.ok() || *dq < 1 || *dq > (1 << 20) || *dqt < 1) {
+    return Fail("serve --role=decode", "--max-queued must be in [1, 2^20] and --max-queued-tokens >= 1", 2);
+  }
+  o.max_queued_requests = static_cast<int>(*dq);
+  o.max_queued_tokens = *dqt;
   o.max_batch = static_cast<int>(*mb);
   o.reservation_timeout_ms = static_cast<int>(*rt);
   o.drain_timeout_ms = static_cast<int>(*dt);
@@ -106,13 +115,16 @@ int ServePrefill(const std::vector<std::string>& args) {
   specs.push_back({"replay-capable", "", "also hold the decoder, so the replay can run here", true});
   specs.push_back({"chunk", "256", "default prefill chunk in tokens"});
   specs.push_back({"max-queued", "256", "queued prefill requests before RESOURCE_EXHAUSTED"});
+  specs.push_back({"max-queued-tokens", "1048576", "prompt tokens of queued prefill requests before RESOURCE_EXHAUSTED"});
+  const std::vector<FlagSpec> shown = specs;  // the test-only flag stays out of --help
+  specs.push_back({"fault-injection-for-testing", "", "see services/prefill/fault_injection.h"});
   auto f = Flags::Parse(specs, args);
   if (!f.ok()) return Fail("serve --role=prefill", std::string(f.status().message()), 2);
   if (f->help()) {
     std::printf("%s", FormatHelp("ced serve --role=prefill --model DIR [flags]",
                                  "Prefill worker: encoder-only (or encoder + replay) chunked "
                                  "prefill; streams each chunk's K/V to the decode worker.",
-                                 specs).c_str());
+                                 shown).c_str());
     return 0;
   }
   services::PrefillWorkerOptions o;
@@ -135,7 +147,15 @@ int ServePrefill(const std::vector<std::string>& args) {
   }
   o.default_chunk_tokens = static_cast<int>(*chunk);
   o.max_queued_requests = static_cast<int>(*mq);
+  auto mqt = f->GetInt("max-queued-tokens");
+  if (!mqt.ok() || *mq < 1 || *mqt < 1) {
+    return Fail("serve --role=prefill", "--max-queued and --max-queued-tokens must be >= 1", 2);
+  }
+  o.max_queued_tokens = *mqt;
   o.drain_timeout_ms = static_cast<int>(*dt);
+  auto faults = services::ParsePrefillFaults(f->Get("fault-injection-for-testing"));
+  if (!faults.ok()) return Fail("serve --role=prefill", std::string(faults.status().message()), 2);
+  o.faults = *faults;
   services::InstallShutdownSignals();
   auto w = services::PrefillWorker::Start(o);
   if (!w.ok()) return Fail("serve --role=prefill", std::string(w.status().message()));

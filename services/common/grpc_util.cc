@@ -28,7 +28,14 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &port);
+  const SecurityConfig security =
+      options.security != nullptr ? *options.security : ProcessSecurity();
+  builder.AddListeningPort(options.grpc_address, MakeServerCredentials(security), &port);
+  int health_port = 0;
+  if (!security.health_address.empty()) {
+    builder.AddListeningPort(security.health_address, MakeHealthOnlyServerCredentials(),
+                             &health_port);
+  }
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // Accept the keepalive pings our own clients send (MakeChannel) even
   // between calls, instead of answering GOAWAY "too_many_pings".
@@ -41,6 +48,10 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(
   if (rs->server_ == nullptr || port == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC on ", options.grpc_address));
+  }
+  if (!security.health_address.empty() && health_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC health checks on ", security.health_address));
   }
   const std::string host = options.grpc_address.substr(0, options.grpc_address.rfind(':'));
   rs->grpc_address_ = absl::StrCat(host, ":", port);
@@ -96,7 +107,12 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Fail fast when a peer is gone instead of waiting for reconnection.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const SecurityConfig security = ProcessSecurity();
+  if (security.tls_client && !security.server_name.empty()) {
+    args.SetSslTargetNameOverride(security.server_name);
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, MakeChannelCredentials(security), args, MakeClientInterceptors(security));
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/registry.h"
+#include "services/common/security.h"
 
 namespace ced::services {
 
@@ -26,6 +27,9 @@ struct ServerOptions {
   std::string health_service_name;               // also reported under ""
   metrics::Registry* registry = nullptr;         // required when metrics_address is set
   int max_message_bytes = 64 << 20;
+  // TLS / client certificates / bearer tokens of the gRPC listener; null:
+  // the process's (SetProcessSecurity, plaintext by default).
+  const SecurityConfig* security = nullptr;
 };
 
 // A running gRPC server (+ metrics HTTP endpoint). Thread-safe accessors.
@@ -51,7 +55,8 @@ class RunningServer {
   std::atomic<bool> serving_{true};
 };
 
-// A channel with sane defaults for internal calls (keepalive, big messages).
+// A channel with sane defaults for internal calls (keepalive, big messages),
+// secured as the process's SecurityConfig says (TLS + client certificate).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Installs SIGINT/SIGTERM handlers; WaitForShutdownSignal() blocks until one

@@ -63,6 +63,10 @@ absl::Status DecodeWorker::Init() {
   m_->transfer_bytes = &transfer_bytes->WithLabels({{"direction", "in"}});
   ASSIGN_OR_RETURN(m_->replays, registry_.AddCounter("ced_replays_total", "Replays by where they ran.", {"placement"}));
   ASSIGN_OR_RETURN(m_->requests, registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
+  ASSIGN_OR_RETURN(m_->admission_rejected, registry_.AddCounter("ced_decode_admission_rejected_total", "Reservations refused with RESOURCE_EXHAUSTED, by the bound that refused them.", {"reason"}));
+  for (const char* reason : {"queue_requests", "queue_tokens", "kv_blocks"}) m_->admission_rejected->WithLabelValues({reason});
+  ASSIGN_OR_RETURN(m_->kv_rejected, registry_.AddCounter("ced_kv_rejected_messages_total", "K/V messages refused before a byte landed, by reason.", {"reason"}));
+  for (const char* reason : kKvRejectReasons) m_->kv_rejected->WithLabelValues({reason});
   ASSIGN_OR_RETURN(m_->step_seconds, hist("ced_decode_step_seconds", "Time of one batched decode step.", metrics::LatencySecondsBuckets()));
   ASSIGN_OR_RETURN(m_->transfer_seconds, hist("ced_kv_transfer_seconds", "Reservation to all K/V landed.", metrics::LatencySecondsBuckets()));
   ASSIGN_OR_RETURN(m_->ttft_seconds, hist("ced_decode_time_to_first_token_seconds", "Reservation to first token on this worker.", metrics::LatencySecondsBuckets()));
@@ -189,11 +193,58 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
     if (cancelled_early_.erase(r->id) > 0) {
       return absl::CancelledError(absl::StrCat("request_id '", r->id, "' was cancelled"));
     }
+    // Bounded queue: reservations that do not decode yet.
+    int queued = admitting_;
+    int64_t queued_tokens = admitting_tokens_;
+    for (const auto& [id, q] : requests_) {
+      if (q->finished || q->cancelled || q->state == Request::kRunning) continue;
+      ++queued;
+      queued_tokens += static_cast<int64_t>(q->prompt.size());
+    }
+    if (queued >= options_.max_queued_requests) {
+      m_->admission_rejected->WithLabelValues({"queue_requests"}).Increment();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("decode worker: ", queued, " reservations already wait for K/V or a batch ",
+                       "slot (--max-queued ", options_.max_queued_requests, "); retry later"));
+    }
+    if (queued_tokens + static_cast<int64_t>(r->prompt.size()) > options_.max_queued_tokens) {
+      m_->admission_rejected->WithLabelValues({"queue_tokens"}).Increment();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "decode worker: ", queued_tokens, " prompt tokens already wait and ", r->prompt.size(),
+          " more would exceed --max-queued-tokens ", options_.max_queued_tokens, "; retry later"));
+    }
+    ++admitting_;
+    admitting_tokens_ += static_cast<int64_t>(r->prompt.size());
   }
+  // Leaves the count of admissions in progress on every path below: Done()
+  // with mu_ held, or the destructor on an early return.
+  struct Admitting {
+    DecodeWorker* w;
+    int64_t tokens;
+    bool done = false;
+    void Done() {
+      done = true;
+      --w->admitting_;
+      w->admitting_tokens_ -= tokens;
+    }
+    ~Admitting() {
+      if (done) return;
+      std::lock_guard<std::mutex> lock(w->mu_);
+      Done();
+    }
+  } admitting{this, static_cast<int64_t>(r->prompt.size())};
   {
     std::lock_guard<std::mutex> lock(engine_mu_);
-    ASSIGN_OR_RETURN(r->seq, engine_->CreateSequence(static_cast<int>(r->prompt.size()) +
-                                                     req.max_tokens()));
+    auto seq = engine_->CreateSequence(static_cast<int>(r->prompt.size()) + req.max_tokens());
+    if (!seq.ok()) {
+      if (absl::IsResourceExhausted(seq.status())) {
+        m_->admission_rejected->WithLabelValues({"kv_blocks"}).Increment();
+        return absl::ResourceExhaustedError(
+            absl::StrCat("decode worker: ", seq.status().message(), "; retry later"));
+      }
+      return seq.status();
+    }
+    r->seq = *seq;
   }
   r->transfer_token = RandomToken();
   ced::internal::ReserveResponse resp;
@@ -203,16 +254,23 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   resp.set_block_size(cs.block_size);
   resp.set_num_blocks((r->prompt.size() + req.max_tokens() + cs.block_size - 1) / cs.block_size);
   resp.set_kv_format(std::string(kernels::KvFormatName(engine_->kv_format())));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (requests_.count(r->id)) {  // lost a race with a duplicate
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    admitting.Done();
+    if (!requests_.count(r->id)) {
+      by_token_[r->transfer_token] = r.get();
+      requests_[r->id] = std::move(r);
+      cv_.notify_all();
+      return resp;
+    }
+  }
+  // Lost a race with a duplicate. engine_mu_ is taken without mu_ held: the
+  // scheduler takes mu_ while it holds engine_mu_.
+  {
     std::lock_guard<std::mutex> elock(engine_mu_);
     (void)engine_->ReleaseSequence(r->seq);
-    return absl::AlreadyExistsError(absl::StrCat("request_id '", r->id, "' is already reserved"));
   }
-  by_token_[r->transfer_token] = r.get();
-  requests_[r->id] = std::move(r);
-  cv_.notify_all();
-  return resp;
+  return absl::AlreadyExistsError(absl::StrCat("request_id '", r->id, "' is already reserved"));
 }
 
 void DecodeWorker::AttachStream(

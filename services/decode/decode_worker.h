@@ -38,6 +38,11 @@ struct DecodeWorkerOptions {
   std::string advertise_address;            // registered gRPC address (default: bound one)
   std::string advertise_kv_address;         // registered KV address (default: bound one)
   int max_batch = 64;                        // sequences per decode step
+  // Admission: reservations not yet decoding (waiting for their K/V or a
+  // batch slot), in requests and in prompt tokens; beyond either bound
+  // Reserve answers RESOURCE_EXHAUSTED at once. KV blocks bound the rest.
+  int max_queued_requests = 256;
+  int64_t max_queued_tokens = int64_t{1} << 20;
   int reservation_timeout_ms = 30000;        // K/V never arrived
   int stream_attach_timeout_ms = 10000;      // reserved but never streamed
   int drain_timeout_ms = 30000;              // SIGTERM: finish in-flight work for this long
@@ -100,6 +105,9 @@ class DecodeWorker {
   bool stop_ = false;
   std::atomic<bool> draining_{false};
   std::thread scheduler_;
+  // Reserve calls past the queue check, not yet in requests_ (guarded by mu_).
+  int admitting_ = 0;
+  int64_t admitting_tokens_ = 0;
 };
 
 }  // namespace ced::services

@@ -50,6 +50,18 @@ struct DecodeWorker::Request {
   double prefill_ms = 0, replay_ms = 0;
 };
 
+// Labels of ced_kv_rejected_messages_total: why the sink refused a K/V
+// message. unknown_token: no live reservation holds the transfer token;
+// request_mismatch: the token belongs to another request; inactive: the
+// request finished or was cancelled; unexpected: the request does not take
+// K/V now (local prefill, or already complete); format: not the cache
+// format; range: tokens outside the reserved prompt (or per-layer); length:
+// payload size does not match the range; duplicate: tokens or tail already
+// landed; kind: unknown message kind.
+inline constexpr const char* kKvRejectReasons[] = {
+    "unknown_token", "request_mismatch", "inactive", "unexpected", "format",
+    "range",         "length",           "duplicate", "kind"};
+
 absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const ModelConfig& c);
 std::unique_ptr<kv_transport::KvSink> MakeDecodeSink(DecodeWorker* worker);
 std::unique_ptr<grpc::Service> MakeDecodeService(DecodeWorker* worker);
@@ -59,6 +71,10 @@ struct DecodeWorker::Metrics {
   metrics::Counter *steps, *generated, *transfer_bytes;
   metrics::Family<metrics::Counter>* replays;
   metrics::Family<metrics::Counter>* requests;
+  // Reserve refused: reason = queue_requests | queue_tokens | kv_blocks.
+  metrics::Family<metrics::Counter>* admission_rejected;
+  // K/V messages the sink refused before a byte landed, by reason.
+  metrics::Family<metrics::Counter>* kv_rejected;
   metrics::Histogram *step_seconds, *transfer_seconds, *ttft_seconds, *itl_seconds, *batch_size;
 };
 

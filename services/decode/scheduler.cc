@@ -188,9 +188,14 @@ void DecodeWorker::SchedulerLoop() {
     std::lock_guard<std::mutex> elock(engine_mu_);
     for (auto& r : to_release) (void)engine_->ReleaseSequence(r->seq);
     to_release.clear();
+    // Sequences started here join the batch next iteration: count them, so
+    // the batch never exceeds max_batch (a truncated batch would starve the
+    // sequences cut off; the others keep waiting in their queue).
+    size_t started = 0;
     for (Request* r : to_start) {
-      if (running.size() >= static_cast<size_t>(options_.max_batch)) break;
+      if (running.size() + started >= static_cast<size_t>(options_.max_batch)) break;
       StartRequest(r);
+      ++started;
     }
     if (running.size() > static_cast<size_t>(options_.max_batch)) running.resize(options_.max_batch);
     if (running.empty()) continue;

@@ -19,42 +19,42 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
     std::lock_guard<std::mutex> lock(w_->mu_);
     auto it = w_->by_token_.find(h.transfer_token);
     if (it == w_->by_token_.end()) {
-      return absl::PermissionDeniedError("unknown or expired transfer token");
+      return Reject("unknown_token", absl::PermissionDeniedError("unknown or expired transfer token"));
     }
     Request* r = it->second;
     if (r->id_hash != h.request_id) {
-      return absl::PermissionDeniedError("request id does not match the transfer token");
+      return Reject("request_mismatch", absl::PermissionDeniedError("request id does not match the transfer token"));
     }
     if (r->finished || r->cancelled) {
-      return absl::CancelledError(absl::StrCat("request '", r->id, "' is no longer active"));
+      return Reject("inactive", absl::CancelledError(absl::StrCat("request '", r->id, "' is no longer active")));
     }
     if (r->local_prefill || r->state != Request::kReserved) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("request '", r->id, "' does not expect K/V now"));
+      return Reject("unexpected", absl::FailedPreconditionError(
+          absl::StrCat("request '", r->id, "' does not expect K/V now")));
     }
     if (h.format != w_->engine_->kv_format()) {
-      return absl::InvalidArgumentError(
+      return Reject("format", absl::InvalidArgumentError(
           absl::StrCat("K/V format ", std::string(kernels::KvFormatName(h.format)),
                        " does not match the cache format ",
-                       std::string(kernels::KvFormatName(w_->engine_->kv_format()))));
+                       std::string(kernels::KvFormatName(w_->engine_->kv_format())))));
     }
     const int n = static_cast<int>(r->prompt.size());
     switch (h.kind) {
       case KvMessageKind::kGlobalRange: {
         const int b = static_cast<int>(h.token_begin), e = static_cast<int>(h.token_end);
-        if (h.layer != -1) return absl::InvalidArgumentError("per-layer K/V messages unsupported");
+        if (h.layer != -1) return Reject("range", absl::InvalidArgumentError("per-layer K/V messages unsupported"));
         if (b >= e || e > n) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("token range [", b, ", ", e, ") outside the prompt of ", n));
+          return Reject("range", absl::InvalidArgumentError(
+              absl::StrCat("token range [", b, ", ", e, ") outside the prompt of ", n)));
         }
         if (h.payload_bytes != Engine::GlobalRangeBytes(w_->engine_->config(), b, e)) {
-          return absl::InvalidArgumentError(absl::StrCat(
+          return Reject("length", absl::InvalidArgumentError(absl::StrCat(
               "payload of ", h.payload_bytes, " bytes for tokens [", b, ", ", e, "), expected ",
-              Engine::GlobalRangeBytes(w_->engine_->config(), b, e)));
+              Engine::GlobalRangeBytes(w_->engine_->config(), b, e))));
         }
         for (int t = b; t < e; ++t) {
           if (r->received[t]) {
-            return absl::AlreadyExistsError(absl::StrCat("K/V for token ", t, " already landed"));
+            return Reject("duplicate", absl::AlreadyExistsError(absl::StrCat("K/V for token ", t, " already landed")));
           }
         }
         ASSIGN_OR_RETURN(auto regions, w_->engine_->GlobalRegions(r->seq, b, e));
@@ -65,10 +65,10 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
       }
       case KvMessageKind::kTail: {
         if (r->tail_received || !r->tail_bytes.empty()) {
-          return absl::AlreadyExistsError("tail already received");
+          return Reject("duplicate", absl::AlreadyExistsError("tail already received"));
         }
         if (r->received_tokens != n) {
-          return absl::FailedPreconditionError("tail before all global K/V landed");
+          return Reject("unexpected", absl::FailedPreconditionError("tail before all global K/V landed"));
         }
         // The largest tail this prompt can have: both local windows and h_E.
         TailDescriptor d;
@@ -80,8 +80,8 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
         d.replay_done = false;
         max_bytes += HeBytes(w_->engine_->config(), d);
         if (h.payload_bytes > max_bytes || h.payload_bytes < 32) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("tail of ", h.payload_bytes, " bytes is implausible"));
+          return Reject("length", absl::InvalidArgumentError(
+              absl::StrCat("tail of ", h.payload_bytes, " bytes is implausible")));
         }
         r->tail_bytes.resize(h.payload_bytes);
         ++r->inflight_messages;
@@ -92,7 +92,13 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
         w_->cv_.notify_all();
         return absl::CancelledError("transfer aborted");
     }
-    return absl::InvalidArgumentError("unknown message kind");
+    return Reject("kind", absl::InvalidArgumentError("unknown message kind"));
+  }
+
+  // Counts a refused message by reason; nothing of it has landed.
+  absl::Status Reject(const char* reason, absl::Status status) {
+    w_->m_->kv_rejected->WithLabelValues({reason}).Increment();
+    return status;
   }
 
   void Complete(const KvMessageHeader& h, absl::Status status) override {

@@ -25,8 +25,11 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"model", "", "model directory (only config.json is read)"},
       {"model-name", "", "name reported by ModelInfo (default: the directory name)"},
       {"max-inflight", "256", "requests served at once; more get RESOURCE_EXHAUSTED"},
+      {"max-inflight-tokens", "1048576",
+       "prompt + max_tokens summed over requests in flight; more get RESOURCE_EXHAUSTED"},
       {"max-request-bytes", "4194304", "largest request message; larger: RESOURCE_EXHAUSTED"},
       {"route-timeout-ms", "2000", "router silent this long: UNAVAILABLE"},
+      {"drain-timeout-ms", "30000", "SIGTERM: finish in-flight requests for at most this long"},
       {"replay-on", "", "default replay placement: prefill, decode, auto (empty: the router's)"},
       {"replay-mode", "", "default replay length: bounded, exact (empty: the router's)"},
   };
@@ -52,20 +55,31 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.model_name = flags->Get("model-name");
   if (options.model_dir.empty()) return Fail("--model is required", 2);
   auto inflight = flags->GetInt("max-inflight");
+  auto inflight_tokens = flags->GetInt("max-inflight-tokens");
   auto request_bytes = flags->GetInt("max-request-bytes");
   auto route_timeout = flags->GetInt("route-timeout-ms");
   for (const absl::Status& s :
-       {inflight.status(), request_bytes.status(), route_timeout.status()}) {
+       {inflight.status(), inflight_tokens.status(), request_bytes.status(),
+        route_timeout.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()), 2);
   }
   if (*inflight < 1 || *inflight > (1 << 20)) return Fail("--max-inflight must be >= 1", 2);
+  if (*inflight_tokens < 1 || *inflight_tokens > (int64_t{1} << 40)) {
+    return Fail("--max-inflight-tokens must be in [1, 2^40]", 2);
+  }
   if (*request_bytes < 1024 || *request_bytes > (1 << 30)) {
     return Fail("--max-request-bytes must be in [1024, 2^30]", 2);
   }
   if (*route_timeout < 1) return Fail("--route-timeout-ms must be >= 1", 2);
   options.max_inflight = static_cast<int>(*inflight);
+  options.max_inflight_tokens = *inflight_tokens;
   options.max_request_bytes = static_cast<int>(*request_bytes);
   options.route_timeout = absl::Milliseconds(*route_timeout);
+  auto drain_timeout = flags->GetInt("drain-timeout-ms");
+  if (!drain_timeout.ok() || *drain_timeout < 0 || *drain_timeout > 3600000) {
+    return Fail("--drain-timeout-ms must be in [0, 3600000]", 2);
+  }
+  options.drain_timeout = absl::Milliseconds(*drain_timeout);
   const std::string replay_on = flags->Get("replay-on");
   if (replay_on == "prefill")
     options.default_replay_on = ced::internal::REPLAY_ON_PREFILL;

@@ -24,18 +24,50 @@ std::shared_ptr<grpc::Channel> GatewayCore::Channel(const std::string& address) 
   return channel;
 }
 
-bool GatewayCore::TryAdmit() {
+std::string GatewayCore::TryAdmit(int64_t tokens) {
   absl::MutexLock lock(&mu_);
-  if (inflight_ >= settings_.max_inflight) return false;
-  ++inflight_;
+  std::string why;
+  if (tokens > settings_.max_inflight_tokens) {
+    why = absl::StrFormat(
+        "gateway: the request needs %d tokens (prompt + max_tokens), more than the whole "
+        "admission budget of %d (--max-inflight-tokens)",
+        tokens, settings_.max_inflight_tokens);
+    metrics_.rejected->WithLabelValues({"tokens"}).Increment();
+  } else if (inflight_ >= settings_.max_inflight) {
+    why = absl::StrFormat("gateway: %d requests in flight (--max-inflight); retry later",
+                          settings_.max_inflight);
+    metrics_.rejected->WithLabelValues({"requests"}).Increment();
+  } else if (inflight_tokens_ + tokens > settings_.max_inflight_tokens) {
+    why = absl::StrFormat(
+        "gateway: %d tokens in flight, %d more would exceed %d (--max-inflight-tokens); retry "
+        "later",
+        inflight_tokens_, tokens, settings_.max_inflight_tokens);
+    metrics_.rejected->WithLabelValues({"tokens"}).Increment();
+  } else {
+    ++inflight_;
+    inflight_tokens_ += tokens;
+  }
   metrics_.inflight_requests->Set(inflight_);
-  return true;
+  metrics_.inflight_tokens->Set(static_cast<double>(inflight_tokens_));
+  return why;
 }
 
-void GatewayCore::Release() {
+void GatewayCore::Release(int64_t tokens) {
   absl::MutexLock lock(&mu_);
   --inflight_;
+  inflight_tokens_ -= tokens;
   metrics_.inflight_requests->Set(inflight_);
+  metrics_.inflight_tokens->Set(static_cast<double>(inflight_tokens_));
+}
+
+int GatewayCore::inflight_requests() const {
+  absl::MutexLock lock(&mu_);
+  return inflight_;
+}
+
+int64_t GatewayCore::inflight_tokens() const {
+  absl::MutexLock lock(&mu_);
+  return inflight_tokens_;
 }
 
 void GatewayCore::CallStarted() {

@@ -26,6 +26,8 @@ struct GatewaySettings {
   ModelConfig model;
   RequestLimits limits;
   int max_inflight = 256;
+  // Sum over admitted requests of prompt tokens + max_tokens.
+  int64_t max_inflight_tokens = int64_t{1} << 20;
   // Bounds on internal calls (each also bounded by the client's deadline).
   absl::Duration route_timeout = absl::Seconds(2);
   absl::Duration reserve_timeout = absl::Seconds(10);
@@ -36,6 +38,12 @@ struct GatewaySettings {
   ced::internal::ReplayOn default_replay_on = ced::internal::REPLAY_ON_UNSPECIFIED;
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
 };
+
+// What a request costs against --max-inflight-tokens: its prompt plus the
+// most tokens it may generate (the KV it can come to hold downstream).
+inline int64_t AdmissionTokens(const ValidatedRequest& r) {
+  return static_cast<int64_t>(r.prompt_token_ids.size()) + r.max_tokens;
+}
 
 // Thread-safe.
 class GatewayCore {
@@ -50,9 +58,16 @@ class GatewayCore {
   // One channel per worker address, created on first use and kept.
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
 
-  // Admission: false when max_inflight requests are in flight.
-  bool TryAdmit();
-  void Release();
+  // Admission control: a request costing `tokens` (prompt + max_tokens) is
+  // admitted only while fewer than max_inflight requests and at most
+  // max_inflight_tokens - tokens tokens are in flight. Otherwise it is not
+  // admitted and the returned message (for RESOURCE_EXHAUSTED) names the
+  // bound; "" means admitted. Nothing queues: the caller rejects at once.
+  std::string TryAdmit(int64_t tokens);
+  // Gives back an admitted request's slot and tokens.
+  void Release(int64_t tokens);
+  int inflight_requests() const;
+  int64_t inflight_tokens() const;
 
   // Counts running per-request threads; WaitForCalls blocks until none run.
   void CallStarted();
@@ -68,9 +83,10 @@ class GatewayCore {
   const GatewayMetrics metrics_;
   std::unique_ptr<ced::internal::Router::Stub> router_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t inflight_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int running_calls_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t id_state_ ABSL_GUARDED_BY(mu_);
 };

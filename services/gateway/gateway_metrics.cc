@@ -31,6 +31,16 @@ absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registr
                                                          "Tokens streamed to clients."));
   ASSIGN_OR_RETURN(auto* inflight, registry->AddGauge("ced_gateway_inflight_requests",
                                                       "Generate requests being served."));
+  ASSIGN_OR_RETURN(auto* inflight_tokens,
+                   registry->AddGauge("ced_gateway_inflight_tokens",
+                                      "Prompt tokens plus max_tokens of the requests being served."));
+  ASSIGN_OR_RETURN(m.rejected,
+                   registry->AddCounter("ced_gateway_admission_rejected_total",
+                                        "Generate requests refused by admission control, by the "
+                                        "bound that refused them.",
+                                        {"bound"}));
+  for (const char* bound : {"requests", "tokens"}) m.rejected->WithLabelValues({bound});
+  m.inflight_tokens = &inflight_tokens->WithLabels({});
   m.ttft_seconds = &ttft->WithLabels({});
   m.inter_token_latency_seconds = &itl->WithLabels({});
   m.e2e_latency_seconds = &e2e->WithLabels({});

@@ -24,6 +24,10 @@ struct GatewayMetrics {
   metrics::Counter* prompt_tokens = nullptr;
   metrics::Counter* generated_tokens = nullptr;
   metrics::Gauge* inflight_requests = nullptr;
+  metrics::Gauge* inflight_tokens = nullptr;  // prompt + max_tokens of admitted requests
+  // Requests refused by admission control, by the bound that refused them
+  // ("requests": --max-inflight, "tokens": --max-inflight-tokens).
+  metrics::Family<metrics::Counter>* rejected = nullptr;
 };
 
 }  // namespace ced::gateway

@@ -13,6 +13,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     const GatewayServerOptions& options) {
   if (options.max_inflight < 1)
     return absl::InvalidArgumentError("gateway: max_inflight must be >= 1");
+  if (options.max_inflight_tokens < 1)
+    return absl::InvalidArgumentError("gateway: max_inflight_tokens must be >= 1");
   if (options.router_address.empty()) {
     return absl::InvalidArgumentError("gateway: a router address is required");
   }
@@ -45,6 +47,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   settings.limits.vocab_size = settings.model.vocab_size;
   settings.limits.max_position = settings.model.max_position;
   settings.max_inflight = options.max_inflight;
+  settings.max_inflight_tokens = options.max_inflight_tokens;
   settings.route_timeout = options.route_timeout;
   settings.default_replay_on = options.default_replay_on;
   settings.default_replay_mode = options.default_replay_mode;
@@ -65,6 +68,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   ASSIGN_OR_RETURN(server->server_, services::RunningServer::Start(grpc_options));
   server->grpc_address_ = server->server_->grpc_address();
   server->metrics_address_ = server->server_->metrics_address();
+  server->drain_timeout_ = options.drain_timeout;
   server->server_->SetServing(false);
   GatewayServer* raw = server.get();
   const absl::Duration interval = options.health_poll_interval;
@@ -112,7 +116,7 @@ void GatewayServer::Shutdown() {
   if (health_thread_.joinable()) health_thread_.join();
   if (server_ != nullptr) {
     server_->SetServing(false);
-    server_->Shutdown(/*deadline_ms=*/1000);
+    server_->Shutdown(static_cast<int>(absl::ToInt64Milliseconds(drain_timeout_)));
   }
   if (core_ != nullptr) core_->WaitForCalls();
   absl::MutexLock lock(&mu_);

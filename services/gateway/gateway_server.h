@@ -32,9 +32,14 @@ struct GatewayServerOptions {
   std::optional<ModelConfig> model;
   std::string model_name;
   int max_inflight = 256;                           // RESOURCE_EXHAUSTED beyond
+  // Prompt + max_tokens summed over admitted requests; RESOURCE_EXHAUSTED beyond.
+  int64_t max_inflight_tokens = int64_t{1} << 20;
   int max_request_bytes = 4 << 20;                  // larger messages: RESOURCE_EXHAUSTED
   absl::Duration route_timeout = absl::Seconds(2);  // router silent longer: UNAVAILABLE
   absl::Duration health_poll_interval = absl::Seconds(1);
+  // Shutdown (SIGTERM): new calls are refused at once, in-flight ones get
+  // this long to finish before they are cancelled.
+  absl::Duration drain_timeout = absl::Seconds(1);
   // Used for requests that leave them unspecified; UNSPECIFIED = the router's.
   ced::internal::ReplayOn default_replay_on = ced::internal::REPLAY_ON_UNSPECIFIED;
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
@@ -56,7 +61,7 @@ class GatewayServer {
   // What grpc.health.v1 reports (as of the last poll of the router).
   bool serving() const;
   std::string MetricsText() const { return registry_.Serialize(); }
-  // Idempotent. In-flight calls get ~1 s to finish, then are cancelled.
+  // Idempotent. In-flight calls get drain_timeout to finish, then are cancelled.
   void Shutdown();
 
  private:
@@ -69,6 +74,7 @@ class GatewayServer {
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<services::RunningServer> server_;
   std::string grpc_address_, metrics_address_;
+  absl::Duration drain_timeout_ = absl::Seconds(1);
 
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -33,12 +33,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     writer->handle()->Close(services::ToGrpc(valid.status()));
     return writer;
   }
-  if (!core_->TryAdmit()) {
+  const std::string refused = core_->TryAdmit(AdmissionTokens(*valid));
+  if (!refused.empty()) {
     metrics.CountRequest("resource_exhausted");
-    writer->handle()->Close(
-        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                     "gateway: " + std::to_string(core_->settings().max_inflight) +
-                         " requests in flight (--max-inflight); retry later"));
+    writer->handle()->Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, refused));
     return writer;
   }
   if (valid->request_id.empty()) valid->request_id = core_->NewRequestId();

@@ -122,7 +122,7 @@ void GenerateCall::Run() {
   }
   // Free the slot before the client learns the outcome: its next request
   // must be admitted.
-  core_->Release();
+  core_->Release(AdmissionTokens(request_));
   out_->Close(status);
 }
 

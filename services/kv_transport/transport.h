@@ -48,7 +48,7 @@ class KvSink {
 };
 
 struct TransportOptions {
-  std::string kind = "ucx";  // "ucx" | "inproc"
+  std::string kind = "ucx";  // "ucx" | "inproc" | "nccl" (GPU memory, cuda/cuda_transport.h)
   // Send gives up with DEADLINE_EXCEEDED after this long without the receiver's verdict.
   int64_t send_timeout_ms = 30000;
   // Largest payload accepted, both when sending and when receiving.

@@ -1,6 +1,7 @@
 #include "services/prefill/prefill_worker.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
@@ -21,6 +22,8 @@ struct PrefillWorker::Metrics {
   metrics::Gauge *queue_depth, *queued_tokens, *weights_bytes;
   metrics::Counter *prompt_tokens, *transfer_bytes, *replays;
   metrics::Family<metrics::Counter>* requests;
+  // Prefill refused by a queue bound: reason = queue_requests | queue_tokens.
+  metrics::Family<metrics::Counter>* admission_rejected;
   metrics::Histogram *prefill_seconds, *ttft_seconds, *transfer_seconds;
 };
 
@@ -30,6 +33,7 @@ struct PrefillWorker::Job {
   uint64_t id_hash = 0;
   bool replay_here = false;
   int chunk = 0;
+  const PrefillFaultRule* fault = nullptr;  // test only: options_.faults rule that applies
   std::shared_ptr<StreamWriter<PrefillResponse>::Handle> stream;
   Clock::time_point t_received;
   // Guarded by the worker's mu_.
@@ -71,6 +75,8 @@ absl::Status PrefillWorker::Init() {
   ASSIGN_OR_RETURN(auto* rp, registry_.AddCounter("ced_replays_total", "Replays by where they ran.", {"placement"}));
   m_->replays = &rp->WithLabels({{"placement", "prefill"}});
   ASSIGN_OR_RETURN(m_->requests, registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
+  ASSIGN_OR_RETURN(m_->admission_rejected, registry_.AddCounter("ced_prefill_admission_rejected_total", "Prefill requests refused with RESOURCE_EXHAUSTED, by the bound that refused them.", {"reason"}));
+  for (const char* reason : {"queue_requests", "queue_tokens"}) m_->admission_rejected->WithLabelValues({reason});
   ASSIGN_OR_RETURN(m_->prefill_seconds, hist("ced_prefill_seconds", "Compute time of one prefill."));
   ASSIGN_OR_RETURN(m_->ttft_seconds, hist("ced_prefill_time_to_first_token_seconds", "Receipt to first token sampled here (replay on prefill)."));
   ASSIGN_OR_RETURN(m_->transfer_seconds, hist("ced_kv_transfer_seconds", "Time of one K/V message send, until the receiver's verdict."));
@@ -83,6 +89,14 @@ absl::Status PrefillWorker::Init() {
   kv_transport::TransportOptions to;
   to.kind = options_.kv_transport;
   ASSIGN_OR_RETURN(transport_, kv_transport::CreateKvTransport(to));
+  if (options_.faults.any_corrupt()) {
+    to.corrupt_payload_checksum_for_testing = true;
+    ASSIGN_OR_RETURN(corrupt_transport_, kv_transport::CreateKvTransport(to));
+  }
+  if (options_.faults.any()) {
+    std::fprintf(stderr, "prefill %s: FAULT INJECTION enabled (%zu rules)\n",
+                 options_.worker_id.c_str(), options_.faults.rules.size());
+  }
   service_ = MakePrefillService(this);
   ServerOptions so;
   so.grpc_address = options_.grpc_address;
@@ -166,8 +180,17 @@ absl::Status PrefillWorker::Enqueue(std::shared_ptr<Job> job) {
   std::lock_guard<std::mutex> lock(mu_);
   if (draining_ || stop_) return absl::UnavailableError("prefill worker is draining");
   if (queue_.size() >= static_cast<size_t>(options_.max_queued_requests)) {
+    m_->admission_rejected->WithLabelValues({"queue_requests"}).Increment();
     return absl::ResourceExhaustedError(absl::StrCat("prefill queue is full (",
                                                      options_.max_queued_requests, " requests)"));
+  }
+  int64_t queued_tokens = 0;
+  for (const auto& j : queue_) queued_tokens += static_cast<int64_t>(j->tokens.size());
+  if (queued_tokens + static_cast<int64_t>(job->tokens.size()) > options_.max_queued_tokens) {
+    m_->admission_rejected->WithLabelValues({"queue_tokens"}).Increment();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prefill queue is full: ", queued_tokens, " prompt tokens queued and ", job->tokens.size(),
+        " more would exceed --max-queued-tokens ", options_.max_queued_tokens));
   }
   queue_.push_back(std::move(job));
   cv_.notify_all();
@@ -214,14 +237,21 @@ void PrefillWorker::SenderLoop() {
     }
     Job& job = *task->job;
     absl::Status status;
-    bool skip;
-    {
+    const PrefillFaultRule* fault = job.fault;
+    auto must_skip = [&] {
       std::lock_guard<std::mutex> lock(mu_);
-      skip = !job.send_error.ok() || job.cancelled;
+      return !job.send_error.ok() || (job.cancelled && !(fault != nullptr && fault->ignore_cancel));
+    };
+    bool skip = must_skip();
+    if (!skip && fault != nullptr && fault->send_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(fault->send_delay_ms));
+      skip = must_skip();
     }
     const auto t0 = Clock::now();
     if (!skip) {
-      status = transport_->Send(job.req.decode_kv_address(), task->header, task->payload);
+      kv_transport::KvTransport* transport =
+          fault != nullptr && fault->corrupt_checksum ? corrupt_transport_.get() : transport_.get();
+      status = transport->Send(job.req.decode_kv_address(), task->header, task->payload);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(mu_);
@@ -267,9 +297,11 @@ namespace ced::services {
 void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
   Job& job = *jp;
   const ModelConfig& c = engine_->config();
+  const PrefillFaultRule* fault = job.fault;
+  const bool deaf = fault != nullptr && fault->ignore_cancel;
   auto is_cancelled = [&] {
     std::lock_guard<std::mutex> lock(mu_);
-    return job.cancelled || !job.send_error.ok();
+    return (job.cancelled && !deaf) || !job.send_error.ok();
   };
   auto fail = [&](const absl::Status& s) {
     m_->requests->WithLabels({{"outcome", s.code() == absl::StatusCode::kCancelled ? "cancelled" : "error"}}).Increment();
@@ -299,8 +331,12 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
       std::lock_guard<std::mutex> lock(mu_);
       current_remaining_tokens_ = n - end;
     }
+    if (fault != nullptr && fault->chunk_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(fault->chunk_delay_ms));
+    }
     const int skip = std::min(end, std::max(begin, job.req.skip_prefix_tokens()));
     if (skip >= end) return;
+    if (fault != nullptr && fault->truncate && end == n) return;
     auto regions = engine_->GlobalRegions(seq, skip, end);
     if (!regions.ok()) return;
     KvMessageHeader h = base;
@@ -354,7 +390,7 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return job.pending_sends == 0; });
     if (status.ok() && !job.send_error.ok()) status = job.send_error;
-    if (status.ok() && job.cancelled) status = absl::CancelledError("prefill cancelled");
+    if (status.ok() && job.cancelled && !deaf) status = absl::CancelledError("prefill cancelled");
   }
   (void)engine_->ReleaseSequence(seq);
   if (!status.ok()) {
@@ -398,6 +434,7 @@ class PrefillWorker::Service final : public ced::internal::PrefillWorker::Callba
       job->id_hash = RequestIdHash(id);
       job->replay_here = req->replay().replay_on() == ced::internal::REPLAY_ON_PREFILL;
       job->chunk = req->chunk_size() > 0 ? req->chunk_size() : w_->options_.default_chunk_tokens;
+      job->fault = w_->options_.faults.Find(id);
       s = w_->Enqueue(job);
     }
     if (!s.ok()) writer->handle()->Close(ToGrpc(s));

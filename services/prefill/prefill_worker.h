@@ -22,6 +22,7 @@
 #include "services/common/stream_writer.h"
 #include "services/kv_transport/transport.h"
 #include "services/metrics/registry.h"
+#include "services/prefill/fault_injection.h"
 
 namespace ced::services {
 
@@ -35,7 +36,11 @@ struct PrefillWorkerOptions {
   std::string advertise_address;  // registered gRPC address (default: bound one)
   int default_chunk_tokens = 256;
   int max_queued_requests = 256;
+  // Prompt tokens of queued (not yet computing) requests; beyond it Prefill
+  // answers RESOURCE_EXHAUSTED at once.
+  int64_t max_queued_tokens = int64_t{1} << 20;
   int drain_timeout_ms = 30000;
+  PrefillFaults faults;  // test only (fault_injection.h); none by default
 };
 
 class PrefillWorker {
@@ -66,6 +71,8 @@ class PrefillWorker {
   PrefillWorkerOptions options_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<kv_transport::KvTransport> transport_;
+  // Test only: sends with a wrong checksum (faults.corrupt_checksum).
+  std::unique_ptr<kv_transport::KvTransport> corrupt_transport_;
   std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<RunningServer> server_;
   std::unique_ptr<RouterClient> router_;

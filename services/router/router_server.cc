@@ -59,6 +59,7 @@ void RouterServer::Shutdown() {
   }
   if (stale_thread_.joinable()) stale_thread_.join();
   if (server_ != nullptr) {
+    server_->SetServing(false);
     server_->Shutdown(/*deadline_ms=*/1000);
     server_.reset();
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docker-compose accepts every compose file (alone and with the GPU overlay).
+# docker-compose accepts every compose file (alone and with the GPU / TLS overlays).
 set -euo pipefail
 src=${CED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 if command -v docker-compose >/dev/null; then
@@ -21,10 +21,11 @@ check() {
 }
 check -f "$dir/docker-compose.yml"
 check -f "$dir/docker-compose.yml" -f "$dir/docker-compose.gpu.yml"
+check -f "$dir/docker-compose.yml" -f "$dir/docker-compose.tls.yml"
 # Every compose file in the folder is covered above.
 for f in "$dir"/*.yml; do
   case $(basename "$f") in
-    docker-compose.yml|docker-compose.gpu.yml) ;;
+    docker-compose.yml|docker-compose.gpu.yml|docker-compose.tls.yml) ;;
     *) echo "FAIL: $f is not checked by this test"; fail=1 ;;
   esac
 done

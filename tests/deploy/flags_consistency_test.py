@@ -49,6 +49,8 @@ def flags_from_source(role):
     start = src.index("int ServeDecode" if role == "decode" else "int ServePrefill")
     end = src.index("int ServePrefill" if role == "decode" else "}  // namespace", start)
     text = engine + src[start:end]
+  # TLS / auth flags every role takes (`ced serve` handles them for all roles).
+  text += read("services/cli/security_flags.cc")
   return {m.group(1): m.group(2) for m in SPEC.finditer(text)}
 
 

@@ -1,7 +1,7 @@
 // Validates rendered Kubernetes manifests: every object against its OpenAPI
 // schema (kubernetes-models / @kubernetes-models/prometheus-operator), then
 // the deployment rules of deploy/README.md (non-root, read-only root, gRPC
-// probes, resources, drain grace period, PDBs, default-deny, GPUs).
+// probes, TLS from Secrets, resources, drain grace period, PDBs, default-deny, GPUs).
 // Usage: node validate_k8s.mjs NODE_MODULES_DIR OVERLAY RENDERED.yaml
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -63,9 +63,25 @@ for (const role of roles) {
   }
   const c = pod.containers.find((x) => x.name === role);
   if (!c) { fail(what, `no container named ${role}`); continue; }
-  const grpcPort = c.ports?.find((p) => p.name === "grpc")?.containerPort;
+  // With TLS on the gRPC port, probes use the plaintext health-only port.
+  const grpcPort = c.ports?.find((p) => p.name === "grpc-health")?.containerPort ??
+      c.ports?.find((p) => p.name === "grpc")?.containerPort;
   for (const probe of ["readinessProbe", "livenessProbe"]) {
     if (c[probe]?.grpc?.port !== grpcPort) fail(what, `${probe} is not a native gRPC probe on ${grpcPort}`);
+  }
+  const args = c.args ?? [];
+  const health = args.find((a) => a.startsWith("--health-listen="));
+  if (grpcPort !== c.ports?.find((p) => p.name === "grpc")?.containerPort &&
+      !health?.endsWith(`:${grpcPort}`)) {
+    fail(what, `probe port ${grpcPort} is not the --health-listen port`);
+  }
+  // TLS material comes from a mounted Secret, never from the image.
+  for (const flag of ["--tls-cert=", "--tls-key=", "--tls-ca="]) {
+    const path = args.find((a) => a.startsWith(flag))?.slice(flag.length);
+    const mount = path && c.volumeMounts?.find((m) => path.startsWith(m.mountPath + "/"));
+    const volume = mount && (pod.volumes ?? []).find((v) => v.name === mount.name);
+    if (!volume?.secret) fail(what, `${flag}FILE is not read from a mounted Secret`);
+    else if (volume.secret.optional) fail(what, `the TLS Secret ${volume.secret.secretName} is optional`);
   }
   const drain = (c.args ?? []).find((a) => a.startsWith("--drain-timeout-ms="));
   if (drain && grace * 1000 < Number(drain.split("=")[1]) + 5000) {

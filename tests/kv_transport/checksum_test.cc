@@ -61,6 +61,26 @@ TEST_P(Crc32cTest, DetectsSingleBitFlip) {
   EXPECT_NE(Crc32c(0, data.data(), data.size()), before);
 }
 
+// Long inputs take the interleaved three-stream path of the hardware version
+// (blocks of 3 x 4096 and 3 x 256 bytes): every boundary around them, at several
+// alignments, must agree with the portable implementation and compose.
+TEST(Crc32cLongTest, InterleavedStreamsMatchPortable) {
+  std::mt19937 rng(11);
+  std::vector<uint8_t> data((1 << 20) + 64);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  for (size_t n : {767u, 768u, 769u, 12287u, 12288u, 12289u, 13055u, 13056u, 13057u, 24576u,
+                   100003u, 1u << 20}) {
+    for (size_t offset : {0u, 1u, 3u, 8u}) {
+      const uint8_t* p = data.data() + offset;
+      const uint32_t want = Crc32cPortable(0, p, n);
+      ASSERT_EQ(Crc32c(0, p, n), want) << "n=" << n << " offset=" << offset;
+      ASSERT_EQ(Crc32c(Crc32c(0, p, n / 2 + 1), p + n / 2 + 1, n - n / 2 - 1), want)
+          << "n=" << n << " offset=" << offset;
+      ASSERT_EQ(Crc32c(0x12345678u, p, n), Crc32cPortable(0x12345678u, p, n)) << "n=" << n;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Implementations, Crc32cTest,
                          ::testing::Values(&::ced::kv_transport::Crc32c, &Crc32cPortable),
                          [](const ::testing::TestParamInfo<CrcFn>& info) {

@@ -63,8 +63,8 @@ TEST(CostModelTest, DecodeBatchWorkIsTheSumOfSequences) {
     for (int64_t ctx : {1, 5, 16, 17, 300}) {
       const Work w = m->DecodeSequenceWork(ctx);
       EXPECT_NEAR(w.bytes,
-                  KvBytesReadPerDecodeStep(c, KvFormat::kBF16, ctx) +
-                      GlobalKvBytesPerToken(c, KvFormat::kBF16),
+                  KvBytesReadPerDecodeStep(c, c.kv_cache_dtype, ctx) +
+                      GlobalKvBytesPerToken(c, c.kv_cache_dtype),
                   1e-6 * w.bytes)
           << preset << " " << ctx;
       EXPECT_NEAR(w.flops,
@@ -111,13 +111,72 @@ TEST(CostModelTest, RejectsUnknownGpuAndBadModel) {
 }
 
 TEST(AdmissionTest, ReservesPromptPlusMaxTokens) {
-  int64_t free_blocks = 10;
   EXPECT_EQ(BlocksForRequest(100, 60, 16), 10);
-  EXPECT_TRUE(TryAdmit(100, 60, 16, &free_blocks));
-  EXPECT_EQ(free_blocks, 0);
-  free_blocks = 9;
-  EXPECT_FALSE(TryAdmit(100, 60, 16, &free_blocks));
-  EXPECT_EQ(free_blocks, 9);
+  DecodeKvPool pool(10, 16);
+  std::vector<int> a, b;
+  EXPECT_TRUE(pool.TryAdmit(100, 60, &a));
+  EXPECT_EQ(a.size(), 10u);
+  EXPECT_EQ(pool.free_blocks(), 0);
+  EXPECT_FALSE(pool.TryAdmit(1, 1, &b));  // all-or-nothing, pool unchanged
+  EXPECT_TRUE(b.empty());
+  pool.Release(&a);
+  EXPECT_EQ(pool.free_blocks(), 10);
+  EXPECT_TRUE(pool.TryAdmit(100, 44, &b));  // 144 tokens: 9 blocks
+  EXPECT_EQ(pool.free_blocks(), 1);
+  DecodeKvPool small(9, 16);
+  std::vector<int> c;
+  EXPECT_FALSE(small.TryAdmit(100, 60, &c));  // can never fit
+  EXPECT_EQ(small.free_blocks(), 9);
+}
+
+TEST(DeviceProfileTest, ParsesAndRoundTrips) {
+  const std::string text =
+      "# measured\nname cpu-test\npeak_flops 1.5e11\nhbm_bytes_per_s 2e10\n"
+      "hbm_bytes 8e9\nbytes_per_param 4\ndecode_step_s 0.001  # fixed\nkv_room_bytes 268435456\n";
+  absl::StatusOr<GpuSpec> spec = ParseDeviceProfile(text, "p.txt");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "cpu-test");
+  EXPECT_DOUBLE_EQ(spec->peak_flops, 1.5e11);
+  EXPECT_DOUBLE_EQ(spec->bytes_per_param, 4);
+  EXPECT_DOUBLE_EQ(spec->decode_step_s, 0.001);
+  absl::StatusOr<GpuSpec> again = ParseDeviceProfile(DeviceProfileText(*spec), "q.txt");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(DeviceProfileText(*again), DeviceProfileText(*spec));
+}
+
+TEST(DeviceProfileTest, BadInputNamesTheKey) {
+  absl::StatusOr<GpuSpec> s = ParseDeviceProfile("peak_flops 1e11\nwarp_speed 3\n", "p.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("warp_speed"), std::string::npos);
+  s = ParseDeviceProfile("peak_flops fast\nhbm_bytes_per_s 1\nhbm_bytes 1\n", "p.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("peak_flops"), std::string::npos);
+  s = ParseDeviceProfile("peak_flops 1e11\n", "p.txt");  // missing required keys
+  EXPECT_FALSE(s.ok());
+}
+
+// A device profile's costs beyond the roofline add to each step as stated.
+TEST(DeviceProfileTest, OverheadsAddToSteps) {
+  CostModel::Options options;
+  options.config = *PresetConfig("small");
+  options.gpu = GpuSpec{"cpu", 1e11, 2e10, 8e9};
+  options.gpu.bytes_per_param = 4;
+  std::unique_ptr<CostModel> bare = *CostModel::Create(options);
+  options.gpu.prefill_step_s = 0.003;
+  options.gpu.prefill_token_s = 1e-5;
+  options.gpu.decode_step_s = 0.002;
+  options.gpu.decode_seq_s = 0.0005;
+  options.gpu.kv_room_bytes = 256 << 20;
+  std::unique_ptr<CostModel> cpu = *CostModel::Create(options);
+  EXPECT_NEAR(cpu->PrefillSeconds(512, true, 1) - bare->PrefillSeconds(512, true, 1),
+              0.003 + 512e-5, 1e-12);
+  const Work w = cpu->DecodeStepBaseWork();
+  EXPECT_NEAR(cpu->DecodeStepSeconds(w, 4, 1) - bare->DecodeStepSeconds(w, 4, 1), 0.004, 1e-12);
+  EXPECT_DOUBLE_EQ(cpu->KvRoomBytes(WeightSet::kFull, 1), 256 << 20);
+  // f32 weights: the decode step reads 4 bytes per parameter.
+  EXPECT_DOUBLE_EQ(w.bytes, 4.0 * cpu->accounting().params_per_generated_token);
+  // The model's cache format (small: f32) sets the K/V bytes.
+  EXPECT_DOUBLE_EQ(cpu->kv_bytes_per_token(), GlobalKvBytesPerToken(options.config, KvFormat::kF32));
 }
 
 }  // namespace

@@ -133,6 +133,63 @@ TEST(SimulatorTest, NaiveRouterIsNeverBetterOnBursts) {
   }
 }
 
+// A measured device profile's costs beyond the roofline: the path latency
+// before the prefill, the fixed and per-token prefill costs, and the fixed and
+// per-sequence decode costs, exactly as stated.
+TEST(SimulatorTest, DeviceProfileCostsInAnUnloadedRequest) {
+  SimOptions o;
+  o.model = *PresetConfig("small");
+  o.gpu = GpuSpec{"cpu", 1e11, 2e10, 8e9};
+  o.gpu.bytes_per_param = 4;
+  o.gpu.request_s = 0.002;
+  o.gpu.prefill_step_s = 0.003;
+  o.gpu.prefill_token_s = 2e-5;
+  o.gpu.decode_step_s = 0.001;
+  o.gpu.decode_seq_s = 0.0004;
+  o.gpu.kv_room_bytes = 256 << 20;
+  o.gpu.link_bytes_per_s = 4e9;
+  o.prefill_instances = o.decode_instances = 1;
+  o.prefill_gpus = o.decode_gpus = 1;
+  const int64_t n = 512;
+  o.requests = {{0.5, n, 3}};
+  const SimSummary s = *RunSimulation(o);
+  ASSERT_EQ(s.completed, 1);
+  CostModel::Options co;
+  co.config = o.model;
+  co.gpu = o.gpu;
+  std::unique_ptr<CostModel> cost = *CostModel::Create(co);
+  const double prefill =
+      cost->StepSeconds(cost->PrefillWork(n, true), 1) + 0.003 + 2e-5 * n;
+  auto step = [&](int64_t ctx) {
+    Work w = cost->DecodeStepBaseWork();
+    w += cost->DecodeSequenceWork(ctx);
+    return cost->StepSeconds(w, 1) + 0.001 + 0.0004;
+  };
+  const double transfer = cost->TransferBytes(n, false) / 4e9;
+  const RequestResult& r = s.results[0];
+  EXPECT_NEAR(r.ttft_s(), 0.002 + prefill, 1e-12);
+  EXPECT_NEAR(r.tpot_s(), (transfer + step(n + 1) + step(n + 2)) / 2, 1e-12);
+}
+
+// The decode worker's loop: K/V that lands while another sequence runs is
+// started in one iteration and decoded from the next; on an idle instance
+// it is decoded at once (the same as without the lag).
+TEST(SimulatorTest, DecodeStartLag) {
+  SimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  o.requests = {{0, 1000, 200}};
+  const SimSummary alone = *RunSimulation(o);
+  o.start_lag = true;
+  EXPECT_EQ(RunSimulation(o)->ToString(), alone.ToString());
+  o.requests = {{0, 1000, 200}, {0.2, 1000, 20}};
+  const SimSummary lag = *RunSimulation(o);
+  o.start_lag = false;
+  const SimSummary join = *RunSimulation(o);
+  ASSERT_EQ(lag.completed, 2);
+  EXPECT_DOUBLE_EQ(lag.results[1].ttft_s(), join.results[1].ttft_s());
+  EXPECT_GT(lag.results[1].tpot_s(), join.results[1].tpot_s());
+  EXPECT_EQ(lag.decode_steps, join.decode_steps);  // the first request sets the steps
+}
+
 TEST(SimulatorTest, RejectsBadOptions) {
   SimOptions o = Fleet("llama3-70b-ced", 0, 1);
   EXPECT_FALSE(RunSimulation(o).ok());

@@ -1,10 +1,15 @@
-// The CPU backend: host memory, OpenBLAS GEMMs, OpenMP kernels.
+// The CPU backend: host memory, OpenBLAS GEMMs, kernels on the CPU worker pool.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "engine/backend/backend.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/kv_codec.h"
 #include "kernels/cpu/math.h"
 
@@ -30,7 +35,12 @@ class CpuBackend final : public Backend {
     std::memcpy(dst, src, bytes);
   }
   void Copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
-  absl::StatusOr<const float*> UploadWeights(const float* host, size_t) override { return host; }
+  // Weights are used in place; their range is remembered so products on them
+  // can use a packed copy (kernels/cpu/gemm_packed.h).
+  absl::StatusOr<const float*> UploadWeights(const float* host, size_t count) override {
+    if (host != nullptr && count > 0) weight_ranges_[host] = host + count;
+    return host;
+  }
 
   void Embed(const int32_t* tokens, int n, const float* table, int d, float* out) override {
     for (int i = 0; i < n; ++i) {
@@ -42,12 +52,34 @@ class CpuBackend final : public Backend {
     kernels::RmsNormCpu(x, n, d, w, eps, out);
   }
   void Gemm(const float* x, int n, int in, const float* w, int out, float* y) override {
-    kernels::GemmCpu(x, n, in, w, out, y);
+    const GemmTarget t = {w, out, y, false};
+    GemmMulti(x, n, in, &t, 1);
+  }
+  void GemmMulti(const float* x, int n, int in, const GemmTarget* targets, int count) override {
+    // Batch 1 streams the row-major weights (GEMV); larger batches use the
+    // packed weights when every target is an uploaded weight.
+    if (n >= 2) {
+      std::vector<kernels::PackedGemmTarget> packed(count);
+      bool all = true;
+      for (int i = 0; i < count && all; ++i) {
+        const kernels::PackedMatrix* p = Packed(targets[i].w, targets[i].out, in);
+        all = p != nullptr;
+        packed[i] = {p, targets[i].y, targets[i].accumulate};
+      }
+      if (all) {
+        kernels::GemmPackedMultiCpu(x, n, in, packed.data(), count);
+        return;
+      }
+    }
+    kernels::GemmMultiCpu(x, n, in, targets, count);
   }
   void Add(float* x, const float* y, size_t count) override { kernels::AddCpu(x, y, count); }
   void Rope(float* x, int n, int heads, int head_dim, const int32_t* positions,
             double theta) override {
-    kernels::RopeCpu(x, n, heads, head_dim, positions, theta);
+    int max_pos = 0;
+    for (int i = 0; i < n; ++i) max_pos = std::max(max_pos, positions[i]);
+    rope_.Reserve(theta, head_dim, max_pos + 1);  // sin/cos computed once per position
+    kernels::RopeCpu(x, n, heads, head_dim, positions, rope_);
   }
   void SiluMul(float* gate, const float* up, size_t count) override {
     kernels::SiluMulCpu(gate, up, count);
@@ -72,6 +104,28 @@ class CpuBackend final : public Backend {
     kernels::AttentionCpu(params, segments);
   }
   void Synchronize() override {}
+
+ private:
+  // The packed copy of weight w [out, in], made on first use; nullptr when w
+  // is not inside an uploaded weight tensor.
+  const kernels::PackedMatrix* Packed(const float* w, int out, int in) {
+    auto it = packed_.find(w);
+    if (it != packed_.end() && it->second->out() == out && it->second->in() == in) {
+      return it->second.get();
+    }
+    auto r = weight_ranges_.upper_bound(w);
+    if (r == weight_ranges_.begin()) return nullptr;
+    --r;
+    if (w + static_cast<size_t>(out) * in > r->second) return nullptr;
+    auto p = std::make_unique<kernels::PackedMatrix>(w, out, in);
+    const kernels::PackedMatrix* raw = p.get();
+    packed_[w] = std::move(p);
+    return raw;
+  }
+
+  kernels::RopeTable rope_;
+  std::map<const float*, const float*> weight_ranges_;  // begin -> end
+  std::map<const float*, std::unique_ptr<kernels::PackedMatrix>> packed_;
 };
 
 [[maybe_unused]] const bool kRegistered = RegisterBackend("cpu", []() -> absl::StatusOr<std::unique_ptr<Backend>> {

@@ -1,4 +1,5 @@
 // The CUDA backend: device memory, cuBLAS GEMMs, kernels/cuda for the rest.
+// Built as the plugin libced_cuda.so (see plugin.h for why).
 //
 // All work runs in order on one stream owned by the backend. The Backend
 // interface hands some tables over as host arrays (token ids, positions, row
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/device_arena.h"
+#include "engine/backend/cuda/plugin.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/kv_codec.h"
@@ -306,10 +308,24 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(const char* name, bool bf16) {
   return CudaBackend::Create(o);
 }
 
-// Registration only: no CUDA call happens before a factory runs.
-[[maybe_unused]] const bool kRegistered =
-    RegisterBackend("cuda", [] { return MakeCuda("cuda", false); }) &&
-    RegisterBackend("cuda-bf16", [] { return MakeCuda("cuda-bf16", true); });
-
 }  // namespace
 }  // namespace ced
+
+// The plugin's entry points (engine/backend/cuda/plugin.h); everything else in
+// libced_cuda.so is hidden. No CUDA call happens before create_backend runs.
+extern "C" __attribute__((visibility("default"))) int ced_cuda_plugin_abi_version() {
+  return CED_CUDA_PLUGIN_ABI_VERSION;
+}
+
+extern "C" __attribute__((visibility("default"))) void ced_cuda_plugin_create_backend(
+    const char* name, absl::StatusOr<std::unique_ptr<ced::Backend>>* out) {
+  const std::string n = name != nullptr ? name : "";
+  if (n == "cuda") {
+    *out = ced::MakeCuda("cuda", false);
+  } else if (n == "cuda-bf16") {
+    *out = ced::MakeCuda("cuda-bf16", true);
+  } else {
+    *out = absl::InvalidArgumentError(
+        absl::StrCat("CUDA plugin: unknown backend '", n, "' (expected cuda or cuda-bf16)"));
+  }
+}

@@ -50,6 +50,7 @@ struct UcxTransport::RecvOp {
   std::vector<MemSpan> spans;
   std::vector<ucp_dt_iov_t> iov;
   bool abandoned = false;  // completed as CANCELLED at shutdown; UCX may still call back
+  bool verifying = false;  // landed; its checksum is with the verifier thread
 };
 
 }  // namespace ced::kv_transport::ucx

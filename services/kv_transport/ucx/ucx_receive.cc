@@ -10,6 +10,11 @@
 namespace ced::kv_transport::ucx {
 namespace {
 
+// Payloads up to this size are verified on the progress thread (a few
+// microseconds) unless larger ones are queued ahead of them; larger ones go to
+// the verifier thread.
+constexpr uint64_t kInlineVerifyBytes = 64 << 10;
+
 // An acknowledgement kept alive until UCX has sent it.
 struct AckMessage {
   uint8_t header[kAckHeaderBytes];
@@ -97,20 +102,80 @@ ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void
 void UcxTransport::FinishRecv(RecvOp* op, ucs_status_t ucx_status) {
   auto it = recvs_.find(op);
   if (it == recvs_.end() || it->second->abandoned) return;
-  std::unique_ptr<RecvOp> owned = std::move(it->second);
-  recvs_.erase(it);
-  absl::Status status;
   if (ucx_status != UCS_OK) {
-    status =
-        UcsError(shutting_down_ ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
-                 absl::StrCat("kv payload of request ", op->header.request_id), ucx_status);
-  } else if (ChecksumSpans(op->spans) != op->header.payload_checksum) {
+    ConcludeRecv(
+        op, UcsError(shutting_down_ ? absl::StatusCode::kCancelled : absl::StatusCode::kUnavailable,
+                     absl::StrCat("kv payload of request ", op->header.request_id), ucx_status));
+    return;
+  }
+  // Inline only when nothing is queued ahead: verdicts keep the arrival order.
+  if (op->header.payload_bytes > kInlineVerifyBytes || verifying_ > 0) {
+    QueueVerify(op);
+    return;
+  }
+  OnVerified(op, ChecksumSpans(op->spans));
+}
+
+void UcxTransport::QueueVerify(RecvOp* op) {
+  op->verifying = true;
+  ++verifying_;
+  absl::MutexLock lock(&verify_mu_);
+  verify_queue_.push_back(op);
+}
+
+void UcxTransport::OnVerified(RecvOp* op, uint32_t checksum) {
+  if (op->verifying) {
+    op->verifying = false;
+    --verifying_;
+  }
+  auto it = recvs_.find(op);
+  if (it == recvs_.end() || it->second->abandoned) return;
+  absl::Status status;
+  if (checksum != op->header.payload_checksum) {
     status = absl::DataLossError(absl::StrCat(
         "kv payload checksum mismatch for request ", op->header.request_id, " tokens [",
         op->header.token_begin, ", ", op->header.token_end, ") layer ", op->header.layer));
   }
-  sink_->Complete(op->header, status);
-  SendAck(op->reply_ep, op->send_id, status);
+  ConcludeRecv(op, status);
+}
+
+void UcxTransport::ConcludeRecv(RecvOp* op, const absl::Status& status) {
+  auto it = recvs_.find(op);
+  if (it == recvs_.end()) return;
+  std::unique_ptr<RecvOp> owned = std::move(it->second);
+  recvs_.erase(it);
+  sink_->Complete(owned->header, status);
+  SendAck(owned->reply_ep, owned->send_id, status);
+}
+
+void UcxTransport::VerifierLoop() {
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(verify_mu_) {
+    return verify_stop_ || !verify_queue_.empty();
+  };
+  while (true) {
+    RecvOp* op = nullptr;
+    {
+      absl::MutexLock lock(&verify_mu_);
+      verify_mu_.Await(absl::Condition(&ready));
+      if (verify_stop_) return;
+      op = verify_queue_.front();
+      verify_queue_.pop_front();
+    }
+    // The op and its spans stay valid: only OnVerified (or Shutdown, after
+    // joining this thread) releases them.
+    const uint32_t checksum = ChecksumSpans(op->spans);
+    Post([this, op, checksum] { OnVerified(op, checksum); });
+  }
+}
+
+void UcxTransport::StopVerifier() {
+  if (!verifier_.joinable()) return;
+  {
+    absl::MutexLock lock(&verify_mu_);
+    verify_stop_ = true;
+    verify_queue_.clear();
+  }
+  verifier_.join();
 }
 
 void UcxTransport::SendAck(ucp_ep_h ep, uint64_t send_id, const absl::Status& status) {

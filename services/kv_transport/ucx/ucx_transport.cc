@@ -1,5 +1,6 @@
 #include "services/kv_transport/ucx/ucx_transport.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -23,6 +24,20 @@ constexpr int kIdleWaitMs = 20;
 constexpr int kProgressBatch = 64;
 // How long shutdown keeps progressing to let closes and cancelled operations finish.
 constexpr absl::Duration kShutdownGrace = absl::Seconds(2);
+
+// True for 127.0.0.0/8 and ::1 (and ::ffff:127.x.y.z).
+bool IsLoopback(const SockAddr& a) {
+  if (a.storage.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&a.storage);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a.storage.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a.storage);
+    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) return in6->sin6_addr.s6_addr[12] == 127;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -162,9 +177,23 @@ void UcxTransport::ProgressLoop() {
 
 void UcxTransport::Shutdown() {
   shutting_down_ = true;
+  StopVerifier();
+  guard_.reset();
   if (listener_ != nullptr) ucp_listener_destroy(listener_);
   listener_ = nullptr;
-  DrainCommands();  // Sends posted during destruction settle as CANCELLED
+  // Sends posted during destruction settle as CANCELLED; verdicts the verifier
+  // posted before it stopped are delivered.
+  DrainCommands();
+  // Payloads the verifier never got to.
+  std::vector<RecvOp*> unverified;
+  for (auto& [raw, op] : recvs_) {
+    if (op->verifying) unverified.push_back(raw);
+  }
+  for (RecvOp* op : unverified) {
+    op->verifying = false;
+    --verifying_;
+    ConcludeRecv(op, absl::CancelledError("kv transport shutting down"));
+  }
   for (auto& [ep, ctx] : eps_) {
     FailEp(ctx.get(), absl::CancelledError("kv transport shutting down"));
   }
@@ -212,8 +241,20 @@ absl::StatusOr<std::string> UcxTransport::Listen(const std::string& address, KvS
     sink_ = sink;
     ucp_listener_params_t params{};
     params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    params.sockaddr.addr = addr.get();
-    params.sockaddr.addrlen = addr.length;
+    // On a loopback address UCX listens on an ephemeral port of the same
+    // address, behind the guard (ucx_guard.h). On any other address the guard
+    // would hide the peer's address from UCX's connection manager (which takes
+    // the client's TCP device address from the socket peer), so peers on other
+    // hosts could not connect: there UCX owns the port itself.
+    const bool guarded = IsLoopback(addr);
+    SockAddr inner = addr;
+    if (guarded && inner.storage.ss_family == AF_INET) {
+      reinterpret_cast<sockaddr_in*>(&inner.storage)->sin_port = 0;
+    } else if (guarded && inner.storage.ss_family == AF_INET6) {
+      reinterpret_cast<sockaddr_in6*>(&inner.storage)->sin6_port = 0;
+    }
+    params.sockaddr.addr = inner.get();
+    params.sockaddr.addrlen = inner.length;
     params.conn_handler.cb = &ConnHandlerCb;
     params.conn_handler.arg = this;
     ucs_status_t s = ucp_listener_create(worker_, &params, &listener_);
@@ -225,11 +266,23 @@ absl::StatusOr<std::string> UcxTransport::Listen(const std::string& address, KvS
       ucp_listener_attr_t attr{};
       attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
       s = ucp_listener_query(listener_, &attr);
-      if (s == UCS_OK) {
+      if (s == UCS_OK && !guarded) {
         result = FormatHostPort(hp.host.empty() ? "0.0.0.0" : hp.host, PortOf(attr.sockaddr));
+      } else if (s == UCS_OK) {
+        auto guard = HandshakeGuard::Start(addr.get(), addr.length, PortOf(attr.sockaddr));
+        if (guard.ok()) {
+          guard_ = *std::move(guard);
+          result = FormatHostPort(hp.host.empty() ? "0.0.0.0" : hp.host, guard_->port());
+        } else {
+          result = guard.status();
+          ucp_listener_destroy(listener_);
+          listener_ = nullptr;
+          sink_ = nullptr;
+        }
       } else {
         result = UcsError(absl::StatusCode::kInternal, "ucp_listener_query", s);
       }
+      if (result.ok()) verifier_ = std::thread([this] { VerifierLoop(); });
     }
     done.Notify();
   });

@@ -8,6 +8,10 @@
 // for destination spans, lands eager data by copy and rendezvous data by
 // ucp_am_recv_data_nbx straight into the spans, verifies the checksum, calls
 // Complete, and replies with a small acknowledgement AM carrying its verdict.
+// Checksums of large payloads are verified on a separate verifier thread, in
+// arrival order, so that the progress thread keeps moving the next payloads
+// meanwhile; the sender computes its checksum on the calling thread. Many Sends
+// (each waiting for its own verdict) may be in flight on one connection.
 //
 // A Send that times out force-closes its connection (other Sends on it fail with
 // UNAVAILABLE) so that the payload is never referenced after Send returns.
@@ -27,6 +31,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "services/kv_transport/transport.h"
+#include "services/kv_transport/ucx/ucx_guard.h"
 #include "services/kv_transport/ucx/ucx_util.h"
 
 namespace ced::kv_transport::ucx {
@@ -78,6 +83,15 @@ class UcxTransport final : public KvTransport {
   ucs_status_t OnAck(const void* header, size_t header_length, const void* data, size_t length,
                      const ucp_am_recv_param_t* param);
   void FinishRecv(RecvOp* op, ucs_status_t status);
+  // Hands `op`'s checksum to the verifier thread, which posts OnVerified back.
+  void QueueVerify(RecvOp* op);
+  void OnVerified(RecvOp* op, uint32_t checksum);
+  // Completes `op` with `status` (sink Complete + acknowledgement) and frees it.
+  void ConcludeRecv(RecvOp* op, const absl::Status& status);
+  // The verifier thread (started by Listen) and its stop, which joins it; jobs it
+  // had not started are left to the caller.
+  void VerifierLoop();
+  void StopVerifier();
   void SendAck(ucp_ep_h ep, uint64_t send_id, const absl::Status& status);
 
   // UCX C callbacks.
@@ -112,13 +126,22 @@ class UcxTransport final : public KvTransport {
   bool shutting_down_ = false;
   KvSink* sink_ = nullptr;
   ucp_listener_h listener_ = nullptr;
+  // Owns the public listening port; UCX's listener sits behind it (ucx_guard.h).
+  std::unique_ptr<HandshakeGuard> guard_;
   std::unordered_map<ucp_ep_h, std::unique_ptr<EpContext>> eps_;
   std::unordered_map<std::string, EpContext*> peers_;  // usable client endpoints
   std::vector<EpContext*> to_close_;
   std::vector<std::pair<void*, EpContext*>> closing_;            // close requests in flight
   std::unordered_map<uint64_t, std::shared_ptr<SendOp>> sends_;  // by send id
-  std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> recvs_;   // rendezvous in flight
+  std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> recvs_;   // landing or being verified
   std::vector<std::shared_ptr<SendOp>> abandoned_sends_;         // kept until the worker dies
+  size_t verifying_ = 0;  // received payloads handed to the verifier, not back yet
+
+  // The verifier thread's queue (RecvOps stay owned by recvs_ meanwhile).
+  std::thread verifier_;
+  absl::Mutex verify_mu_;
+  std::deque<RecvOp*> verify_queue_ ABSL_GUARDED_BY(verify_mu_);
+  bool verify_stop_ ABSL_GUARDED_BY(verify_mu_) = false;
 };
 
 }  // namespace ced::kv_transport::ucx

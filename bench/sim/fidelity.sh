@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Fidelity of ced-sim against the real system: calibrates a CPU device
+# profile of this machine (ced-sim-calibrate), starts the local cluster of
+# `ced cluster` (1 prefill + 1 decode worker, CPU), measures the per-request
+# path latency with a short probe, then for a light and a moderate load runs
+# the load generator on the cluster and the simulator on the same workload
+# and seed, and writes predicted vs measured TTFT / TPOT p50 / p90 to
+# bench/results/fidelity.md (or $OUT).
+#
+# Usage: bench/sim/fidelity.sh [BUILD_DIR]     (default: build)
+# Needs BUILD_DIR/bin/{ced,ced-loadgen,ced-sim,ced-sim-calibrate} and
+# /usr/bin/python3. Takes about 6 minutes. Knobs (environment): PRESET
+# (small), RATES ("0.5 1.5"), REQUESTS ("60 120"), INPUT_MEAN (512),
+# OUTPUT_MEAN (32), SEED (1), OUT.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build}
+BIN=$BUILD/bin
+PRESET=${PRESET:-small}
+RATES=(${RATES:-0.5 1.5})
+REQUESTS=(${REQUESTS:-60 120})
+INPUT_MEAN=${INPUT_MEAN:-512}
+OUTPUT_MEAN=${OUTPUT_MEAN:-32}
+SEED=${SEED:-1}
+OUT=${OUT:-bench/results/fidelity.md}
+PY=/usr/bin/python3
+for b in ced ced-loadgen ced-sim ced-sim-calibrate; do
+  [[ -x $BIN/$b ]] || { echo "fidelity.sh: $BIN/$b not built (ninja -C $BUILD $b)" >&2; exit 2; }
+done
+[[ -x $PY ]] || { echo "fidelity.sh: needs $PY" >&2; exit 2; }
+[[ ${#RATES[@]} == "${#REQUESTS[@]}" ]] || { echo "fidelity.sh: RATES and REQUESTS differ in length" >&2; exit 2; }
+
+WORK=$(mktemp -d)
+CLUSTER_PID=""
+cleanup() {
+  if [[ -n $CLUSTER_PID ]] && kill -0 "$CLUSTER_PID" 2>/dev/null; then
+    kill -TERM "$CLUSTER_PID" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$CLUSTER_PID" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$CLUSTER_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+log() { echo "[fidelity] $*" >&2; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# Each worker of `ced cluster` gets cores / workers OpenMP threads, passive waits.
+CORES=$(nproc)
+THREADS=$(( CORES / 2 > 0 ? CORES / 2 : 1 ))
+export OMP_WAIT_POLICY=passive
+
+log "model $PRESET"
+"$BIN/ced" model make --preset "$PRESET" --seed 1 --out "$WORK/model" >/dev/null
+LOAD_START=$(loadavg)
+
+log "calibrating ($THREADS thread(s) per worker)"
+OMP_NUM_THREADS=$THREADS "$BIN/ced-sim-calibrate" --model "$WORK/model" --out "$WORK/profile.txt" \
+  --prompts "128,$INPUT_MEAN,$(( INPUT_MEAN * 2 ))" --batches 1,4,8 --context "$INPUT_MEAN" 2>"$WORK/calibrate.log"
+
+log "starting the cluster"
+# Its own session, as a server apart from its client (and, where the kernel
+# groups scheduling by session, not sharing the load generator's group).
+setsid "$BIN/ced" cluster --model "$WORK/model" --base-port 0 --metrics-base-port 0 \
+  --ready-file "$WORK/ready" >"$WORK/cluster.log" 2>&1 &
+CLUSTER_PID=$!
+for _ in $(seq 900); do
+  [[ -s $WORK/ready ]] && break
+  kill -0 "$CLUSTER_PID" 2>/dev/null || { cat "$WORK/cluster.log" >&2; exit 1; }
+  sleep 0.2
+done
+[[ -s $WORK/ready ]] || { echo "fidelity.sh: the cluster did not become ready" >&2; exit 1; }
+GATEWAY=$(sed -n 's/^gateway grpc=\([^ ]*\).*/\1/p' "$WORK/ready")
+log "gateway $GATEWAY"
+
+# Path latency (gateway, router, Reserve, RPC hops and relays): TTFT minus the
+# prefill worker's compute, over a probe of short prompts one at a time (a
+# different seed and shape than the measured runs). It also warms the cluster.
+"$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests 14 --duration-s 0 \
+  --input-mean 16 --input-cv 0 --output-mean 8 --output-cv 0 --seed 99 \
+  --json-out "$WORK/probe.json" --json-requests >/dev/null 2>"$WORK/probe.log"
+REQUEST_MS=$($PY - "$WORK/probe.json" <<'PYEOF'
+import json, sys, statistics
+recs = json.load(open(sys.argv[1]))["runs"][0]["requests"][4:]
+vals = [r["ttft_ms"] - r["server_ms"]["prefill"] for r in recs
+        if r["outcome"] == "OK" and "server_ms" in r and "ttft_ms" in r]
+print("%.4f" % statistics.median(vals))
+PYEOF
+)
+echo "request_s $($PY -c "print($REQUEST_MS / 1e3)")  # path latency probe, appended by fidelity.sh" >>"$WORK/profile.txt"
+log "path latency $REQUEST_MS ms"
+
+# The real decode loop's cost per step beyond the engine's step (scheduler
+# iteration, per-token emission and relays sharing the cores): the probe's
+# TPOT minus the simulator's for the same probe, alone on an idle cluster.
+"$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2 \
+  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --rate 0.01 --requests 14 \
+  --input-mean 16 --input-cv 0 --output-mean 8 --output-cv 0 --seed 99 --ttft-slo-ms 1000 \
+  --requests-out "$WORK/probe_sim.csv" >/dev/null
+STEP_S=$($PY - "$WORK/probe.json" "$WORK/probe_sim.csv" "$WORK/profile.txt" <<'PYEOF'
+import csv, json, sys, statistics
+recs = json.load(open(sys.argv[1]))["runs"][0]["requests"][4:]
+meas = statistics.median(r["tpot_ms"] for r in recs if r["outcome"] == "OK" and "tpot_ms" in r)
+sim = statistics.median(1e3 * float(r["tpot_s"]) for r in csv.DictReader(open(sys.argv[2])))
+base = 0.0
+for line in open(sys.argv[3]):
+    parts = line.split("#")[0].split()
+    if len(parts) == 2 and parts[0] == "decode_step_s":
+        base = float(parts[1])
+print("%.9g %.4f %.4f" % (base + max(0.0, meas - sim) / 1e3, meas, sim))
+PYEOF
+)
+read -r DECODE_STEP_S PROBE_TPOT_MS PROBE_SIM_TPOT_MS <<<"$STEP_S"
+echo "decode_step_s $DECODE_STEP_S  # + probe TPOT $PROBE_TPOT_MS ms - simulated $PROBE_SIM_TPOT_MS ms, appended by fidelity.sh" >>"$WORK/profile.txt"
+log "decode loop: probe TPOT $PROBE_TPOT_MS ms, simulated $PROBE_SIM_TPOT_MS ms"
+
+SIM_COMMON=(--preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2
+  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --ced-replay-on auto
+  --heartbeat-ms 1000 --max-batch 64 --decode-start-lag
+  --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED"
+  --ttft-slo-ms 1000 --tpot-slo-ms 50)
+LOADS=()
+for i in "${!RATES[@]}"; do
+  rate=${RATES[$i]}; n=${REQUESTS[$i]}
+  before=$(loadavg)
+  log "load $rate req/s, $n requests (load average $before)"
+  "$BIN/ced-loadgen" --target "$GATEWAY" --rate "$rate" --num-requests "$n" --duration-s 0 \
+    --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED" \
+    --slo-ttft-ms 1000 --slo-tpot-ms 50 --timeout-s 120 \
+    --json-out "$WORK/measured_$i.json" --json-requests >/dev/null 2>"$WORK/loadgen_$i.log"
+  after=$(loadavg)
+  "$BIN/ced-sim" "${SIM_COMMON[@]}" --rate "$rate" --requests "$n" \
+    --requests-out "$WORK/sim_$i.csv" >"$WORK/sim_$i.txt"
+  # Diagnostic: the same with the profile slowed by the run's measured slowdown.
+  factor=$($PY bench/sim/fidelity_report.py scale "$WORK/measured_$i.json" "$WORK/sim_$i.csv" \
+    "$WORK/profile.txt" "$WORK/profile_$i.txt")
+  sim_adj=("${SIM_COMMON[@]}")
+  sim_adj[3]="$WORK/profile_$i.txt"
+  "$BIN/ced-sim" "${sim_adj[@]}" --rate "$rate" --requests "$n" \
+    --requests-out "$WORK/sim_adj_$i.csv" >"$WORK/sim_adj_$i.txt"
+  log "slowdown f = $factor"
+  LOADS+=("$rate,$n,$WORK/measured_$i.json,$WORK/sim_$i.csv,$WORK/sim_adj_$i.csv,$factor,$before,$after")
+done
+LOAD_END=$(loadavg)
+
+$PY bench/sim/fidelity_report.py --out "$OUT" --profile "$WORK/profile.txt" \
+  --preset "$PRESET" --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED" \
+  --cores "$CORES" --threads "$THREADS" --request-ms "$REQUEST_MS" \
+  --load-start "$LOAD_START" --load-end "$LOAD_END" \
+  --sim-command "ced-sim $(echo "${SIM_COMMON[*]}" | sed "s|$WORK/profile.txt|PROFILE|")" \
+  "${LOADS[@]}"
+log "wrote $OUT"

@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""Writes the fidelity table of bench/sim/fidelity.sh: predicted (ced-sim)
+vs measured (ced-loadgen on `ced cluster`) TTFT and TPOT p50 / p90.
+
+Both sides' percentiles are computed here, the same way (linear
+interpolation between closest ranks, as ced-loadgen does), over the requests
+that completed. Arguments after the flags: one `rate,requests,measured.json,
+sim.csv,load_before,load_after` per load.
+"""
+import argparse
+import csv
+import datetime
+import json
+import statistics
+import sys
+
+TOLERANCE = 0.15
+
+
+def percentile(values, p):
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    k = (len(v) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def measured(path):
+    run = json.load(open(path))["runs"][0]
+    ok = [r for r in run["requests"] if r["outcome"] == "OK"]
+    ttft = [r["ttft_ms"] for r in ok if "ttft_ms" in r]
+    tpot = [r["tpot_ms"] for r in ok if "tpot_ms" in r]
+    prefill = [r["server_ms"]["prefill"] for r in ok if "server_ms" in r]
+    queue = [r["server_ms"]["queue"] for r in ok if "server_ms" in r]
+    return {"issued": run["issued"], "ok": len(ok), "ttft": ttft, "tpot": tpot,
+            "prefill": prefill, "queue": queue, "errors": run.get("errors", {}),
+            "replays_on_decode": run.get("replays_on_decode", 0)}
+
+
+def simulated(path):
+    rows = [r for r in csv.DictReader(open(path)) if r["completed"] == "1"]
+    ttft = [1e3 * float(r["ttft_s"]) for r in rows]
+    tpot = [1e3 * float(r["tpot_s"]) for r in rows if int(r["output_tokens"]) > 1]
+    return {"ok": len(rows), "ttft": ttft, "tpot": tpot}
+
+
+def slowdown(mpath, spath):
+    """Median over requests of the prefill worker's measured compute time over
+    the simulator's prefill step for the same request: how much slower the
+    worker ran than the calibrated profile says (other load on the machine)."""
+    sim = {int(r["index"]): float(r["prefill_s"]) for r in csv.DictReader(open(spath))}
+    run = json.load(open(mpath))["runs"][0]
+    ratios = [r["server_ms"]["prefill"] / (1e3 * sim[r["index"]]) for r in run["requests"]
+              if r["outcome"] == "OK" and "server_ms" in r and sim.get(r["index"], 0) > 0]
+    return statistics.median(ratios) if ratios else 1.0
+
+
+SCALED_RATES = ["peak_flops", "hbm_bytes_per_s"]
+SCALED_COSTS = ["prefill_step_s", "prefill_token_s", "decode_step_s", "decode_seq_s"]
+
+
+def scale_profile(src, dst, f):
+    out = [f"# scaled by fidelity_report.py: rates / {f:.4f}, per-step costs x {f:.4f}"]
+    for line in open(src):
+        parts = line.split("#")[0].split()
+        if len(parts) == 2 and parts[0] in SCALED_RATES:
+            line = f"{parts[0]} {float(parts[1]) / f:.9g}\n"
+        elif len(parts) == 2 and parts[0] in SCALED_COSTS:
+            line = f"{parts[0]} {float(parts[1]) * f:.9g}\n"
+        out.append(line.rstrip("\n"))
+    open(dst, "w").write("\n".join(out) + "\n")
+
+
+def err(pred, meas):
+    return (pred - meas) / meas if meas > 0 else float("nan")
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "scale":
+        # scale MEASURED_JSON SIM_CSV PROFILE_IN PROFILE_OUT: prints the factor.
+        f = slowdown(sys.argv[2], sys.argv[3])
+        scale_profile(sys.argv[4], sys.argv[5], f)
+        print(f"{f:.4f}")
+        return
+    ap = argparse.ArgumentParser()
+    for flag in ["out", "profile", "preset", "input-mean", "output-mean", "seed", "cores",
+                 "threads", "request-ms", "load-start", "load-end", "sim-command"]:
+        ap.add_argument("--" + flag, required=True)
+    ap.add_argument("loads", nargs="+")
+    a = ap.parse_args()
+    profile = open(a.profile).read()
+    rows, misses, detail = [], [], []
+    for item in a.loads:
+        rate, n, mpath, spath, apath, factor, before, after = item.split(",")
+        m, s, adj = measured(mpath), simulated(spath), simulated(apath)
+        cells = []
+        for metric in ["ttft", "tpot"]:
+            for p in [50, 90]:
+                mv, pv = percentile(m[metric], p), percentile(s[metric], p)
+                av = percentile(adj[metric], p)
+                e = err(pv, mv)
+                cells.append((metric.upper(), p, mv, pv, e, av, err(av, mv), factor))
+                if not abs(e) <= TOLERANCE:
+                    misses.append(f"{metric.upper()} p{p} at {rate} req/s: predicted {pv:.1f} ms, "
+                                  f"measured {mv:.1f} ms ({100 * e:+.0f}%)")
+        rows.append((rate, n, m, s, cells, before, after))
+        errors = ", ".join(f"{k} {v}" for k, v in sorted(m["errors"].items())) or "none"
+        detail.append(
+            f"| {rate}/s | {m['issued']} | {m['ok']} / {s['ok']} | "
+            f"{statistics.median(m['prefill']) if m['prefill'] else float('nan'):.1f} | "
+            f"{percentile(m['queue'], 50):.1f} / {percentile(m['queue'], 90):.1f} | "
+            f"{m['replays_on_decode']} | {errors} | {before} -> {after} |")
+
+    out = []
+    w = out.append
+    w("# Simulator fidelity: ced-sim vs the real cluster (CPU)")
+    w("")
+    w(f"Generated by `bench/sim/fidelity.sh` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC. "
+      f"Model preset `{a.preset}`; prompts lognormal mean {a.input_mean}, outputs mean "
+      f"{a.output_mean} (cv 0.5), Poisson arrivals, seed {a.seed}: the load generator and the "
+      "simulator draw the same trace (same arrival times and lengths).")
+    w("")
+    w(f"Cluster: `ced cluster` with 1 prefill and 1 decode worker on this machine ({a.cores} "
+      f"cores, {a.threads} OpenMP thread(s) per worker, passive waits), router `--replay-on "
+      "auto`, K/V over UCX on loopback. Simulator: the same topology (two 1-\"GPU\" "
+      "instances) on the measured device profile below, the router's policy library, the "
+      "engine's block allocator for decode admission, 1 s load reports (the router's "
+      "heartbeat), max batch 64 and the decode worker's start-then-join iteration.")
+    w("")
+    w(f"Load average (1/5/15 min) at the start: {a.load_start}; at the end: {a.load_end}.")
+    w("")
+    w("## Predicted vs measured")
+    w("")
+    w("| load | requests | metric | measured (ms) | predicted (ms) | error | "
+      "predicted, slowed by f (ms) | error | f |")
+    w("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for rate, n, m, s, cells, _, _ in rows:
+        for name, p, mv, pv, e, av, ae, factor in cells:
+            mark = "" if abs(e) <= TOLERANCE else "**"
+            amark = "" if abs(ae) <= TOLERANCE else "**"
+            w(f"| {rate} req/s | {n} | {name} p{p} | {mv:.1f} | {pv:.1f} | "
+              f"{mark}{100 * e:+.1f}%{mark} | {av:.1f} | {amark}{100 * ae:+.1f}%{amark} | "
+              f"{float(factor):.2f} |")
+    w("")
+    within = sum(1 for r in rows for c in r[4] if abs(c[4]) <= TOLERANCE)
+    total = sum(len(r[4]) for r in rows)
+    awithin = sum(1 for r in rows for c in r[4] if abs(c[6]) <= TOLERANCE)
+    w(f"Calibrated profile: {within} of {total} figures within {100 * TOLERANCE:.0f}%. "
+      f"With the run's slowdown f: {awithin} of {total}.")
+    if misses:
+        w("")
+        w("Outside the tolerance (calibrated profile): " + "; ".join(misses) + ".")
+    w("")
+    w("*Predicted* uses the profile as calibrated before the cluster started. *Slowed by f* "
+      "is a diagnostic: f is the median, over the run's requests, of the prefill worker's "
+      "measured compute time over the simulator's prefill step for the same request; the "
+      "profile's rates are divided by f and its per-step costs multiplied by f, and the "
+      "simulation is run again. f near 1 means the workers ran as fast as calibrated; well "
+      "above 1, that other processes took the cores during the run (the load average "
+      "below), which no model of this cluster alone can predict.")
+    w("")
+    w("## Measured detail")
+    w("")
+    w("Per load: requests issued, completed (measured / simulated), the prefill worker's "
+      "compute per request (median, ms; the simulator's is the profile's prefill step), "
+      "the gateway's queue time p50 / p90 (ms), replays placed on the decode worker, errors, "
+      "and the load average before -> after the run.")
+    w("")
+    w("| load | issued | completed (meas. / sim.) | prefill compute p50 | queue p50 / p90 | "
+      "replays on decode | errors | load average |")
+    w("|---|---:|---|---:|---|---:|---|---|")
+    for d in detail:
+        w(d)
+    w("")
+    w("## Device profile")
+    w("")
+    w("Measured by `ced-sim-calibrate` (GEMM rate of the engine's GEMM over one layer's "
+      "shapes and memory read bandwidth, each raised to what the engine's own prefill of the "
+      "longest prompt / decode of the smallest batch reaches when that is higher, and the "
+      "engine's real prefill and decode steps, whose "
+      "excess over the roofline of those two rates is fitted as fixed + per-token and fixed + "
+      f"per-sequence costs), plus `request_s`: the median of TTFT minus the prefill worker's "
+      f"compute over a probe of 16-token prompts sent one at a time ({float(a.request_ms):.2f} ms), "
+      "and an addition to `decode_step_s`: the probe's TPOT (8 tokens each) minus the "
+      "simulator's for the same probe, the real decode loop's cost per step beyond the "
+      "engine's step (both appended at the end of the profile).")
+    w("")
+    w("```")
+    w(profile.rstrip())
+    w("```")
+    w("")
+    w("Simulator command per load (PROFILE = the file above):")
+    w("")
+    w("```")
+    w(a.sim_command + " --rate RATE --requests N")
+    w("```")
+    open(a.out, "w").write("\n".join(out) + "\n")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+#include "kernels/cpu/gemm_packed.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace ced::kernels {
+namespace {
+
+typedef float V16 __attribute__((vector_size(64)));
+
+constexpr int kRows = 8;    // x rows per register tile
+constexpr int kDepth = 256;  // k values per pass: a panel slice of 32 KiB stays in L1
+
+inline V16 Load(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void Store(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// y[MR, 32] (+)= x[MR, kc] * panel[kc, 32]; only `cols` columns are stored.
+template <int MR>
+void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size_t ldy, int cols,
+          bool add) {
+  V16 acc[MR][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = V16{};
+  for (int k = 0; k < kc; ++k) {
+    const V16 w0 = Load(panel + k * kPanel), w1 = Load(panel + k * kPanel + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const float xv = x[r * ldx + k];
+      acc[r][0] += xv * w0;
+      acc[r][1] += xv * w1;
+    }
+  }
+  if (cols == kPanel) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      float* yr = y + r * ldy;
+      if (add) {
+        Store(yr, Load(yr) + acc[r][0]);
+        Store(yr + 16, Load(yr + 16) + acc[r][1]);
+      } else {
+        Store(yr, acc[r][0]);
+        Store(yr + 16, acc[r][1]);
+      }
+    }
+    return;
+  }
+  for (int r = 0; r < MR; ++r) {
+    float tmp[kPanel];
+    Store(tmp, acc[r][0]);
+    Store(tmp + 16, acc[r][1]);
+    float* yr = y + r * ldy;
+    for (int j = 0; j < cols; ++j) yr[j] = add ? yr[j] + tmp[j] : tmp[j];
+  }
+}
+
+void TileRows(int mr, const float* x, size_t ldx, const float* panel, int kc, float* y,
+              size_t ldy, int cols, bool add) {
+  switch (mr) {
+    case 8: return Tile<8>(x, ldx, panel, kc, y, ldy, cols, add);
+    case 7: return Tile<7>(x, ldx, panel, kc, y, ldy, cols, add);
+    case 6: return Tile<6>(x, ldx, panel, kc, y, ldy, cols, add);
+    case 5: return Tile<5>(x, ldx, panel, kc, y, ldy, cols, add);
+    case 4: return Tile<4>(x, ldx, panel, kc, y, ldy, cols, add);
+    case 3: return Tile<3>(x, ldx, panel, kc, y, ldy, cols, add);
+    case 2: return Tile<2>(x, ldx, panel, kc, y, ldy, cols, add);
+    default: return Tile<1>(x, ldx, panel, kc, y, ldy, cols, add);
+  }
+}
+
+// One panel (32 output columns) of one target over all n rows.
+void Panel(const float* x, int n, int in, const PackedGemmTarget& t, int p) {
+  const PackedMatrix& w = *t.w;
+  const int c0 = p * kPanel;
+  PanelGemm(x, in, n, in, w.panel(p), 0, std::min(kPanel, w.out() - c0), t.y + c0, w.out(),
+            t.accumulate);
+}
+
+}  // namespace
+
+void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t panel_stride,
+               int cols, float* y, size_t ldy, bool accumulate) {
+  for (int c0 = 0, p = 0; c0 < cols; c0 += kPanel, ++p) {
+    const int pc = std::min(kPanel, cols - c0);
+    const float* panel = b + p * panel_stride;
+    if (in == 0 && !accumulate) {
+      for (int r = 0; r < n; ++r) std::fill(y + r * ldy + c0, y + r * ldy + c0 + pc, 0.0f);
+    }
+    for (int k0 = 0; k0 < in; k0 += kDepth) {
+      const int kc = std::min(kDepth, in - k0);
+      const bool add = k0 > 0 || accumulate;
+      for (int r0 = 0; r0 < n; r0 += kRows) {
+        TileRows(std::min(kRows, n - r0), x + r0 * ldx + k0, ldx,
+                 panel + static_cast<size_t>(k0) * kPanel, kc, y + r0 * ldy + c0, ldy, pc, add);
+      }
+    }
+  }
+}
+
+void PackedMatrix::Free::operator()(float* p) const { std::free(p); }
+
+PackedMatrix::PackedMatrix(const float* w, int out, int in)
+    : out_(out), in_(in), panels_((out + kPanel - 1) / kPanel) {
+  const size_t count = static_cast<size_t>(panels_) * in * kPanel;
+  const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
+  float* data = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
+  if (data == nullptr) throw std::bad_alloc();
+  data_.reset(data);
+  ParallelFor(panels_, [&](int p) {
+    // k outer: the panel is written front to back while the 32 source rows'
+    // current lines stay in L1.
+    float* dst = data + static_cast<size_t>(p) * in * kPanel;
+    const int rows = std::min(kPanel, out - p * kPanel);
+    const float* src = w + static_cast<size_t>(p) * kPanel * in;
+    for (int k = 0; k < in; ++k) {
+      float* d = dst + static_cast<size_t>(k) * kPanel;
+      for (int j = 0; j < rows; ++j) d[j] = src[static_cast<size_t>(j) * in + k];
+      for (int j = rows; j < kPanel; ++j) d[j] = 0.0f;
+    }
+  });
+}
+
+void GemmPackedMultiCpu(const float* x, int n, int in, const PackedGemmTarget* targets,
+                        int count) {
+  if (n <= 0) return;
+  std::vector<std::pair<int, int>> tasks;  // (target, panel)
+  double flops = 0;
+  for (int i = 0; i < count; ++i) {
+    for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
+    flops += 2.0 * n * in * targets[i].w->out();
+  }
+  ParallelFor(
+      static_cast<int>(tasks.size()),
+      [&](int k) { Panel(x, n, in, targets[tasks[k].first], tasks[k].second); },
+      flops >= 2e5);
+}
+
+}  // namespace ced::kernels

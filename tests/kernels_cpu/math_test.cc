@@ -1,0 +1,173 @@
+// The CPU GEMM, row-wise kernels and worker pool against plain loops. CTest
+// runs this binary with two threads (tests/kernels_cpu/CMakeLists.txt) so the
+// parallel splits are exercised.
+#include "kernels/cpu/math.h"
+
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace ced::kernels {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// y[n, out] = x[n, in] * w[out, in]^T in double.
+std::vector<double> Reference(const std::vector<float>& x, int n, int in,
+                              const std::vector<float>& w, int out) {
+  std::vector<double> y(static_cast<size_t>(n) * out);
+  for (int i = 0; i < n; ++i) {
+    for (int o = 0; o < out; ++o) {
+      double s = 0;
+      for (int k = 0; k < in; ++k) s += static_cast<double>(x[i * in + k]) * w[o * in + k];
+      y[static_cast<size_t>(i) * out + o] = s;
+    }
+  }
+  return y;
+}
+
+TEST(MathTest, PoolRunsEveryIndexOnce) {
+  for (int n : {0, 1, 2, 7, 1000}) {
+    std::vector<std::atomic<int>> hits(n);
+    ParallelFor(n, [&](int i) { hits[i].fetch_add(1); });
+    for (int i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " i " << i;
+  }
+  std::atomic<int> calls{0}, seen_threads{0};
+  ParallelRun([&](int t, int threads) {
+    calls.fetch_add(1);
+    seen_threads.store(threads);
+    EXPECT_LT(t, threads);
+  });
+  EXPECT_EQ(calls.load(), seen_threads.load());
+  EXPECT_LE(seen_threads.load(), PoolThreads());
+}
+
+TEST(MathTest, PoolServesConcurrentAndNestedCallers) {
+  // Two threads use the pool at once (one of them runs serially) and a loop
+  // nests another: every index still runs exactly once.
+  std::vector<std::atomic<int>> a(500), b(500);
+  std::thread other([&] {
+    for (int r = 0; r < 50; ++r) ParallelFor(10, [&](int i) { a[r * 10 + i].fetch_add(1); });
+  });
+  for (int r = 0; r < 50; ++r) {
+    ParallelFor(10, [&](int i) {
+      ParallelFor(1, [&](int) { b[r * 10 + i].fetch_add(1); });
+    });
+  }
+  other.join();
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_EQ(a[i].load(), 1);
+    ASSERT_EQ(b[i].load(), 1);
+  }
+}
+
+TEST(MathTest, GemmMultiMatchesReference) {
+  // Batch 1 takes the GEMV path, larger batches BLAS; odd sizes hit the tails.
+  for (int n : {1, 3, 64}) {
+    for (int in : {64, 200, 512}) {
+      const std::vector<int> outs = {96, 37, 256};
+      const std::vector<float> x = Random(static_cast<size_t>(n) * in, 1 + n + in);
+      std::vector<std::vector<float>> w, y;
+      std::vector<GemmTarget> targets;
+      for (size_t t = 0; t < outs.size(); ++t) {
+        w.push_back(Random(static_cast<size_t>(outs[t]) * in, 100 + t));
+        y.push_back(Random(static_cast<size_t>(n) * outs[t], 200 + t));  // prior contents
+      }
+      const std::vector<std::vector<float>> before = y;
+      for (size_t t = 0; t < outs.size(); ++t) {
+        // The middle target accumulates into y, the others overwrite it.
+        targets.push_back({w[t].data(), outs[t], y[t].data(), t == 1});
+      }
+      GemmMultiCpu(x.data(), n, in, targets.data(), static_cast<int>(targets.size()));
+      for (size_t t = 0; t < outs.size(); ++t) {
+        const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
+        for (size_t i = 0; i < ref.size(); ++i) {
+          const double want = ref[i] + (t == 1 ? before[t][i] : 0.0);
+          ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
+              << "n " << n << " in " << in << " target " << t << " elem " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(MathTest, PackedGemmMatchesReference) {
+  // Row counts around the 8-row tile, columns around the 32-column panel,
+  // depths below and above the 256-deep pass.
+  for (int n : {2, 5, 8, 17, 64}) {
+    for (int in : {64, 200, 600}) {
+      const std::vector<int> outs = {32, 37, 300};
+      const std::vector<float> x = Random(static_cast<size_t>(n) * in, 3 + n + in);
+      std::vector<std::vector<float>> w, y;
+      std::vector<std::unique_ptr<PackedMatrix>> packed;
+      std::vector<PackedGemmTarget> targets;
+      for (size_t t = 0; t < outs.size(); ++t) {
+        w.push_back(Random(static_cast<size_t>(outs[t]) * in, 300 + t));
+        y.push_back(Random(static_cast<size_t>(n) * outs[t], 400 + t));
+        packed.push_back(std::make_unique<PackedMatrix>(w[t].data(), outs[t], in));
+      }
+      const std::vector<std::vector<float>> before = y;
+      for (size_t t = 0; t < outs.size(); ++t) {
+        targets.push_back({packed[t].get(), y[t].data(), t == 2});
+      }
+      GemmPackedMultiCpu(x.data(), n, in, targets.data(), static_cast<int>(targets.size()));
+      for (size_t t = 0; t < outs.size(); ++t) {
+        const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
+        for (size_t i = 0; i < ref.size(); ++i) {
+          const double want = ref[i] + (t == 2 ? before[t][i] : 0.0);
+          ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
+              << "n " << n << " in " << in << " target " << t << " elem " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(MathTest, RopeTableMatchesDirectRope) {
+  const int n = 40, heads = 3, head_dim = 64;
+  std::vector<int32_t> pos(n);
+  for (int i = 0; i < n; ++i) pos[i] = (i * 37) % 3000;
+  std::vector<float> a = Random(static_cast<size_t>(n) * heads * head_dim, 5), b = a;
+  RopeCpu(a.data(), n, heads, head_dim, pos.data(), 10000.0);
+  RopeTable table;
+  table.Reserve(500000.0, head_dim, 10);  // a different theta first: recomputed
+  table.Reserve(10000.0, head_dim, 3000);
+  RopeCpu(b.data(), n, heads, head_dim, pos.data(), table);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
+}
+
+TEST(MathTest, RmsNormAndSiluMul) {
+  const int n = 70, d = 96;
+  const std::vector<float> x = Random(static_cast<size_t>(n) * d, 7), w = Random(d, 8);
+  std::vector<float> out(x.size());
+  RmsNormCpu(x.data(), n, d, w.data(), 1e-5f, out.data());
+  for (int i = 0; i < n; ++i) {
+    double ss = 0;
+    for (int j = 0; j < d; ++j) ss += static_cast<double>(x[i * d + j]) * x[i * d + j];
+    const double inv = 1.0 / std::sqrt(ss / d + 1e-5);
+    for (int j = 0; j < d; ++j) ASSERT_NEAR(out[i * d + j], x[i * d + j] * inv * w[j], 1e-5);
+  }
+  const size_t count = 300000;  // big enough to split
+  std::vector<float> gate = Random(count, 9), up = Random(count, 10), g0 = gate;
+  SiluMulCpu(gate.data(), up.data(), count);
+  for (size_t i = 0; i < count; i += 997) {
+    const double g = g0[i];
+    ASSERT_NEAR(gate[i], g / (1 + std::exp(-g)) * up[i], 1e-5) << i;
+  }
+}
+
+}  // namespace
+}  // namespace ced::kernels

@@ -1,0 +1,534 @@
+// Transport security, authentication and listener binding of the services,
+// with real processes on loopback and certificates from scripts/make_test_ca.sh:
+//   - an mTLS cluster with bearer tokens answers a request with the colocated
+//     engine's tokens; plaintext clients, clients trusting another CA, servers
+//     with expired or untrusted certificates, internal clients without (or
+//     with the wrong) client certificate all fail to connect;
+//   - missing / wrong tokens get UNAUTHENTICATED, health checks stay open;
+//   - every listening socket of every service process is on the loopback
+//     interface it was told to bind (gRPC, /metrics, the UCX KV listener).
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "ced/internal/decode_worker.grpc.pb.h"
+#include "ced/internal/router.grpc.pb.h"
+#include "ced/v1/gateway.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "services/common/grpc_util.h"
+#include "services/common/security.h"
+#include "tests/e2e/cluster_fixture.h"
+#include "tests/e2e/e2e_util.h"
+#include "tests/e2e/service_process.h"
+
+namespace ced::testing {
+namespace {
+
+std::string SourceDir() {
+  const char* dir = std::getenv("CED_SOURCE_DIR");
+  return dir != nullptr ? dir : CED_SOURCE_DIR_DEFAULT;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The test CA (made once per test binary run).
+const std::string& CertDir() {
+  // Shared by the test processes (CTest runs each test alone): made in a
+  // private folder, then renamed into place; a folder made by an older
+  // version of the script is not reused.
+  static const std::string* dir = [] {
+    const std::string script = SourceDir() + "/scripts/make_test_ca.sh";
+    auto* d = new std::string(::testing::TempDir() + "/ced_security_ca_" +
+                              std::to_string(std::hash<std::string>()(ReadAll(script))));
+    if (access((*d + "/untrusted.key").c_str(), R_OK) == 0) return d;
+    const std::string tmp = *d + ".tmp" + std::to_string(getpid());
+    const std::string cmd = "bash " + script + " " + tmp + " >/dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    if (std::rename(tmp.c_str(), d->c_str()) != 0) {  // another process was first
+      (void)std::system(("rm -rf '" + tmp + "'").c_str());
+    }
+    return d;
+  }();
+  return *dir;
+}
+std::string Cert(const std::string& name) { return CertDir() + "/" + name; }
+
+struct ClientIdentity {
+  std::string ca;           // file; empty: plaintext channel
+  std::string cert, key;    // files; empty: no client certificate
+};
+
+std::shared_ptr<grpc::Channel> Channel(const std::string& address, const ClientIdentity& id) {
+  grpc::ChannelArguments args;
+  // A fresh connection per channel: no test reuses another's handshake.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (id.ca.empty()) {
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ReadAll(id.ca);
+  if (!id.cert.empty()) {
+    o.pem_cert_chain = ReadAll(id.cert);
+    o.pem_private_key = ReadAll(id.key);
+  }
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(o), args);
+}
+
+std::chrono::system_clock::time_point In(int seconds) {
+  return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
+}
+
+grpc::Status ListWorkersCall(const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = ced::internal::Router::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(20));
+  ced::internal::ListWorkersResponse resp;
+  return stub->ListWorkers(&ctx, {}, &resp);
+}
+
+GenResult GenerateCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
+                       const ced::v1::GenerateRequest& req) {
+  auto stub = ced::v1::Gateway::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(120));
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  auto reader = stub->Generate(&ctx, req);
+  GenResult r;
+  ced::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    r.tokens.insert(r.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    r.last = resp;
+  }
+  r.status = reader->Finish();
+  return r;
+}
+
+grpc::Status ModelInfoCall(const std::shared_ptr<grpc::Channel>& channel,
+                           const std::string& authorization) {
+  auto stub = ced::v1::Gateway::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(20));
+  if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
+  ced::v1::ModelInfoResponse resp;
+  return stub->ModelInfo(&ctx, {}, &resp);
+}
+
+// grpc.health.v1.Health/Check("") through the generic stub: SERVING -> 1.
+int HealthCheck(const std::shared_ptr<grpc::Channel>& channel, grpc::Status* status) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(20));
+  grpc::Slice empty("", 0);
+  grpc::ByteBuffer req(&empty, 1), resp;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", {}, &req, &resp, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    *status = s;
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!status->ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  (void)resp.Dump(&slices);
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // HealthCheckResponse{status = 1}: field 1, varint.
+  return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
+}
+
+// Runs `ced client ...` and returns its exit code; output in *out.
+int RunCedClient(const std::vector<std::string>& args, std::string* out) {
+  std::string cmd = CedBinary();
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  cmd += " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  out->clear();
+  while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) *out += buf;
+  const int st = p != nullptr ? pclose(p) : -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// --- unit checks of the building blocks ------------------------------------------
+
+TEST(SecurityTokensTest, MatchesOnlyConfiguredTokens) {
+  const std::vector<std::string> tokens = {"alpha-1", "beta-22"};
+  EXPECT_TRUE(services::TokenMatches(tokens, "alpha-1"));
+  EXPECT_TRUE(services::TokenMatches(tokens, "beta-22"));
+  EXPECT_FALSE(services::TokenMatches(tokens, "alpha-"));
+  EXPECT_FALSE(services::TokenMatches(tokens, "alpha-12"));
+  EXPECT_FALSE(services::TokenMatches(tokens, ""));
+  EXPECT_FALSE(services::TokenMatches({}, "alpha-1"));
+}
+
+TEST(SecurityTokensTest, LoadsFileAndListAndRejectsBadOnes) {
+  const std::string file = ::testing::TempDir() + "/ced_tokens_" + std::to_string(getpid());
+  std::ofstream(file) << "# comment\n\n  tok-a  \ntok-b\n";
+  auto t = services::LoadTokens(file, "tok-c, tok-d");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t, (std::vector<std::string>{"tok-a", "tok-b", "tok-c", "tok-d"}));
+  std::ofstream(file) << "# only a comment\n";
+  EXPECT_NE(services::LoadTokens(file, "").status().message().find("holds no token"),
+            std::string::npos);
+  EXPECT_NE(services::LoadTokens(file + ".missing", "").status().message().find(
+                "--auth-tokens-file"),
+            std::string::npos);
+  std::remove(file.c_str());
+}
+
+TEST(SecurityConfigTest, BadFilesAreErrorsNamingTheFlag) {
+  services::SecurityFiles f;
+  f.cert = Cert("server.crt");
+  auto r = services::LoadSecurity("router", f);
+  EXPECT_NE(r.status().message().find("--tls-cert and --tls-key"), std::string::npos);
+  f.key = Cert("client.key");  // another key
+  r = services::LoadSecurity("router", f);
+  EXPECT_NE(r.status().message().find("does not belong to --tls-cert"), std::string::npos)
+      << r.status();
+  f.key = Cert("server.key");
+  f.ca = Cert("server.key");  // not a certificate
+  r = services::LoadSecurity("router", f);
+  EXPECT_NE(r.status().message().find("--tls-ca"), std::string::npos) << r.status();
+  f.ca = Cert("missing.crt");
+  r = services::LoadSecurity("router", f);
+  EXPECT_NE(r.status().message().find("cannot read"), std::string::npos) << r.status();
+  f.ca = Cert("ca.crt");
+  r = services::LoadSecurity("router", f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->tls_server());
+  EXPECT_FALSE(r->client_ca_pem.empty());  // internal: client certs required
+  r = services::LoadSecurity("gateway", f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->client_ca_pem.empty());  // public: no client certs by default
+  f.auth_tokens_env = "x";
+  EXPECT_FALSE(services::LoadSecurity("router", f).ok());
+}
+
+TEST(SecurityCliTest, ServeRefusesBadTlsFlagsWithAClearError) {
+  std::string out;
+  EXPECT_EQ(RunCedClient({"serve", "--role=router", "--listen", "127.0.0.1:0", "--tls-cert",
+                          Cert("server.crt")},
+                         &out),
+            2);
+  EXPECT_NE(out.find("--tls-cert and --tls-key"), std::string::npos) << out;
+  EXPECT_EQ(RunCedClient({"serve", "--role=router", "--listen", "127.0.0.1:0", "--tls-cert",
+                          Cert("server.crt"), "--tls-key", Cert("untrusted.key")},
+                         &out),
+            2);
+  EXPECT_NE(out.find("does not belong"), std::string::npos) << out;
+  EXPECT_EQ(RunCedClient({"serve", "--role=router", "--auth-tokens-file", "/dev/null"}, &out), 2);
+  EXPECT_NE(out.find("unknown flag --auth-tokens-file"), std::string::npos) << out;
+  EXPECT_EQ(RunCedClient({"serve", "--role=decode", "--help"}, &out), 0);
+  EXPECT_NE(out.find("--tls-ca"), std::string::npos) << out;
+}
+
+// --- one router process per certificate case -------------------------------------
+
+struct RouterCase {
+  std::string cert, key;  // the router's
+  ClientIdentity client;
+  bool connects;
+  const char* what;
+};
+
+// A port that was free a moment ago (for listeners whose port is not printed).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(SecurityTlsTest, InternalListenerAcceptsOnlyTheInternalIdentity) {
+  const std::string health = "127.0.0.1:" + std::to_string(FreePort());
+  ServiceProcess router({"--role=router", "--listen", "127.0.0.1:0", "--metrics-listen",
+                         "127.0.0.1:0", "--tls-cert", Cert("server.crt"), "--tls-key",
+                         Cert("server.key"), "--tls-ca", Cert("ca.crt"), "--health-listen",
+                         health});
+  ASSERT_TRUE(router.ready());
+  // The plaintext health port answers health checks and nothing else.
+  grpc::Status hs;
+  EXPECT_EQ(HealthCheck(Channel(health, {}), &hs), 1) << hs.error_message();
+  EXPECT_EQ(ListWorkersCall(Channel(health, {})).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  const ClientIdentity internal{Cert("ca.crt"), Cert("server.crt"), Cert("server.key")};
+  EXPECT_TRUE(ListWorkersCall(Channel(router.grpc(), internal)).ok());
+  const ClientIdentity client_cert{Cert("ca.crt"), Cert("client.crt"), Cert("client.key")};
+  EXPECT_TRUE(ListWorkersCall(Channel(router.grpc(), client_cert)).ok());
+  struct Bad {
+    ClientIdentity id;
+    const char* what;
+  };
+  for (const Bad& bad : {
+           Bad{{"", "", ""}, "plaintext client"},
+           Bad{{Cert("ca.crt"), "", ""}, "TLS client without a client certificate"},
+           Bad{{Cert("ca.crt"), Cert("untrusted.crt"), Cert("untrusted.key")},
+               "client certificate from an untrusted CA"},
+           Bad{{Cert("ca.crt"), Cert("expired.crt"), Cert("expired.key")},
+               "expired client certificate"},
+           Bad{{Cert("other-ca.crt"), Cert("server.crt"), Cert("server.key")},
+               "client trusting another CA"},
+       }) {
+    const grpc::Status s = ListWorkersCall(Channel(router.grpc(), bad.id));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << bad.what << ": " << s.error_message();
+  }
+  // The router still serves the internal identity afterwards.
+  EXPECT_TRUE(ListWorkersCall(Channel(router.grpc(), internal)).ok());
+
+  // The services' own channels (MakeChannel under the process's security):
+  // --tls-server-name replaces the dialled host in the certificate check.
+  services::SecurityFiles files;
+  files.cert = Cert("server.crt");
+  files.key = Cert("server.key");
+  files.ca = Cert("ca.crt");
+  for (const auto& [name, ok] : {std::pair<std::string, bool>{"", true},
+                                 {"ced-internal", true}, {"not-in-the-sans", false}}) {
+    files.server_name = name;
+    auto config = services::LoadSecurity("client", files);
+    ASSERT_TRUE(config.ok()) << config.status();
+    services::SetProcessSecurity(*config);
+    const grpc::Status s = ListWorkersCall(services::MakeChannel(router.grpc()));
+    EXPECT_EQ(s.ok(), ok) << "server name '" << name << "': " << s.error_message();
+  }
+  services::SetProcessSecurity({});
+}
+
+TEST(SecurityTlsTest, ServersWithExpiredOrUntrustedCertificatesAreRefused) {
+  const ClientIdentity internal{Cert("ca.crt"), Cert("server.crt"), Cert("server.key")};
+  for (const std::string name : {"expired", "untrusted"}) {
+    ServiceProcess router({"--role=router", "--listen", "127.0.0.1:0", "--metrics-listen",
+                           "127.0.0.1:0", "--tls-cert", Cert(name + ".crt"), "--tls-key",
+                           Cert(name + ".key"), "--tls-ca", Cert("ca.crt")});
+    ASSERT_TRUE(router.ready());
+    const grpc::Status s = ListWorkersCall(Channel(router.grpc(), internal));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << name << ": " << s.error_message();
+  }
+}
+
+// --- a whole cluster with mTLS inside and TLS + tokens at the gateway ------------
+
+// Listening TCP sockets ("addr:port" as in /proc/net/tcp*, decoded) of `pid`.
+std::vector<std::string> ListeningSockets(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(fd_dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      char target[256];
+      const ssize_t n =
+          readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = 0;
+      std::string t(target);
+      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+    }
+    closedir(d);
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"tcp", "tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/net/" + table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (f.size() < 10 || f[3] != "0A" || inodes.count(f[9]) == 0) continue;  // 0A: LISTEN
+      const std::string& local = f[1];  // hex address : hex port
+      const auto colon = local.find(':');
+      const std::string hex = local.substr(0, colon);
+      const int port = std::stoi(local.substr(colon + 1), nullptr, 16);
+      std::string addr;
+      if (hex.size() == 8) {  // IPv4, little-endian
+        const unsigned v = std::stoul(hex, nullptr, 16);
+        addr = std::to_string(v & 0xff) + "." + std::to_string((v >> 8) & 0xff) + "." +
+               std::to_string((v >> 16) & 0xff) + "." + std::to_string(v >> 24);
+      } else if (hex.rfind("0000000000000000FFFF0000", 0) == 0) {  // v4-mapped
+        const unsigned v = std::stoul(hex.substr(24), nullptr, 16);
+        addr = std::to_string(v & 0xff) + "." + std::to_string((v >> 8) & 0xff) + "." +
+               std::to_string((v >> 16) & 0xff) + "." + std::to_string(v >> 24);
+      } else {
+        addr = hex == "00000000000000000000000001000000" ? "[::1]"
+               : hex == "00000000000000000000000000000000" ? "[::]"
+                                                          : "[" + hex + "]";
+      }
+      out.push_back(addr + ":" + std::to_string(port));
+    }
+  }
+  return out;
+}
+
+// Pids whose parent is `parent`.
+std::vector<pid_t> Children(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat;
+    std::getline(in, stat);
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+class SecurityClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cluster_ != nullptr) return;
+    model_ = new std::string(MakeModelDir("tiny"));
+    tokens_file_ = new std::string(CertDir() + "/tokens.txt");
+    std::ofstream(*tokens_file_) << "# gateway tokens\nsecret-token-1\nsecret-token-2\n";
+    cluster_ = new LocalCluster(
+        *model_, {"--prefill", "1", "--decode", "1", "--kv-cache-mb", "64", "--tls-cert",
+                  Cert("server.crt"), "--tls-key", Cert("server.key"), "--tls-ca",
+                  Cert("ca.crt"), "--auth-tokens-file", *tokens_file_});
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    delete model_;
+    delete tokens_file_;
+    cluster_ = nullptr;
+  }
+  static std::string Addr(const std::string& name, const std::string& kind) {
+    return cluster_->addresses().at(name).at(kind);
+  }
+  static inline std::string* model_ = nullptr;
+  static inline std::string* tokens_file_ = nullptr;
+  static inline LocalCluster* cluster_ = nullptr;
+};
+
+// A client with the CA and a token gets the colocated engine's tokens; without
+// TLS, with another CA or without a valid token it gets nothing (health checks
+// excepted); `ced client` does the same with --tls-ca / --auth-token.
+TEST_F(SecurityClusterTest, GatewayAnswersOnlyTlsClientsWithAToken) {
+  ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
+  const auto prompt = Prompt(40, 7);
+  const auto expected = ColocatedEngine(*model_).Run(prompt, 12);
+  auto channel = Channel(cluster_->gateway(), {Cert("ca.crt"), "", ""});
+  const GenResult r =
+      GenerateCall(channel, "secret-token-2", Request(prompt, 12, ced::v1::REPLAY_ON_DECODE));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << cluster_->Log();
+  EXPECT_EQ(r.tokens, expected);
+
+  // Plaintext and wrong-CA clients: no connection at all.
+  for (const ClientIdentity& id :
+       {ClientIdentity{"", "", ""}, ClientIdentity{Cert("other-ca.crt"), "", ""}}) {
+    const grpc::Status s = ModelInfoCall(Channel(cluster_->gateway(), id), "Bearer secret-token-1");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << (id.ca.empty() ? "plaintext" : "other CA") << ": " << s.error_message();
+  }
+
+  // Tokens: missing, unknown, a prefix of a good one, another scheme.
+  grpc::Status s = ModelInfoCall(channel, "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(s.error_message().find("missing bearer token"), std::string::npos) << s.error_message();
+  s = ModelInfoCall(channel, "Bearer secret-token-3");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(s.error_message(), "invalid bearer token");
+  s = ModelInfoCall(channel, "Basic c2VjcmV0");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const GenResult g =
+      GenerateCall(channel, "secret-token-", Request(Prompt(8, 1), 4, ced::v1::REPLAY_ON_DECODE));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(g.tokens.empty());
+  EXPECT_TRUE(ModelInfoCall(channel, "Bearer secret-token-1").ok());
+
+  // Health checks stay open.
+  grpc::Status hs;
+  EXPECT_EQ(HealthCheck(channel, &hs), 1) << hs.error_message();
+
+  std::string out;
+  EXPECT_EQ(RunCedClient({"client", "model-info", "--gateway", cluster_->gateway(), "--tls-ca",
+                          Cert("ca.crt"), "--auth-token", "secret-token-1"},
+                         &out),
+            0)
+      << out;
+  EXPECT_NE(RunCedClient({"client", "model-info", "--gateway", cluster_->gateway(), "--tls-ca",
+                          Cert("ca.crt")},
+                         &out),
+            0);
+  EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
+}
+
+// The internal tier only talks to the internal identity, and every listener
+// of every service process (gRPC, /metrics, the UCX KV listener and UCX's own
+// TCP listeners) is on the loopback interface `ced cluster` binds by default.
+TEST_F(SecurityClusterTest, InternalTierNeedsTheInternalIdentityAndBindsLoopback) {
+  ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
+  const ClientIdentity internal{Cert("ca.crt"), Cert("server.crt"), Cert("server.key")};
+  EXPECT_TRUE(ListWorkersCall(Channel(Addr("router", "grpc"), internal)).ok());
+  // Cancel on a decode worker (an operation of the internal tier) without the
+  // internal identity: no connection, whatever the request.
+  for (const ClientIdentity& id :
+       {ClientIdentity{"", "", ""}, ClientIdentity{Cert("ca.crt"), "", ""},
+        ClientIdentity{Cert("ca.crt"), Cert("untrusted.crt"), Cert("untrusted.key")}}) {
+    auto stub = ced::internal::DecodeWorker::NewStub(Channel(Addr("decode-0", "grpc"), id));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(20));
+    ced::internal::CancelResponse resp;
+    const grpc::Status st = stub->Cancel(&ctx, {}, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  }
+
+  std::vector<pid_t> services;
+  for (pid_t cluster : Children(getpid())) {
+    for (pid_t p : Children(cluster)) services.push_back(p);
+  }
+  ASSERT_EQ(services.size(), 4u) << "router, prefill, decode, gateway";
+  std::set<std::string> expected, seen;
+  for (const auto& [name, kinds] : cluster_->addresses()) {
+    for (const auto& [kind, address] : kinds) expected.insert(address);
+  }
+  for (pid_t p : services) {
+    for (const std::string& sock : ListeningSockets(p)) {
+      seen.insert(sock);
+      EXPECT_TRUE(sock.rfind("127.0.0.1:", 0) == 0 || sock.rfind("[::1]:", 0) == 0)
+          << "pid " << p << " listens on " << sock;
+    }
+  }
+  // Every advertised listener (gRPC, metrics, KV) is among them.
+  for (const std::string& a : expected) EXPECT_EQ(seen.count(a), 1u) << a;
+}
+
+}  // namespace
+}  // namespace ced::testing
