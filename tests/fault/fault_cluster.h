@@ -148,7 +148,7 @@ ced::v1::GenerateRequest FaultRequest(const std::vector<int32_t>& prompt, int ma
 bool IsPrefix(const std::vector<int32_t>& got, const std::vector<int32_t>& want);
 
 // Prints one measured figure as "[fault-figure] scenario key=value" (the
-// bench/results/reliability-faults.md numbers are collected from these lines).
+// bench/results/reliability.md numbers are collected from these lines).
 void Figure(const std::string& scenario, const std::string& key, double value);
 
 double MsSince(SteadyClock::time_point t0);

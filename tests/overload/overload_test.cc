@@ -174,7 +174,7 @@ double Percentile(std::vector<double> v, double q) {
 // the right tokens or RESOURCE_EXHAUSTED; nothing is left in flight
 // afterwards. Prints the latency of admitted requests unloaded, at capacity
 // and at 4x overload, and of the refusals (figures for
-// bench/results/reliability-overload.md; no speed is asserted).
+// bench/results/reliability.md; no speed is asserted).
 TEST_F(OverloadTest, SustainedOverloadAnswersRightTokensOrResourceExhausted) {
   Start(Flags("gateway", {"--max-inflight", "4"}));
   constexpr int kPrompts = 4, kMaxTokens = 32, kClients = 16;
