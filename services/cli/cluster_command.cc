@@ -197,6 +197,12 @@ int RunCluster(const std::vector<std::string>& args) {
   if (bind.empty() || public_bind.empty()) {
     return Fail(kWords, "--bind and --public-bind need an interface address", 2);
   }
+  if (bind == "0.0.0.0" || bind == "::" || bind == "[::]") {
+    return Fail(kWords,
+                "--bind must be one interface's address (workers register it with the router, "
+                "and peers cannot reach a wildcard address); --public-bind may be 0.0.0.0",
+                2);
+  }
   const std::string model = f->Get("model");
   if (model.empty()) return Fail(kWords, "--model is required", 2);
   auto np = f->GetInt("prefill"), nd = f->GetInt("decode"), bp = f->GetInt("base-port"),

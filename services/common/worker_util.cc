@@ -5,6 +5,19 @@
 
 namespace ced::services {
 
+absl::Status CheckAdvertisable(const std::string& bound, const std::string& advertised,
+                               const std::string& flag) {
+  if (!advertised.empty()) return absl::OkStatus();
+  const size_t colon = bound.rfind(':');
+  const std::string host = colon == std::string::npos ? bound : bound.substr(0, colon);
+  if (host == "0.0.0.0" || host == "::" || host == "[::]" || host.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " is required when listening on the wildcard address '", bound,
+        "': the router would hand that address to peers, which cannot reach it"));
+  }
+  return absl::OkStatus();
+}
+
 uint64_t RequestIdHash(const std::string& request_id) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : request_id) {

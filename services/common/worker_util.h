@@ -17,6 +17,12 @@ namespace ced::services {
 uint64_t RequestIdHash(const std::string& request_id);
 // A stable digest of every config key: workers of one cluster must agree.
 std::string ModelFingerprint(const ModelConfig& config);
+
+// A worker that registers with a router must register an address its peers can
+// reach: when `bound` listens on a wildcard host (0.0.0.0, ::) and `advertised`
+// is empty, this is an InvalidArgument naming `flag`; otherwise OK.
+absl::Status CheckAdvertisable(const std::string& bound, const std::string& advertised,
+                               const std::string& flag);
 SamplingParams FromProto(const ced::internal::SamplingParams& p);
 void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out);
 // The registration every worker sends the router: id, role, gRPC address,

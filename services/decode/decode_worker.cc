@@ -1,4 +1,5 @@
 #include "services/decode/decode_worker.h"
+#include "services/common/worker_util.h"
 
 #include <chrono>
 #include <cstdio>
@@ -38,6 +39,12 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(
 }
 
 absl::Status DecodeWorker::Init() {
+  if (!options_.router_address.empty()) {
+    RETURN_IF_ERROR(
+        CheckAdvertisable(options_.grpc_address, options_.advertise_address, "advertise-address"));
+    RETURN_IF_ERROR(CheckAdvertisable(options_.kv_address, options_.advertise_kv_address,
+                                      "advertise-kv-address"));
+  }
   if (options_.engine.weights != WeightSet::kFull) {
     return absl::InvalidArgumentError("a decode worker holds the full model");
   }

@@ -58,6 +58,10 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
 }
 
 absl::Status PrefillWorker::Init() {
+  if (!options_.router_address.empty()) {
+    RETURN_IF_ERROR(
+        CheckAdvertisable(options_.grpc_address, options_.advertise_address, "advertise-address"));
+  }
   ASSIGN_OR_RETURN(engine_, Engine::Create(options_.engine));
   m_ = std::make_unique<Metrics>();
   auto gauge = [&](const char* n, const char* h) {

@@ -247,6 +247,25 @@ TEST(SecurityCliTest, ServeRefusesBadTlsFlagsWithAClearError) {
   EXPECT_NE(out.find("--tls-ca"), std::string::npos) << out;
 }
 
+// A worker must register an address its peers can reach: listening on a
+// wildcard host needs an explicit advertised address (item 15: listeners bind
+// the configured interface, and the router never hands out 0.0.0.0).
+TEST(SecurityCliTest, WorkersOnAWildcardAddressMustAdvertiseOne) {
+  std::string out;
+  EXPECT_EQ(RunCedClient({"serve", "--role=prefill", "--model", "/nonexistent", "--listen",
+                          "0.0.0.0:0", "--router", "127.0.0.1:1"},
+                         &out),
+            1);
+  EXPECT_NE(out.find("--advertise-address is required"), std::string::npos) << out;
+  EXPECT_EQ(RunCedClient({"serve", "--role=decode", "--model", "/nonexistent", "--listen",
+                          "127.0.0.1:0", "--kv-listen", "0.0.0.0:0", "--router", "127.0.0.1:1"},
+                         &out),
+            1);
+  EXPECT_NE(out.find("--advertise-kv-address is required"), std::string::npos) << out;
+  EXPECT_EQ(RunCedClient({"cluster", "--model", "/nonexistent", "--bind", "0.0.0.0"}, &out), 2);
+  EXPECT_NE(out.find("--bind must be one interface's address"), std::string::npos) << out;
+}
+
 // --- one router process per certificate case -------------------------------------
 
 struct RouterCase {
