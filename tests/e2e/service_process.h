@@ -24,48 +24,79 @@
 
 namespace ced::testing {
 
+// Reads a whole file ("" when missing).
+inline std::string ReadLog(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts `ced serve <args>` with stdout and stderr in `log`; the child gets
+// SIGKILL if the test process dies. Returns its pid (-1: fork failed).
+inline pid_t SpawnCedServe(const std::vector<std::string>& args, const std::string& log) {
+  UseOneOpenMpThreadPerProcess();
+  std::vector<std::string> full = {CedBinary(), "serve"};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {  // async-signal-safe calls only until execv
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  EXPECT_GT(pid, 0) << "fork failed";
+  return pid;
+}
+
+// The addresses a `ced serve` process prints once it listens.
+struct ServeAddresses {
+  std::string grpc, metrics, kv;
+};
+
+// Polls `log` (at most 120 s) until the process prints "... listening on ADDR
+// (metrics ADDR[, kv ADDR])". False if it exits (then *pid = -1) or times out.
+inline bool WaitUntilListening(pid_t* pid, const std::string& log, ServeAddresses* out) {
+  const std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+))?\))");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (*pid > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::smatch m;
+    const std::string text = ReadLog(log);
+    if (std::regex_search(text, m, re)) {
+      *out = {m[1], m[2], m[4]};
+      return true;
+    }
+    int st = 0;
+    if (waitpid(*pid, &st, WNOHANG) == *pid) *pid = -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 class ServiceProcess {
  public:
   // `args` follow `ced serve`. Blocks until the process is listening (at
   // most 120 s); on failure ready() is false and the test has a failure.
   explicit ServiceProcess(const std::vector<std::string>& args) {
-    UseOneOpenMpThreadPerProcess();
     static int counter = 0;
     log_ = ::testing::TempDir() + "/ced_service_" + std::to_string(getpid()) + "_" +
            std::to_string(counter++) + ".log";
-    std::vector<std::string> full = {CedBinary(), "serve"};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ == 0) {  // async-signal-safe calls only until execv
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    EXPECT_GT(pid_, 0) << "fork failed";
-    const std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+))?\))");
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
-      std::smatch m;
-      const std::string log = Log();
-      if (std::regex_search(log, m, re)) {
-        grpc_ = m[1];
-        metrics_ = m[2];
-        kv_ = m[4];
-        return;
-      }
-      int st = 0;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) pid_ = -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pid_ = SpawnCedServe(args, log_);
+    ServeAddresses a;
+    if (WaitUntilListening(&pid_, log_, &a)) {
+      grpc_ = a.grpc;
+      metrics_ = a.metrics;
+      kv_ = a.kv;
+      return;
     }
     ADD_FAILURE() << "ced serve did not start; log:\n" << Log();
   }
@@ -99,12 +130,7 @@ class ServiceProcess {
   const std::string& grpc() const { return grpc_; }
   const std::string& metrics() const { return metrics_; }
   const std::string& kv() const { return kv_; }
-  std::string Log() const {
-    std::ifstream in(log_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  std::string Log() const { return ReadLog(log_); }
 
  private:
   pid_t pid_ = -1;

@@ -17,6 +17,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_fixture.h"
+#include "tests/e2e/service_process.h"
 
 namespace ced::testing {
 namespace {
@@ -51,43 +52,18 @@ void Figure(const std::string& scenario, const std::string& key, double value) {
 }
 
 Proc::Proc(std::string name, const std::vector<std::string>& serve_args) : name_(std::move(name)) {
-  UseOneOpenMpThreadPerProcess();
   static int counter = 0;
   log_ = ::testing::TempDir() + "/ced_fault_" + std::to_string(getpid()) + "_" +
          std::to_string(counter++) + "_" + name_ + ".log";
-  std::vector<std::string> full = {CedBinary(), "serve"};
-  full.insert(full.end(), serve_args.begin(), serve_args.end());
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  pid_ = fork();
-  if (pid_ == 0) {  // async-signal-safe calls only until execv
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  EXPECT_GT(pid_, 0) << "fork failed";
-  const std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+))?\))");
-  const auto deadline = SteadyClock::now() + std::chrono::seconds(120);
-  while (pid_ > 0 && SteadyClock::now() < deadline) {
-    std::smatch m;
-    const std::string log = Log();
-    if (std::regex_search(log, m, re)) {
-      grpc_ = m[1];
-      metrics_ = m[2];
-      kv_ = m[4];
-      return;
-    }
-    int st = 0;
-    if (waitpid(pid_, &st, WNOHANG) == pid_) pid_ = -1;
-    std::this_thread::sleep_for(Ms(20));
+  pid_t pid = SpawnCedServe(serve_args, log_);
+  ServeAddresses a;
+  const bool listening = WaitUntilListening(&pid, log_, &a);
+  pid_ = pid;
+  if (listening) {
+    grpc_ = a.grpc;
+    metrics_ = a.metrics;
+    kv_ = a.kv;
+    return;
   }
   ADD_FAILURE() << name_ << " did not start; log:\n" << Log();
 }
@@ -97,12 +73,7 @@ Proc::~Proc() {
   if (!::testing::Test::HasFailure()) std::remove(log_.c_str());
 }
 
-std::string Proc::Log() const {
-  std::ifstream in(log_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string Proc::Log() const { return ReadLog(log_); }
 
 void Proc::Signal(int sig) {
   if (pid_ > 0) kill(pid_, sig);
