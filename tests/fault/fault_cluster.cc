@@ -18,29 +18,9 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/e2e/service_process.h"
+#include "tests/metrics/test_util.h"
 
 namespace ced::testing {
-namespace {
-
-// A port that was free a moment ago (the router must come back on the same
-// address after a restart, so it cannot use port 0).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-}  // namespace
 
 double MsSince(SteadyClock::time_point t0) {
   return std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count();
@@ -102,7 +82,9 @@ void Proc::Kill() {
 }
 
 FaultCluster::FaultCluster(FaultClusterOptions options) : options_(std::move(options)) {
-  router_address_ = "127.0.0.1:" + std::to_string(FreePort());
+  // A port that was free a moment ago: the router must come back on the same
+  // address after a restart, so it cannot use port 0.
+  router_address_ = "127.0.0.1:" + std::to_string(metrics::testing::PickFreePort());
   router_ = StartRouter();
   if (!router_->ready()) return;
   std::vector<std::string> gw = {"--role=gateway",   "--listen",    "127.0.0.1:0",

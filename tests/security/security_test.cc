@@ -36,6 +36,7 @@
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/service_process.h"
+#include "tests/metrics/test_util.h"
 
 namespace ced::testing {
 namespace {
@@ -275,24 +276,11 @@ struct RouterCase {
   const char* what;
 };
 
-// A port that was free a moment ago (for listeners whose port is not printed).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 TEST(SecurityTlsTest, InternalListenerAcceptsOnlyTheInternalIdentity) {
-  const std::string health = "127.0.0.1:" + std::to_string(FreePort());
+  // The health-only listener does not print its port: take one that was free a moment ago.
+  const std::string health =
+      "127.0.0.1:" + std::to_string(metrics::testing::PickFreePort());
   ServiceProcess router({"--role=router", "--listen", "127.0.0.1:0", "--metrics-listen",
                          "127.0.0.1:0", "--tls-cert", Cert("server.crt"), "--tls-key",
                          Cert("server.key"), "--tls-ca", Cert("ca.crt"), "--health-listen",
