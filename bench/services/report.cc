@@ -77,9 +77,11 @@ void Transport(const TransportReport& t, std::string* md) {
       "the fairer test of the target.\n\n");
   absl::StrAppend(
       md,
-      "**Which UCX lanes carry the bytes** (`ucp_ep_print_info` of a loopback sockaddr "
-      "endpoint made like the KV transport's — peer error handling, its shared-memory "
-      "error-handling switch — and like ucx_perftest's — no error handling):\n\n"
+      "**Which UCX lanes carry the bytes** (`ucp_ep_print_info` of a loopback endpoint made "
+      "from an exchanged worker address like the KV transport's — peer error handling, its "
+      "shared-memory error-handling switch — and like ucx_perftest's — no error handling; "
+      "rendezvous lanes are the RMA lanes, or the bulk active-message lanes when there are "
+      "none):\n\n"
       "| UCX_TLS | KV transport: AM lanes | KV transport: rendezvous lanes | perftest: AM "
       "lanes | perftest: rendezvous lanes |\n|---|---|---|---|---|\n");
   for (const LaneRow& l : t.lanes) {
@@ -88,16 +90,16 @@ void Transport(const TransportReport& t, std::string* md) {
   }
   absl::StrAppend(
       md,
-      "\nThe KV transport needs peer error handling: it is how the decode worker learns that "
-      "a prefill peer died mid-transfer (the sink's Complete gets UNAVAILABLE) and how a "
-      "Send that timed out force-closes its connection so that the payload is no longer "
-      "referenced. With it, UCX 1.13 selects no CMA lane for rendezvous on a sockaddr "
-      "(client-server) endpoint, so on shm,tcp large messages cross tcp loopback (two "
-      "kernel copies) where ucx_perftest's endpoints without error handling read them with "
-      "one CMA copy (`process_vm_readv`). *perftest -e* has peer error handling like ours "
-      "but connects by exchanged worker addresses, not sockaddr: on shm,tcp its endpoints "
-      "then have no tcp lane at all and large messages take the rendezvous-over-shared-memory "
-      "path, so it is not the same lane set as ours either (same lanes on tcp). What ours "
+      "\nThe KV transport connects as ucx_perftest does — the peers exchange UCP worker "
+      "addresses (over a small TCP handshake on the listener's port that also checks the "
+      "peer names a live reservation) and create endpoints from them — but with peer error "
+      "handling: it is how the decode worker learns that a prefill peer died mid-transfer "
+      "(the sink's Complete gets UNAVAILABLE) and how a Send that timed out force-closes its "
+      "connection so that the payload is no longer referenced. With it, UCX 1.13 selects no "
+      "CMA lane (it cannot detect a dead peer), so on shm,tcp large messages take the "
+      "rendezvous over the shared-memory active-message lane, where ucx_perftest's endpoints "
+      "without error handling read them with one CMA copy (`process_vm_readv`). *perftest -e* "
+      "has exactly our lanes: *ours / perftest -e* is the like-for-like figure. What ours "
       "does per message beyond perftest: CRC32C of the payload on the sending thread, the "
       "64-byte header encoded and checked, the sink's Accept, CRC32C verification on the "
       "receiver's verifier thread (off the UCX progress thread), Complete and an "

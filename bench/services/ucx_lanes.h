@@ -1,8 +1,9 @@
-// Diagnostic for the transport section: which UCX lanes a loopback
-// client-server (sockaddr) endpoint gets for a UCX_TLS value, with peer error
+// Diagnostic for the transport section: which UCX lanes an endpoint made from
+// an exchanged worker address gets for a UCX_TLS value, with peer error
 // handling (how the KV transport creates its endpoints, including its
 // MM_ERROR_HANDLING switch for shared memory) and without (how ucx_perftest
-// connects). Two UCP contexts in this process; blocking; not thread-safe.
+// connects by default). Two UCP contexts in this process; blocking; not
+// thread-safe.
 #pragma once
 
 #include <string>
@@ -14,6 +15,7 @@ namespace ced::bench {
 struct UcxLanes {
   std::string am;            // transports carrying active messages ("sysv/memory", "tcp/lo", ...)
   std::string rndv;          // transports carrying rendezvous (large) payloads
+                             // (RMA lanes, else the bulk active-message lanes)
   std::string am_protocols;  // "0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)"
 };
 

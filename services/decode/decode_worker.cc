@@ -87,6 +87,7 @@ absl::Status DecodeWorker::Init() {
 
   kv_transport::TransportOptions to;
   to.kind = options_.kv_transport;
+  to.log_connections = true;
   ASSIGN_OR_RETURN(transport_, kv_transport::CreateKvTransport(to));
   sink_ = MakeDecodeSink(this);
   ASSIGN_OR_RETURN(kv_address_, transport_->Listen(options_.kv_address, sink_.get()));

@@ -60,7 +60,7 @@ struct DecodeWorker::Request {
 // landed; kind: unknown message kind.
 inline constexpr const char* kKvRejectReasons[] = {
     "unknown_token", "request_mismatch", "inactive", "unexpected", "format",
-    "range",         "length",           "duplicate", "kind"};
+    "range",         "length",           "duplicate", "kind",   "connection"};
 
 absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const ModelConfig& c);
 std::unique_ptr<kv_transport::KvSink> MakeDecodeSink(DecodeWorker* worker);

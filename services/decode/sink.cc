@@ -15,6 +15,19 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
  public:
   explicit Sink(DecodeWorker* w) : w_(w) {}
 
+  // A prefill peer may connect only to send K/V of a live reservation: it must
+  // name one by request id and one-time transfer token.
+  absl::Status Admit(const KvMessageHeader& h) override {
+    std::lock_guard<std::mutex> lock(w_->mu_);
+    auto it = w_->by_token_.find(h.transfer_token);
+    if (it == w_->by_token_.end() || it->second->id_hash != h.request_id ||
+        it->second->finished || it->second->cancelled) {
+      return Reject("connection", absl::PermissionDeniedError(
+                                      "kv connection refused: it names no live reservation"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<MemSpan>> Accept(const KvMessageHeader& h) override {
     std::lock_guard<std::mutex> lock(w_->mu_);
     auto it = w_->by_token_.find(h.transfer_token);

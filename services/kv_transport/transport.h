@@ -33,6 +33,12 @@ struct ConstSpan {
 class KvSink {
  public:
   virtual ~KvSink() = default;
+  // A peer asks to connect in order to send `h` (its first message; wire-checked):
+  // OK lets it connect. Called before anything of the peer reaches the fabric
+  // library, and must not change state. The default admits every peer: a sink
+  // that listens where strangers can reach it (the decode worker's) admits only
+  // peers that name a live reservation.
+  virtual absl::Status Admit(const KvMessageHeader& h) { return absl::OkStatus(); }
   // Validates the (already wire-checked) header against the reservation named by
   // request_id / transfer_token and returns where the payload must land: spans whose
   // sizes sum to h.payload_bytes, valid until Complete is called. An error rejects
@@ -54,9 +60,13 @@ struct TransportOptions {
   // Largest payload accepted, both when sending and when receiving.
   uint64_t max_payload_bytes = uint64_t{1} << 32;
   // UCX transports ("tcp", "shm,tcp", ...). Empty: UCX's own configuration, i.e. the
-  // UCX_TLS environment variable or UCX's default. The listener needs a
-  // sockaddr-capable transport (tcp) in the list.
+  // UCX_TLS environment variable or UCX's default. Peers exchange worker
+  // addresses over TCP on the listening port, then use whichever of these
+  // reach each other (shared memory only between processes on one host).
   std::string ucx_tls;
+  // Log each connection (peer and the UCX lanes it uses) to stderr once it
+  // carries its first message.
+  bool log_connections = false;
   // Test only: Send puts a wrong payload checksum on the wire.
   bool corrupt_payload_checksum_for_testing = false;
 };

@@ -92,6 +92,7 @@ absl::Status PrefillWorker::Init() {
 
   kv_transport::TransportOptions to;
   to.kind = options_.kv_transport;
+  to.log_connections = true;
   ASSIGN_OR_RETURN(transport_, kv_transport::CreateKvTransport(to));
   if (options_.faults.any_corrupt()) {
     to.corrupt_payload_checksum_for_testing = true;

@@ -121,44 +121,41 @@ INSTANTIATE_TEST_SUITE_P(E2eReplayOn, LoadTest,
                          [](const auto& info) { return ced::v1::ReplayOn_Name(info.param); });
 
 // The KV data plane over each UCX transport, chosen by UCX_TLS in the
-// environment the workers inherit. UCX's debug log shows the lanes each
-// endpoint uses, which proves the transport (not just the setting).
+// environment the workers inherit. Each worker logs the UCX lanes of every KV
+// connection once it carries data, which proves the transport (not just the
+// setting).
 class UcxTransportTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    for (const char* name : {"UCX_TLS", "UCX_LOG_LEVEL"}) {
-      const char* old = std::getenv(name);
-      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-    }
+    const char* old = std::getenv("UCX_TLS");
+    saved_ = old ? std::optional<std::string>(old) : std::nullopt;
     setenv("UCX_TLS", GetParam(), 1);
-    setenv("UCX_LOG_LEVEL", "debug", 1);
     model_ = MakeModelDir("tiny");
     cluster_ = std::make_unique<LocalCluster>(
         model_, std::vector<std::string>{"--prefill", "1", "--decode", "1"});
   }
   void TearDown() override {
     cluster_.reset();
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        setenv(name.c_str(), value->c_str(), 1);
-      } else {
-        unsetenv(name.c_str());
-      }
+    if (saved_) {
+      setenv("UCX_TLS", saved_->c_str(), 1);
+    } else {
+      unsetenv("UCX_TLS");
     }
   }
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+  std::optional<std::string> saved_;
   std::string model_;
   std::unique_ptr<LocalCluster> cluster_;
 };
 
-// The "ep_cfg[...]: am(...)" lines (endpoint configurations) of one service.
-std::vector<std::string> EndpointConfigs(const std::string& log, const std::string& service) {
+// The "kv: ... connection ...: active messages on X, rendezvous on Y" lines of
+// one service.
+std::vector<std::string> ConnectionLanes(const std::string& log, const std::string& service) {
   std::vector<std::string> out;
   std::istringstream in(log);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("[" + service + "]", 0) == 0 && line.find("ep_cfg[") != std::string::npos &&
-        line.find("am(") != std::string::npos) {
+    if (line.rfind("[" + service + "] kv: ", 0) == 0 &&
+        line.find("active messages on") != std::string::npos) {
       out.push_back(line);
     }
   }
@@ -179,30 +176,18 @@ TEST_P(UcxTransportTest, FewRequestsEqualColocated) {
   }
   ExpectAllKvFree(*cluster_);
 
-  const std::string tls = GetParam();
-  const std::string log = cluster_->Log();
-  const bool shm = tls.find("shm") != std::string::npos;
+  // Both sides of the K/V connection (prefill: the sender; decode: the
+  // listener) use shared-memory lanes exactly when UCX_TLS allows them, for
+  // active messages and for rendezvous payloads alike.
+  const bool shm = std::string(GetParam()).find("shm") != std::string::npos;
   for (const std::string service : {"prefill-0", "decode-0"}) {
-    EXPECT_NE(log.find("[" + service + "]"), std::string::npos);
-    const std::vector<std::string> configs = EndpointConfigs(log, service);
-    ASSERT_FALSE(configs.empty()) << service << " logged no UCX endpoint configuration:\n" << log;
-    bool memory = false;
-    for (const std::string& line : configs) {
-      if (!shm) {
-        EXPECT_NE(line.find("tcp/"), std::string::npos) << line;
-      }
-      memory = memory || line.find("/memory") != std::string::npos;
-    }
-    // The decode worker (UCX's server side) must pick shared-memory lanes when
-    // they are allowed, and never pick them when they are not. UCX 1.13's
-    // connecting side (prefill) sometimes keeps the connection manager's
-    // initial tcp-only lanes depending on timing; that is recorded, not failed.
-    if (!shm || service == "decode-0") {
-      EXPECT_EQ(memory, shm) << service << " with UCX_TLS=" << tls << ":\n"
-                             << absl::StrJoin(configs, "\n");
-    } else if (!memory) {
-      std::cerr << "note: " << service << " kept tcp-only UCX lanes:\n"
-                << absl::StrJoin(configs, "\n") << "\n";
+    const std::vector<std::string> lines = ConnectionLanes(cluster_->Log(), service);
+    ASSERT_FALSE(lines.empty()) << service << " logged no KV connection:\n" << cluster_->Log();
+    for (const std::string& line : lines) {
+      const std::string rndv = line.substr(line.find("rendezvous on"));
+      EXPECT_EQ(line.find("/memory") != std::string::npos, shm) << line;
+      EXPECT_EQ(rndv.find("/memory") != std::string::npos, shm) << line;
+      if (!shm) EXPECT_NE(rndv.find("tcp/"), std::string::npos) << line;
     }
   }
 }

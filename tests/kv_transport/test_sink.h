@@ -36,6 +36,15 @@ class TestSink final : public KvSink {
     short_change_ = bytes;
   }
 
+  // Peers connect only to send for the reserved request.
+  absl::Status Admit(const KvMessageHeader& h) override {
+    absl::MutexLock lock(&mu_);
+    if (h.request_id != request_id_ || h.transfer_token != token_) {
+      return absl::PermissionDeniedError("no such reservation");
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<MemSpan>> Accept(const KvMessageHeader& h) override {
     absl::MutexLock lock(&mu_);
     ++accepts_;

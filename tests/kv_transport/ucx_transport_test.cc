@@ -90,6 +90,11 @@ TEST_P(UcxTransportTest, SmallAndLargePayloadsLandByteExact) {
 }
 
 TEST_P(UcxTransportTest, RejectionIsReportedToSender) {
+  // Connected by a message of the live reservation first; then messages with a
+  // wrong transfer token reach the sink's Accept on that connection.
+  const std::vector<uint8_t> first = RandomBytes(64, 2);
+  sink_.Reserve(42, 77, {64});
+  ASSERT_TRUE(sender_->Send(address_, MakeHeader(42, 77, 64), SplitInto(first, {})).ok());
   for (size_t bytes : {size_t{512}, size_t{4} << 20}) {
     const std::vector<uint8_t> data = RandomBytes(bytes, 3);
     sink_.Reserve(42, 77, {bytes});
@@ -98,12 +103,30 @@ TEST_P(UcxTransportTest, RejectionIsReportedToSender) {
     EXPECT_THAT(s.message(), HasSubstr("transfer token mismatch"));
     EXPECT_EQ(sink_.landed(), std::vector<uint8_t>(bytes, 0xEE));
   }
-  EXPECT_EQ(sink_.accepts(), 2);
-  EXPECT_TRUE(sink_.completions().empty());
+  EXPECT_EQ(sink_.accepts(), 3);
+  EXPECT_EQ(sink_.completions().size(), 1u);
   // The connection still works after rejections.
   const std::vector<uint8_t> data = RandomBytes(100, 4);
   sink_.Reserve(42, 77, {100});
   EXPECT_TRUE(sender_->Send(address_, MakeHeader(42, 77, 100), SplitInto(data, {})).ok());
+}
+
+// A peer whose first message names no reservation of the receiver gets no
+// connection (the receiver never hands its address to UCX); a later peer that
+// names the live reservation connects.
+TEST_P(UcxTransportTest, ConnectionNamingNoReservationIsRefused) {
+  const std::vector<uint8_t> data = RandomBytes(4096, 5);
+  sink_.Reserve(42, 77, {4096});
+  for (const auto& [request, token] : {std::pair<uint64_t, uint64_t>{42, 78}, {43, 77}}) {
+    const absl::Status s =
+        sender_->Send(address_, MakeHeader(request, token, 4096), SplitInto(data, {}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_THAT(s.message(), HasSubstr("no such reservation"));
+  }
+  EXPECT_EQ(sink_.accepts(), 0);
+  EXPECT_EQ(sink_.landed(), std::vector<uint8_t>(4096, 0xEE));
+  EXPECT_TRUE(sender_->Send(address_, MakeHeader(42, 77, 4096), SplitInto(data, {})).ok());
+  EXPECT_EQ(sink_.landed(), data);
 }
 
 TEST_P(UcxTransportTest, ChecksumMismatchIsDetected) {

@@ -28,6 +28,7 @@
 #include "engine/runtime/engine.h"
 #include "services/common/worker_util.h"
 #include "services/kv_transport/transport.h"
+#include "services/kv_transport/ucx/ucx_exchange.h"
 #include "tests/overload/topology.h"
 
 namespace ced::testing {
@@ -138,6 +139,33 @@ std::vector<Payload> Payloads() {
     h[0] = static_cast<char>(16);
     p.push_back({"UCX request header + 16 B, then more", h + RandomBytes(16, 8) + h});
   }
+  {
+    // The KV listener's own exchange (ucx_exchange.h): a hello of a wrong
+    // version, one claiming a huge worker address, and well-formed hellos
+    // naming no reservation with random bytes for a worker address (which
+    // must be refused before UCX ever parses them).
+    kv_transport::KvMessageHeader h;
+    h.kind = kv_transport::KvMessageKind::kGlobalRange;
+    h.token_begin = 0;
+    h.token_end = 16;
+    h.layer = -1;
+    h.payload_bytes = 4096;
+    const std::string address = RandomBytes(300, 9);
+    const auto span =
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(address.data()), address.size());
+    std::string hello = kv_transport::ucx::EncodeHello(h, span);
+    hello[8] = 9;
+    p.push_back({"KV hello of version 9", hello});
+    hello = kv_transport::ucx::EncodeHello(h, span);
+    hello[12] = hello[13] = hello[14] = hello[15] = static_cast<char>(0xFF);
+    p.push_back({"KV hello claiming a 4 GiB worker address", hello});
+    for (uint64_t seed : {10, 11}) {
+      h.request_id = std::mt19937_64(seed)();
+      h.transfer_token = std::mt19937_64(seed + 100)();
+      p.push_back({"KV hello naming no reservation, garbage worker address",
+                   kv_transport::ucx::EncodeHello(h, span)});
+    }
+  }
   p.push_back({"connect and reset", "", true});
   p.push_back({"random 1 KiB then reset", RandomBytes(1024, 6), true});
   return p;
@@ -207,6 +235,12 @@ TEST_F(HostileInputTest, MalformedBytesToEveryListenerCostOnlyThatConnection) {
     EXPECT_EQ(after.tokens, expected_);
   }
   topo.ExpectNoKvLeak();
+  // The well-formed hellos naming no reservation were refused by the decode
+  // worker's reservation check (each sent to the one KV listener).
+  EXPECT_GE(
+      ScrapeMetric(topo.decode().metrics(), "ced_kv_rejected_messages_total{reason=\"connection\"}")
+          .value_or(0),
+      2);
   std::printf("[figures] %d hostile connections to %zu listeners; all listeners survived\n",
               connections, listeners.size());
 }
@@ -267,15 +301,25 @@ TEST_F(HostileKvTest, ForgedKvIsRefusedCountedAndNothingLands) {
     std::string name, reason;
     kv_transport::KvMessageHeader header;
   };
-  std::vector<Case> cases;
+  // A peer must name a live reservation (request id + transfer token) to get a
+  // connection at all: the forged tokens are refused at the address exchange,
+  // before UCX sees the peer ("connection"). A message naming the victim's
+  // reservation gets a connection; over it, every message is checked against
+  // the reservation before a byte lands, forged tokens included.
+  std::vector<Case> forged_tokens;
   {
     auto h = Global("ghost", t ^ 0x9E3779B97F4A7C15ull, 0, 16);
-    cases.push_back({"never reserved", "unknown_token", h});
+    forged_tokens.push_back({"never reserved", "unknown_token", h});
     h = Global("victim", t ^ 0x5555, 0, 16);
-    cases.push_back({"wrong transfer token", "unknown_token", h});
+    forged_tokens.push_back({"wrong transfer token", "unknown_token", h});
     h = Global("victim", other.transfer_token(), 0, 16);
-    cases.push_back({"another request's token", "request_mismatch", h});
-    h = Global("victim", t, 32, n + 8);
+    forged_tokens.push_back({"another request's token", "request_mismatch", h});
+  }
+  std::vector<Case> cases;
+  for (const Case& c : forged_tokens)
+    cases.push_back({c.name + ", no connection", "connection", c.header});
+  {
+    auto h = Global("victim", t, 32, n + 8);
     cases.push_back({"beyond the reserved range", "range", h});
     h = Global("victim", t, n, n + 1);
     cases.push_back({"first token past the prompt", "range", h});
@@ -294,10 +338,14 @@ TEST_F(HostileKvTest, ForgedKvIsRefusedCountedAndNothingLands) {
     h.payload_bytes = 256;
     cases.push_back({"tail before the global K/V", "unexpected", h});
   }
+  for (const Case& c : forged_tokens) cases.push_back({c.name + ", connected", c.reason, c.header});
   std::map<std::string, int> want;
   for (const Case& c : cases) {
     const absl::Status s = Send(kv, c.header);
     EXPECT_FALSE(s.ok()) << c.name << " was accepted";
+    if (c.reason == "connection") {
+      EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << c.name << ": " << s;
+    }
     ++want[c.reason];
   }
   const std::string& m = topo.decode().metrics();

@@ -4,6 +4,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -11,17 +12,28 @@
 
 namespace ced::kv_transport::ucx {
 
-// AM ids and the data message's AM header: KvMessageHeader bytes + send id (u64 LE).
+// AM ids and the data message's AM header: KvMessageHeader bytes + send id +
+// connection id + connection secret (u64 LE each; ucx_exchange.h).
 inline constexpr unsigned kAmData = 0x4B56;
 inline constexpr unsigned kAmAck = 0x4B57;
-inline constexpr size_t kEnvelopeBytes = kKvHeaderBytes + 8;
+// Receiver -> sender when the receiving transport shuts down: {connection id,
+// connection secret} (u64 LE each) as the AM header, no data.
+inline constexpr unsigned kAmBye = 0x4B58;
+inline constexpr size_t kByeBytes = 16;
+inline constexpr size_t kEnvelopeBytes = kKvHeaderBytes + 24;
 
+// One connection: a client endpoint (made by Send toward `peer`) or an accepted
+// one (made by the listener toward a client that exchanged addresses with it).
 struct UcxTransport::EpContext {
   UcxTransport* self = nullptr;
-  ucp_ep_h ep = nullptr;
+  ucp_ep_h ep = nullptr;   // null while the addresses are being exchanged
   std::string peer;        // "host:port" for client endpoints, empty for accepted ones
+  ConnectionGrant grant;   // the listener's id and secret for this connection
   bool connected = false;  // client endpoints: wireup finished (first flush completed)
   bool failed = false;
+  bool described = false;         // its lanes were logged (TransportOptions::log_connections)
+  std::thread exchange;           // client endpoints: the address exchange (joined when done)
+  uint64_t exchange_send_id = 0;  // the Send whose header the exchange presented
   std::vector<std::shared_ptr<SendOp>> waiting;  // Sends queued until connected
 };
 
@@ -30,6 +42,7 @@ struct UcxTransport::SendOp {
   uint64_t id = 0;
   std::string peer;
   SockAddr addr;
+  KvMessageHeader header;  // as sent (with its payload checksum)
   std::array<uint8_t, kEnvelopeBytes> envelope{};
   std::vector<ucp_dt_iov_t> iov;  // payload pieces; one piece is sent as contiguous
   EpContext* ep = nullptr;        // progress thread only
@@ -46,7 +59,7 @@ struct UcxTransport::RecvOp {
   UcxTransport* self = nullptr;
   KvMessageHeader header;
   uint64_t send_id = 0;
-  ucp_ep_h reply_ep = nullptr;
+  uint64_t conn_id = 0;  // the accepted connection it came on (acknowledged there)
   std::vector<MemSpan> spans;
   std::vector<ucp_dt_iov_t> iov;
   bool abandoned = false;  // completed as CANCELLED at shutdown; UCX may still call back

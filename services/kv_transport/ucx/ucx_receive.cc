@@ -1,8 +1,10 @@
 // UcxTransport: the receiving side (data messages, acknowledgements). Progress
 // thread only.
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "services/kv_transport/payload.h"
 #include "services/kv_transport/ucx/ucx_ops.h"
 #include "services/kv_transport/ucx/ucx_transport.h"
@@ -28,21 +30,38 @@ ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void
   // Anything that does not fit the envelope is dropped unanswered (returning OK
   // releases UCX's data or rendezvous descriptor).
   if (sink_ == nullptr || shutting_down_ || header_length != kEnvelopeBytes) return UCS_OK;
-  // Data is only taken from connections this transport accepted as a listener.
-  const ucp_ep_h reply_ep =
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-  const auto ep = eps_.find(reply_ep);
-  if (ep == eps_.end() || !ep->second->peer.empty() || ep->second->failed) return UCS_OK;
   const auto* bytes = static_cast<const uint8_t*>(header);
-  const uint64_t send_id = GetU64(bytes + kKvHeaderBytes);
+  AckHeader ack;
+  ack.send_id = GetU64(bytes + kKvHeaderBytes);
+  ack.conn_id = GetU64(bytes + kKvHeaderBytes + 8);
+  ack.conn_secret = GetU64(bytes + kKvHeaderBytes + 16);
+  // Data is only taken on connections this transport's listener granted, named
+  // by id and secret.
+  const auto conn = accepted_.find(ack.conn_id);
+  if (conn == accepted_.end() || conn->second->failed ||
+      conn->second->grant.secret != ack.conn_secret) {
+    // Tell the sender to reconnect (on the endpoint the message came in on,
+    // which is valid during this callback); strangers get nothing.
+    if (ack.conn_id != 0 && ack.conn_id < next_conn_id_ &&
+        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+      ack.flags = kAckConnectionClosed;
+      SendAck(param->reply_ep, ack,
+              absl::UnavailableError(
+                  absl::StrCat("kv connection ", ack.conn_id, " is closed on the receiver")));
+    }
+    return UCS_OK;
+  }
+  const ucp_ep_h reply_ep = conn->second->ep;
+  const uint64_t send_id = ack.send_id;
+  Describe(conn->second);
   absl::StatusOr<KvMessageHeader> h =
       DecodeHeader(absl::MakeConstSpan(bytes, kKvHeaderBytes), options_.max_payload_bytes);
   if (!h.ok()) {
-    SendAck(reply_ep, send_id, h.status());
+    SendAck(reply_ep, ack, h.status());
     return UCS_OK;
   }
   if (length != h->payload_bytes) {
-    SendAck(reply_ep, send_id,
+    SendAck(reply_ep, ack,
             absl::InvalidArgumentError(absl::StrCat("kv message carries ", length,
                                                     " payload bytes, header field "
                                                     "'payload_bytes' says ",
@@ -51,20 +70,20 @@ ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void
   }
   absl::StatusOr<std::vector<MemSpan>> spans = sink_->Accept(*h);
   if (!spans.ok()) {
-    SendAck(reply_ep, send_id, spans.status());
+    SendAck(reply_ep, ack, spans.status());
     return UCS_OK;
   }
   auto op = std::make_unique<RecvOp>();
   op->self = this;
   op->header = *h;
   op->send_id = send_id;
-  op->reply_ep = reply_ep;
+  op->conn_id = ack.conn_id;
   op->spans = *std::move(spans);
   RecvOp* raw = op.get();
   recvs_[raw] = std::move(op);
   if (const absl::Status fit = CheckSinkSpans(raw->spans, raw->header.payload_bytes); !fit.ok()) {
     sink_->Complete(raw->header, fit);
-    SendAck(reply_ep, send_id, fit);
+    SendAck(reply_ep, ack, fit);
     recvs_.erase(raw);
     return UCS_OK;
   }
@@ -145,7 +164,15 @@ void UcxTransport::ConcludeRecv(RecvOp* op, const absl::Status& status) {
   std::unique_ptr<RecvOp> owned = std::move(it->second);
   recvs_.erase(it);
   sink_->Complete(owned->header, status);
-  SendAck(owned->reply_ep, owned->send_id, status);
+  // The acknowledgement goes out on this side's endpoint of the connection,
+  // if it still stands (a closed one's sender has failed already).
+  const auto conn = accepted_.find(owned->conn_id);
+  if (conn == accepted_.end() || conn->second->failed) return;
+  AckHeader ack;
+  ack.send_id = owned->send_id;
+  ack.conn_id = owned->conn_id;
+  ack.conn_secret = conn->second->grant.secret;
+  SendAck(conn->second->ep, ack, status);
 }
 
 void UcxTransport::VerifierLoop() {
@@ -178,17 +205,19 @@ void UcxTransport::StopVerifier() {
   verifier_.join();
 }
 
-void UcxTransport::SendAck(ucp_ep_h ep, uint64_t send_id, const absl::Status& status) {
-  if (ep == nullptr || shutting_down_ || !EpUsable(ep)) return;
+void UcxTransport::SendAck(ucp_ep_h ep, AckHeader ack_header, const absl::Status& status) {
+  if (ep == nullptr || shutting_down_) return;
   auto* ack = new AckMessage;
   ack->message = std::string(status.message().substr(0, kMaxAckMessageBytes));
-  EncodeAckHeader(send_id, status.code(), static_cast<uint32_t>(ack->message.size()), ack->header);
+  ack_header.code = status.code();
+  ack_header.message_bytes = static_cast<uint32_t>(ack->message.size());
+  EncodeAckHeader(ack_header, ack->header);
   ucp_request_param_t params{};
   params.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   params.cb.send = &AckSentCb;
   params.user_data = ack;
-  params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  params.flags = UCP_AM_SEND_FLAG_EAGER;
   ucs_status_ptr_t request = ucp_am_send_nbx(ep, kAmAck, ack->header, kAckHeaderBytes,
                                              ack->message.data(), ack->message.size(), &params);
   if (!UCS_PTR_IS_PTR(request)) delete ack;  // done at once, or failed (the peer times out)
@@ -204,12 +233,89 @@ ucs_status_t UcxTransport::OnAck(const void* header, size_t header_length, const
   if (it == sends_.end()) return UCS_OK;  // late: the Send gave up already
   std::shared_ptr<SendOp> op = it->second;
   // Only the connection the message went out on may answer it.
-  const ucp_ep_h from =
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-  if (op->ep == nullptr || from != op->ep->ep) return UCS_OK;
+  EpContext* ctx = op->ep;
+  if (ctx == nullptr || ctx->failed || ack.conn_id != ctx->grant.id ||
+      ack.conn_secret != ctx->grant.secret) {
+    return UCS_OK;
+  }
   std::string message(static_cast<const char*>(data), std::min<size_t>(length, ack.message_bytes));
   Settle(op.get(), absl::Status(ack.code, message));
+  if (ack.flags & kAckConnectionClosed) {
+    // The receiver forgot this connection (it failed there): the next Send
+    // connects afresh.
+    FailEp(ctx, absl::UnavailableError(
+                    absl::StrCat("kv connection to ", ctx->peer, " closed by the receiver")));
+  }
   return UCS_OK;
+}
+
+void UcxTransport::SayGoodbye() {
+  std::vector<std::pair<void*, uint8_t*>> pending;
+  for (auto& [id, ctx] : accepted_) {
+    if (ctx->failed) continue;
+    auto* bye = new uint8_t[kByeBytes];
+    PutU64(bye, ctx->grant.id);
+    PutU64(bye + 8, ctx->grant.secret);
+    ucp_request_param_t params{};
+    params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    params.flags = UCP_AM_SEND_FLAG_EAGER;
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(ctx->ep, kAmBye, bye, kByeBytes, nullptr, 0, &params);
+    if (UCS_PTR_IS_PTR(request)) {
+      pending.emplace_back(request, bye);
+    } else {
+      delete[] bye;
+    }
+  }
+  // Briefly, so that a dead peer cannot hold up the shutdown.
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(200);
+  for (auto& [request, bye] : pending) {
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && absl::Now() < deadline) {
+      ucp_worker_progress(worker_);
+    }
+    if (ucp_request_check_status(request) != UCS_INPROGRESS) {
+      ucp_request_free(request);
+      delete[] bye;
+    } else {
+      ucp_request_cancel(worker_, request);  // completes when the endpoint closes
+      ucp_request_free(request);
+      // The buffer may still be referenced until the endpoint is closed: left
+      // to the process (a few bytes per connection, at shutdown only).
+    }
+  }
+}
+
+ucs_status_t UcxTransport::OnBye(const void* header, size_t header_length) {
+  if (header_length != kByeBytes) return UCS_OK;
+  const auto* bytes = static_cast<const uint8_t*>(header);
+  const uint64_t id = GetU64(bytes);
+  const uint64_t secret = GetU64(bytes + 8);
+  for (auto& [peer, ctx] : peers_) {
+    if (ctx->ep != nullptr && !ctx->failed && ctx->grant.id == id && ctx->grant.secret == secret) {
+      FailEp(ctx, absl::UnavailableError(absl::StrCat("kv receiver at ", peer, " shut down")));
+      break;
+    }
+  }
+  return UCS_OK;
+}
+
+void UcxTransport::Describe(EpContext* ctx) {
+  if (!options_.log_connections || ctx->described || ctx->ep == nullptr) return;
+  ctx->described = true;
+  const EpLanes lanes = DescribeLanes(ctx->ep);
+  const std::string who = ctx->peer.empty()
+                              ? absl::StrCat("kv: accepted connection ", ctx->grant.id)
+                              : absl::StrCat("kv: connection ", ctx->grant.id, " to ", ctx->peer);
+  // stdout, as the services' other lines.
+  std::printf("%s: active messages on %s, rendezvous on %s\n", who.c_str(),
+              lanes.am.empty() ? "-" : lanes.am.c_str(),
+              lanes.rndv.empty() ? "-" : lanes.rndv.c_str());
+  std::fflush(stdout);
+}
+
+ucs_status_t UcxTransport::ByeCb(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  return static_cast<UcxTransport*>(arg)->OnBye(header, header_length);
 }
 
 void UcxTransport::AckSentCb(void* request, ucs_status_t status, void* user_data) {

@@ -1,34 +1,78 @@
 // UcxTransport: endpoints and the sending side. Progress thread only.
+#include <sys/random.h>
+
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "services/kv_transport/ucx/ucx_ops.h"
 #include "services/kv_transport/ucx/ucx_transport.h"
 
 namespace ced::kv_transport::ucx {
 
-UcxTransport::EpContext* UcxTransport::GetOrConnect(const std::string& peer, const SockAddr& addr,
-                                                    absl::Status* error) {
+UcxTransport::EpContext* UcxTransport::GetOrConnect(const SendOp& op) {
+  const std::string& peer = op.peer;
   auto it = peers_.find(peer);
   if (it != peers_.end()) return it->second;
   auto ctx = std::make_unique<EpContext>();
   ctx->self = this;
   ctx->peer = peer;
+  ctx->exchange_send_id = op.id;
+  EpContext* raw = ctx.get();
+  exchanging_[raw] = std::move(ctx);
+  peers_[peer] = raw;
+  // The exchange blocks on a socket: it runs on its own thread and posts its
+  // result back; Sends wait in raw->waiting meanwhile.
+  const int timeout_ms = static_cast<int>(
+      std::min<int64_t>(options_.send_timeout_ms, AddressExchangeServer::kHandshakeTimeoutMs));
+  raw->exchange = std::thread([this, raw, addr = op.addr, first = op.header, timeout_ms] {
+    absl::StatusOr<ExchangeResult> result =
+        ExchangeAddresses(addr.get(), addr.length, first,
+                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(own_address_.data()),
+                                              own_address_.size()),
+                          timeout_ms, exchange_stop_);
+    Post(
+        [this, raw, result = std::move(result)]() mutable { OnExchanged(raw, std::move(result)); });
+  });
+  return raw;
+}
+
+ucs_status_t UcxTransport::CreateEp(EpContext* ctx, const std::string& worker_address) {
   ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  params.sockaddr.addr = addr.get();
-  params.sockaddr.addrlen = addr.length;
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &EpErrorCb;
-  params.err_handler.arg = ctx.get();
-  const ucs_status_t s = ucp_ep_create(worker_, &params, &ctx->ep);
-  if (s != UCS_OK) {
-    *error = UcsError(absl::StatusCode::kUnavailable, absl::StrCat("kv connect to ", peer), s);
-    return nullptr;
+  params.err_handler.arg = ctx;
+  return ucp_ep_create(worker_, &params, &ctx->ep);
+}
+
+void UcxTransport::OnExchanged(EpContext* raw, absl::StatusOr<ExchangeResult> result) {
+  auto it = exchanging_.find(raw);
+  if (it == exchanging_.end()) return;
+  std::unique_ptr<EpContext> ctx = std::move(it->second);
+  exchanging_.erase(it);
+  if (ctx->exchange.joinable()) ctx->exchange.join();  // it has just posted this
+  if (auto p = peers_.find(ctx->peer); p != peers_.end() && p->second == raw) peers_.erase(p);
+  if (shutting_down_) {
+    FailWaiting(raw, absl::CancelledError("kv transport shutting down"));
+    return;
   }
-  EpContext* raw = ctx.get();
+  if (!result.ok()) {
+    FailWaiting(raw,
+                absl::Status(result.status().code(), absl::StrCat("kv connect to ", ctx->peer, ": ",
+                                                                  result.status().message())));
+    return;
+  }
+  ctx->grant = result->grant;
+  if (const ucs_status_t s = CreateEp(raw, result->server_address); s != UCS_OK) {
+    ctx->ep = nullptr;
+    FailWaiting(raw, UcsError(absl::StatusCode::kUnavailable,
+                              absl::StrCat("kv connect to ", ctx->peer), s));
+    return;
+  }
   eps_[raw->ep] = std::move(ctx);
-  peers_[peer] = raw;
+  peers_[raw->peer] = raw;
   // Sends wait for the wireup to finish: a message queued earlier would be sent
   // with the provisional lanes, i.e. eagerly in fragments instead of by rendezvous.
   ucp_request_param_t flush{};
@@ -37,11 +81,39 @@ UcxTransport::EpContext* UcxTransport::GetOrConnect(const std::string& peer, con
   flush.user_data = raw;
   ucs_status_ptr_t request = ucp_ep_flush_nbx(raw->ep, &flush);
   if (!UCS_PTR_IS_PTR(request)) OnConnected(raw, UCS_PTR_STATUS(request));
-  if (raw->failed) {
-    *error = absl::UnavailableError(absl::StrCat("kv connect to ", peer, " failed"));
-    return nullptr;
+}
+
+void UcxTransport::FailWaiting(EpContext* ctx, const absl::Status& status) {
+  std::vector<std::shared_ptr<SendOp>> waiting;
+  waiting.swap(ctx->waiting);
+  for (auto& op : waiting) {
+    Settle(op.get(), status);
+    MarkSent(op.get(), UCS_OK);
   }
-  return raw;
+}
+
+absl::StatusOr<ConnectionGrant> UcxTransport::AcceptConnection(const KvMessageHeader& first,
+                                                               const std::string& client_address) {
+  if (shutting_down_ || sink_ == nullptr) return absl::UnavailableError("kv listener stopping");
+  if (absl::Status admitted = sink_->Admit(first); !admitted.ok()) return admitted;
+  auto ctx = std::make_unique<EpContext>();
+  ctx->self = this;
+  ctx->grant.id = next_conn_id_++;
+  if (getrandom(&ctx->grant.secret, sizeof ctx->grant.secret, 0) !=
+      static_cast<ssize_t>(sizeof ctx->grant.secret)) {
+    return absl::InternalError("kv listener: no randomness for the connection secret");
+  }
+  // A malformed worker address is refused by UCX's unpacking (an error status).
+  if (const ucs_status_t s = CreateEp(ctx.get(), client_address); s != UCS_OK) {
+    return UcsError(absl::StatusCode::kInvalidArgument, "kv listener: the peer's worker address",
+                    s);
+  }
+  ctx->connected = true;
+  const ConnectionGrant grant = ctx->grant;
+  EpContext* raw = ctx.get();
+  eps_[raw->ep] = std::move(ctx);
+  accepted_[grant.id] = raw;
+  return grant;
 }
 
 void UcxTransport::OnConnected(EpContext* ctx, ucs_status_t status) {
@@ -52,28 +124,10 @@ void UcxTransport::OnConnected(EpContext* ctx, ucs_status_t status) {
     return;
   }
   ctx->connected = true;
+  Describe(ctx);
   std::vector<std::shared_ptr<SendOp>> waiting;
   waiting.swap(ctx->waiting);
   for (auto& op : waiting) IssueSend(op.get());
-}
-
-void UcxTransport::OnConnRequest(ucp_conn_request_h request) {
-  if (shutting_down_ || listener_ == nullptr) {
-    if (listener_ != nullptr) ucp_listener_reject(listener_, request);
-    return;
-  }
-  auto ctx = std::make_unique<EpContext>();
-  ctx->self = this;
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params.conn_request = request;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = &EpErrorCb;
-  params.err_handler.arg = ctx.get();
-  if (ucp_ep_create(worker_, &params, &ctx->ep) != UCS_OK) return;
-  EpContext* raw = ctx.get();
-  eps_[raw->ep] = std::move(ctx);
 }
 
 void UcxTransport::FailEp(EpContext* ctx, const absl::Status& status) {
@@ -82,6 +136,8 @@ void UcxTransport::FailEp(EpContext* ctx, const absl::Status& status) {
   if (!ctx->peer.empty()) {
     auto it = peers_.find(ctx->peer);
     if (it != peers_.end() && it->second == ctx) peers_.erase(it);
+  } else if (auto it = accepted_.find(ctx->grant.id); it != accepted_.end() && it->second == ctx) {
+    accepted_.erase(it);
   }
   std::vector<std::shared_ptr<SendOp>> affected;
   for (auto& [id, op] : sends_) {
@@ -122,24 +178,13 @@ void UcxTransport::CloseFailedEps() {
   }
 }
 
-bool UcxTransport::EpUsable(ucp_ep_h ep) const {
-  auto it = eps_.find(ep);
-  return it != eps_.end() && !it->second->failed;
-}
-
 void UcxTransport::StartSend(const std::shared_ptr<SendOp>& op) {
   if (shutting_down_) {
     Settle(op.get(), absl::CancelledError("kv transport shutting down"));
     MarkSent(op.get(), UCS_ERR_CANCELED);
     return;
   }
-  absl::Status error;
-  EpContext* ctx = GetOrConnect(op->peer, op->addr, &error);
-  if (ctx == nullptr) {
-    Settle(op.get(), error);
-    MarkSent(op.get(), UCS_OK);
-    return;
-  }
+  EpContext* ctx = GetOrConnect(*op);
   op->ep = ctx;
   sends_[op->id] = op;
   if (ctx->connected) {
@@ -150,6 +195,8 @@ void UcxTransport::StartSend(const std::shared_ptr<SendOp>& op) {
 }
 
 void UcxTransport::IssueSend(SendOp* op) {
+  PutU64(op->envelope.data() + kKvHeaderBytes + 8, op->ep->grant.id);
+  PutU64(op->envelope.data() + kKvHeaderBytes + 16, op->ep->grant.secret);
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_FLAGS;
@@ -186,7 +233,12 @@ void UcxTransport::AbortSend(const std::shared_ptr<SendOp>& op) {
     absl::MutexLock lock(&op->mu);
     sent = op->sent;
   }
-  if (!sent && op->ep != nullptr) {
+  if (!sent && op->ep != nullptr && op->ep->ep == nullptr) {
+    // Still exchanging addresses: the payload never reached UCX.
+    auto& waiting = op->ep->waiting;
+    waiting.erase(std::remove(waiting.begin(), waiting.end(), op), waiting.end());
+    MarkSent(op.get(), UCS_ERR_CANCELED);
+  } else if (!sent && op->ep != nullptr) {
     FailEp(op->ep, absl::UnavailableError(
                        absl::StrCat("kv connection to ", op->peer, " reset after a timeout")));
   }
@@ -223,10 +275,6 @@ void UcxTransport::Settle(SendOp* op, absl::Status verdict) {
     done = op->Done();
   }
   if (done && keep != nullptr) sends_.erase(op->id);
-}
-
-void UcxTransport::ConnHandlerCb(ucp_conn_request_h request, void* arg) {
-  static_cast<UcxTransport*>(arg)->OnConnRequest(request);
 }
 
 void UcxTransport::EpErrorCb(void* arg, ucp_ep_h ep, ucs_status_t status) {

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -20,24 +21,18 @@ namespace {
 
 // Upper bound on one idle wait; wakeups normally come from UCX's event fd or a post.
 constexpr int kIdleWaitMs = 20;
+// While operations are in flight, the progress thread keeps polling this long
+// after the last progress before it sleeps: a payload moves as a stream of
+// fragments (shared memory, tcp), and a sleep/wakeup between two of them costs
+// more than the fragment.
+constexpr auto kSpinAfterProgress = std::chrono::microseconds(500);
 // Progress calls between two looks at the command queue.
 constexpr int kProgressBatch = 64;
 // How long shutdown keeps progressing to let closes and cancelled operations finish.
 constexpr absl::Duration kShutdownGrace = absl::Seconds(2);
-
-// True for 127.0.0.0/8 and ::1 (and ::ffff:127.x.y.z).
-bool IsLoopback(const SockAddr& a) {
-  if (a.storage.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&a.storage);
-    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-  }
-  if (a.storage.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a.storage);
-    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
-    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) return in6->sin6_addr.s6_addr[12] == 127;
-  }
-  return false;
-}
+// Peer failure detection on lanes without a connection to break (shared memory):
+// UCX's keepalive round, unless UCX_KEEPALIVE_INTERVAL says otherwise.
+constexpr char kKeepaliveInterval[] = "1s";
 
 }  // namespace
 
@@ -81,6 +76,9 @@ absl::Status UcxTransport::Init() {
       std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr) {
     ucp_config_modify(config, "MM_ERROR_HANDLING", "y");  // unknown to other versions: ignored
   }
+  if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+    ucp_config_modify(config, "KEEPALIVE_INTERVAL", kKeepaliveInterval);
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -102,11 +100,21 @@ absl::Status UcxTransport::Init() {
     return absl::UnavailableError(absl::StrCat(
         "ucx: max active message header is ", attr.max_am_header, " bytes, need ", kEnvelopeBytes));
   }
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  s = ucp_worker_get_address(worker_, &address, &address_length);
+  if (s != UCS_OK) return UcsError(absl::StatusCode::kInternal, "ucp_worker_get_address", s);
+  own_address_.assign(reinterpret_cast<const char*>(address), address_length);
+  ucp_worker_release_address(worker_, address);
+  if (own_address_.empty() || own_address_.size() > kMaxWorkerAddressBytes) {
+    return absl::InternalError(
+        absl::StrCat("ucx: worker address of ", own_address_.size(), " bytes"));
+  }
   s = ucp_worker_get_efd(worker_, &ucx_efd_);
   if (s != UCS_OK) return UcsError(absl::StatusCode::kInternal, "ucp_worker_get_efd", s);
 
-  const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {{kAmData, &DataCb},
-                                                                  {kAmAck, &AckCb}};
+  const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
+      {kAmData, &DataCb}, {kAmAck, &AckCb}, {kAmBye, &ByeCb}};
   for (const auto& [id, cb] : handlers) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
@@ -157,6 +165,7 @@ bool UcxTransport::DrainCommands() {
 }
 
 void UcxTransport::ProgressLoop() {
+  auto last_progress = std::chrono::steady_clock::now();
   while (true) {
     uint64_t ignored;
     [[maybe_unused]] ssize_t n = read(wake_fd_, &ignored, sizeof(ignored));
@@ -167,7 +176,14 @@ void UcxTransport::ProgressLoop() {
       progressed = true;
     }
     CloseFailedEps();
-    if (had_commands || progressed || !to_close_.empty()) continue;
+    if (had_commands || progressed || !to_close_.empty()) {
+      last_progress = std::chrono::steady_clock::now();
+      continue;
+    }
+    if ((!sends_.empty() || !recvs_.empty()) &&
+        std::chrono::steady_clock::now() - last_progress < kSpinAfterProgress) {
+      continue;
+    }
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
     pollfd fds[2] = {{ucx_efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     poll(fds, 2, closing_.empty() ? kIdleWaitMs : 1);
@@ -177,13 +193,18 @@ void UcxTransport::ProgressLoop() {
 
 void UcxTransport::Shutdown() {
   shutting_down_ = true;
+  exchange_stop_ = true;
   StopVerifier();
-  guard_.reset();
-  if (listener_ != nullptr) ucp_listener_destroy(listener_);
-  listener_ = nullptr;
+  // The listener's exchanges give up (their accepts, posted here, see
+  // shutting_down_); so do the client's, which post their results here.
+  exchange_.reset();
+  for (auto& [raw, ctx] : exchanging_) {
+    if (ctx->exchange.joinable()) ctx->exchange.join();
+  }
   // Sends posted during destruction settle as CANCELLED; verdicts the verifier
-  // posted before it stopped are delivered.
+  // posted before it stopped are delivered; finished exchanges fail their Sends.
   DrainCommands();
+  SayGoodbye();
   // Payloads the verifier never got to.
   std::vector<RecvOp*> unverified;
   for (auto& [raw, op] : recvs_) {
@@ -238,51 +259,38 @@ absl::StatusOr<std::string> UcxTransport::Listen(const std::string& address, KvS
   absl::StatusOr<std::string> result;
   absl::Notification done;
   Post([&] {
-    sink_ = sink;
-    ucp_listener_params_t params{};
-    params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    // On a loopback address UCX listens on an ephemeral port of the same
-    // address, behind the guard (ucx_guard.h). On any other address the guard
-    // would hide the peer's address from UCX's connection manager (which takes
-    // the client's TCP device address from the socket peer), so peers on other
-    // hosts could not connect: there UCX owns the port itself.
-    const bool guarded = IsLoopback(addr);
-    SockAddr inner = addr;
-    if (guarded && inner.storage.ss_family == AF_INET) {
-      reinterpret_cast<sockaddr_in*>(&inner.storage)->sin_port = 0;
-    } else if (guarded && inner.storage.ss_family == AF_INET6) {
-      reinterpret_cast<sockaddr_in6*>(&inner.storage)->sin6_port = 0;
-    }
-    params.sockaddr.addr = inner.get();
-    params.sockaddr.addrlen = inner.length;
-    params.conn_handler.cb = &ConnHandlerCb;
-    params.conn_handler.arg = this;
-    ucs_status_t s = ucp_listener_create(worker_, &params, &listener_);
-    if (s != UCS_OK) {
-      listener_ = nullptr;
-      sink_ = nullptr;
-      result = UcsError(absl::StatusCode::kUnavailable, absl::StrCat("ucx listen on ", address), s);
-    } else {
-      ucp_listener_attr_t attr{};
-      attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-      s = ucp_listener_query(listener_, &attr);
-      if (s == UCS_OK && !guarded) {
-        result = FormatHostPort(hp.host.empty() ? "0.0.0.0" : hp.host, PortOf(attr.sockaddr));
-      } else if (s == UCS_OK) {
-        auto guard = HandshakeGuard::Start(addr.get(), addr.length, PortOf(attr.sockaddr));
-        if (guard.ok()) {
-          guard_ = *std::move(guard);
-          result = FormatHostPort(hp.host.empty() ? "0.0.0.0" : hp.host, guard_->port());
-        } else {
-          result = guard.status();
-          ucp_listener_destroy(listener_);
-          listener_ = nullptr;
-          sink_ = nullptr;
+    // The exchange server owns the public port on the configured address; the
+    // data lanes are UCX's own (on the interfaces UCX_NET_DEVICES allows).
+    auto accept = [this](const Hello& hello,
+                         const std::string& client_address) -> absl::StatusOr<ConnectionGrant> {
+      struct Pending {
+        absl::Notification done;
+        absl::StatusOr<ConnectionGrant> grant = absl::UnavailableError("kv listener stopping");
+      };
+      auto pending = std::make_shared<Pending>();
+      Post([this, pending, first = hello.first, client_address] {
+        pending->grant = AcceptConnection(first, client_address);
+        pending->done.Notify();
+      });
+      const absl::Time deadline =
+          absl::Now() + absl::Milliseconds(AddressExchangeServer::kHandshakeTimeoutMs);
+      while (!pending->done.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+        if (exchange_stop_.load() || absl::Now() > deadline) {
+          return absl::UnavailableError("kv listener busy or stopping");
         }
-      } else {
-        result = UcsError(absl::StatusCode::kInternal, "ucp_listener_query", s);
       }
-      if (result.ok()) verifier_ = std::thread([this] { VerifierLoop(); });
+      return pending->grant;
+    };
+    auto server = AddressExchangeServer::Start(addr.get(), addr.length, own_address_,
+                                               options_.max_payload_bytes, accept);
+    if (!server.ok()) {
+      result = absl::Status(server.status().code(), absl::StrCat("kv listen on ", address, ": ",
+                                                                 server.status().message()));
+    } else {
+      sink_ = sink;
+      exchange_ = *std::move(server);
+      result = FormatHostPort(hp.host.empty() ? "0.0.0.0" : hp.host, exchange_->port());
+      verifier_ = std::thread([this] { VerifierLoop(); });
     }
     done.Notify();
   });
@@ -319,6 +327,7 @@ absl::Status UcxTransport::Send(const std::string& peer, const KvMessageHeader& 
   KvMessageHeader sent = h;
   sent.payload_checksum = ChecksumSpans(payload);
   if (options_.corrupt_payload_checksum_for_testing) sent.payload_checksum ^= 0xA5A5A5A5u;
+  op->header = sent;
   const KvHeaderBytes header = EncodeHeader(sent);
   std::copy(header.begin(), header.end(), op->envelope.begin());
   PutU64(op->envelope.data() + kKvHeaderBytes, op->id);

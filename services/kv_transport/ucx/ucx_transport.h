@@ -1,17 +1,22 @@
 // KV transport over UCX (UCP active messages).
 //
 // One UCP context + worker per transport, driven by a single progress thread that
-// owns every UCP object; public methods post commands to it. Connections are
-// established through sockaddr (client-server). A message is one active message:
-// the AM header carries the 64-byte KvMessageHeader plus a send id, the payload is
-// sent as contiguous or IOV data. The receiver validates the header, asks the sink
-// for destination spans, lands eager data by copy and rendezvous data by
-// ucp_am_recv_data_nbx straight into the spans, verifies the checksum, calls
-// Complete, and replies with a small acknowledgement AM carrying its verdict.
-// Checksums of large payloads are verified on a separate verifier thread, in
-// arrival order, so that the progress thread keeps moving the next payloads
-// meanwhile; the sender computes its checksum on the calling thread. Many Sends
-// (each waiting for its own verdict) may be in flight on one connection.
+// owns every UCP object; public methods post commands to it. Peers find each
+// other by exchanging UCP worker addresses over a small TCP handshake on the
+// listener's public port (ucx_exchange.h); both sides then create endpoints from
+// the other's worker address, so UCX picks every lane UCX_TLS allows (shared
+// memory and CMA between workers on one host, tcp across hosts). A message is
+// one active message: the AM header carries the 64-byte KvMessageHeader, a send
+// id and the connection's id and secret (granted by the listener), the payload
+// is sent as contiguous or IOV data. The receiver checks the connection,
+// validates the header, asks the sink for destination spans, lands eager data by
+// copy and rendezvous data by ucp_am_recv_data_nbx straight into the spans,
+// verifies the checksum, calls Complete, and replies on its own endpoint to the
+// sender with a small acknowledgement AM carrying its verdict. Checksums of
+// large payloads are verified on a separate verifier thread, in arrival order,
+// so that the progress thread keeps moving the next payloads meanwhile; the
+// sender computes its checksum on the calling thread. Many Sends (each waiting
+// for its own verdict) may be in flight on one connection.
 //
 // A Send that times out force-closes its connection (other Sends on it fail with
 // UNAVAILABLE) so that the payload is never referenced after Send returns.
@@ -31,7 +36,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "services/kv_transport/transport.h"
-#include "services/kv_transport/ucx/ucx_guard.h"
+#include "services/kv_transport/ucx/ucx_exchange.h"
 #include "services/kv_transport/ucx/ucx_util.h"
 
 namespace ced::kv_transport::ucx {
@@ -62,12 +67,21 @@ class UcxTransport final : public KvTransport {
   bool DrainCommands();
   void Shutdown();
 
-  // Endpoints (ucx_transport.cc).
-  EpContext* GetOrConnect(const std::string& peer, const SockAddr& addr, absl::Status* error);
-  void OnConnRequest(ucp_conn_request_h request);
+  // Endpoints (ucx_send.cc).
+  // The connection to op's peer, or a new one whose address exchange presents
+  // op's header.
+  EpContext* GetOrConnect(const SendOp& op);
+  // The client's address exchange finished (posted by its thread).
+  void OnExchanged(EpContext* ctx, absl::StatusOr<ExchangeResult> result);
+  // The listener's side of an exchange: an endpoint to the client and its grant.
+  absl::StatusOr<ConnectionGrant> AcceptConnection(const KvMessageHeader& first,
+                                                   const std::string& client_address);
+  // Creates ctx->ep toward a UCP worker address, with peer error handling.
+  ucs_status_t CreateEp(EpContext* ctx, const std::string& worker_address);
+  // Fails the Sends queued on a connection that never got an endpoint.
+  void FailWaiting(EpContext* ctx, const absl::Status& status);
   void FailEp(EpContext* ctx, const absl::Status& status);
   void CloseFailedEps();
-  bool EpUsable(ucp_ep_h ep) const;
 
   // Sending (ucx_transport.cc).
   void OnConnected(EpContext* ctx, ucs_status_t status);
@@ -82,6 +96,11 @@ class UcxTransport final : public KvTransport {
                       const ucp_am_recv_param_t* param);
   ucs_status_t OnAck(const void* header, size_t header_length, const void* data, size_t length,
                      const ucp_am_recv_param_t* param);
+  ucs_status_t OnBye(const void* header, size_t header_length);
+  // Tells every accepted connection's sender that this transport shuts down.
+  void SayGoodbye();
+  // Logs a connection's lanes once, if TransportOptions::log_connections.
+  void Describe(EpContext* ctx);
   void FinishRecv(RecvOp* op, ucs_status_t status);
   // Hands `op`'s checksum to the verifier thread, which posts OnVerified back.
   void QueueVerify(RecvOp* op);
@@ -92,10 +111,11 @@ class UcxTransport final : public KvTransport {
   // had not started are left to the caller.
   void VerifierLoop();
   void StopVerifier();
-  void SendAck(ucp_ep_h ep, uint64_t send_id, const absl::Status& status);
+  // Acknowledges a data message on `ep` (AckHeader's send id and connection
+  // fields from `ack`; code and message from `status`).
+  void SendAck(ucp_ep_h ep, AckHeader ack, const absl::Status& status);
 
   // UCX C callbacks.
-  static void ConnHandlerCb(ucp_conn_request_h request, void* arg);
   static void EpErrorCb(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void FlushCb(void* request, ucs_status_t status, void* user_data);
   static void SendCb(void* request, ucs_status_t status, void* user_data);
@@ -103,6 +123,8 @@ class UcxTransport final : public KvTransport {
   static void RecvCb(void* request, ucs_status_t status, size_t length, void* user_data);
   static ucs_status_t DataCb(void* arg, const void* header, size_t header_length, void* data,
                              size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t ByeCb(void* arg, const void* header, size_t header_length, void* data,
+                            size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t AckCb(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const ucp_am_recv_param_t* param);
 
@@ -110,7 +132,10 @@ class UcxTransport final : public KvTransport {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int ucx_efd_ = -1;
-  int wake_fd_ = -1;  // eventfd: wakes the progress thread for posted commands
+  int wake_fd_ = -1;         // eventfd: wakes the progress thread for posted commands
+  std::string own_address_;  // this worker's UCP address (constant after Init)
+  // Set when shutdown begins: address exchanges in progress give up.
+  std::atomic<bool> exchange_stop_{false};
   std::thread thread_;
   std::atomic<uint64_t> next_send_id_{1};
 
@@ -125,11 +150,14 @@ class UcxTransport final : public KvTransport {
   bool stop_ = false;
   bool shutting_down_ = false;
   KvSink* sink_ = nullptr;
-  ucp_listener_h listener_ = nullptr;
-  // Owns the public listening port; UCX's listener sits behind it (ucx_guard.h).
-  std::unique_ptr<HandshakeGuard> guard_;
+  // Owns the public listening port (ucx_exchange.h).
+  std::unique_ptr<AddressExchangeServer> exchange_;
   std::unordered_map<ucp_ep_h, std::unique_ptr<EpContext>> eps_;
-  std::unordered_map<std::string, EpContext*> peers_;  // usable client endpoints
+  // Client connections whose address exchange is still running (no endpoint yet).
+  std::unordered_map<EpContext*, std::unique_ptr<EpContext>> exchanging_;
+  std::unordered_map<std::string, EpContext*> peers_;  // usable client connections
+  std::unordered_map<uint64_t, EpContext*> accepted_;  // accepted connections by id
+  uint64_t next_conn_id_ = 1;
   std::vector<EpContext*> to_close_;
   std::vector<std::pair<void*, EpContext*>> closing_;            // close requests in flight
   std::unordered_map<uint64_t, std::shared_ptr<SendOp>> sends_;  // by send id

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/socket.h>
+#include <ucp/api/ucp.h>
 #include <ucs/type/status.h>
 
 #include <cstdint>
@@ -37,20 +38,38 @@ uint16_t PortOf(const sockaddr_storage& addr);
 // an exclusion list ("^..."), or a list naming shm / sm / mm / posix / sysv.
 bool MayUseSharedMemory(const std::string& tls);
 
+// Which UCX transports an endpoint uses, from ucp_ep_print_info: for active
+// messages and for rendezvous payloads ("sysv/memory", "cma/memory",
+// "tcp/lo", ... joined by " + "; the rendezvous runs on the RMA lanes, or on
+// the bulk active-message lanes when there are none).
+struct EpLanes {
+  std::string am;
+  std::string rndv;
+  std::string am_protocols;  // "0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)"
+};
+EpLanes DescribeLanes(ucp_ep_h ep);
+
 // `what` followed by UCX's description of `status`, as an absl status with `code`.
 absl::Status UcsError(absl::StatusCode code, const std::string& what, ucs_status_t status);
 
-// Acknowledgement (receiver -> sender): a fixed 16-byte AM header
-// {send_id u64, status code u32, message length u32}, the message as AM data.
-inline constexpr size_t kAckHeaderBytes = 16;
+// Acknowledgement (receiver -> sender): a fixed 40-byte AM header {send_id u64,
+// connection id u64, connection secret u64 (both echoed from the data message),
+// status code u32, message length u32, flags u32, reserved u32}, the message as
+// AM data.
+inline constexpr size_t kAckHeaderBytes = 40;
 inline constexpr size_t kMaxAckMessageBytes = 512;
-void EncodeAckHeader(uint64_t send_id, absl::StatusCode code, uint32_t message_bytes,
-                     uint8_t out[kAckHeaderBytes]);
+// The receiver knows no live connection by the message's id and secret: the
+// sender must reconnect.
+inline constexpr uint32_t kAckConnectionClosed = 1;
 struct AckHeader {
   uint64_t send_id = 0;
+  uint64_t conn_id = 0;
+  uint64_t conn_secret = 0;
   absl::StatusCode code = absl::StatusCode::kUnknown;
   uint32_t message_bytes = 0;
+  uint32_t flags = 0;
 };
+void EncodeAckHeader(const AckHeader& ack, uint8_t out[kAckHeaderBytes]);
 // Unknown status codes become kUnknown; message_bytes is clamped to kMaxAckMessageBytes.
 AckHeader DecodeAckHeader(const uint8_t in[kAckHeaderBytes]);
 
