@@ -549,6 +549,41 @@ def check(topo, models_host_dir):
   if bad:
     failures.append(f"workers registered loopback/wildcard addresses: {bad}")
 
+  # 2b. Hostile bytes to every decode worker's K/V listener from another host
+  #     (the client namespace): random bytes, a K/V hello of a wrong version and
+  #     well-formed hellos naming no reservation with garbage for a UCX worker
+  #     address. Each costs only its own connection: step 3 then moves real
+  #     K/V across namespaces through the same listeners.
+  hostile = r"""
+import os, socket, struct, sys, zlib
+def send(host, port, data):
+  s = socket.create_connection((host, port), timeout=5)
+  try:
+    s.sendall(data)
+    s.settimeout(2)
+    try:
+      s.recv(4096)
+    except OSError:
+      pass
+  finally:
+    s.close()
+host, port = sys.argv[1], int(sys.argv[2])
+hello = lambda version, addr: (b"CEDKVX01" + struct.pack("<IIQ", version, len(addr), 0) +
+                               os.urandom(64) + addr)
+for data in (os.urandom(4096), hello(9, os.urandom(200)), hello(1, os.urandom(300)),
+             hello(1, b"\xff" * 16384)):
+  send(host, port, data)
+print("sent")
+"""
+  for inst in topo.services["decode"].instances:
+    r = netns_run(topo.client_ns, ["python3", "-c", hostile, inst.ip, "50080"], timeout=60,
+                  env=client_env)
+    if r.returncode != 0:
+      failures.append(f"hostile K/V bytes to {inst.ip}:50080 failed to send: "
+                      f"{r.stderr.decode(errors='replace')}")
+  log(f"hostile bytes sent to {len(topo.services['decode'].instances)} K/V listener(s) "
+      "from the client namespace")
+
   # 3. Greedy tokens through the cluster == `ced generate` in this process.
   model = os.path.join(models_host_dir, os.path.basename(
       topo.services["gateway"].env.get("CED_FLAG_MODEL", "") or
@@ -585,6 +620,10 @@ def check(topo, models_host_dir):
     placements.add(m.group(1) if m else err.strip())
   for p in sorted(placements):
     log(f"placement: {p}")
+  # The decode workers that took the hostile bytes all still run.
+  for inst in topo.services["decode"].instances:
+    if inst.proc is None or inst.proc.poll() is not None:
+      failures.append(f"{inst.hostname} exited after hostile K/V bytes:\n{inst.tail()}")
 
   # 4. Prometheus scrapes every service by address, and saw K/V cross namespaces.
   prom = topo.services.get("prometheus")
