@@ -1,5 +1,6 @@
 // `ced client generate|tokenize|model-info`: a command-line client of the
-// public gateway API (ced.v1.Gateway).
+// public gateway API (ced.v1.Gateway); `ced client drain`: the workers' admin
+// Drain (internal tier).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -14,6 +15,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "ced/internal/decode_worker.grpc.pb.h"
+#include "ced/internal/prefill_worker.grpc.pb.h"
 #include "ced/v1/gateway.grpc.pb.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
@@ -295,12 +298,58 @@ int ModelInfo(const std::vector<std::string>& args) {
   return 0;
 }
 
+constexpr char kDrainWords[] = "client drain";
+
+int Drain(const std::vector<std::string>& args) {
+  const std::vector<FlagSpec> specs = {
+      {"worker", "", "gRPC address of the prefill or decode worker to drain (required)"},
+      {"reason", "", "logged by the worker"},
+      {"timeout-ms", "10000", "deadline of the call (0 = none); the drain itself follows"},
+  };
+  auto flags = Flags::Parse(specs, args);
+  if (!flags.ok()) return Fail(kDrainWords, std::string(flags.status().message()), 2);
+  if (flags->help()) {
+    std::printf("%s", FormatHelp("ced client drain --worker ADDR [flags]",
+                                 "Asks a worker to drain, as SIGTERM does: it reports NOT_SERVING, "
+                                 "takes no new work, finishes its in-flight requests within its "
+                                 "--drain-timeout-ms and exits 0. An internal-tier call: with "
+                                 "mutual TLS pass the internal identity (--tls-cert, --tls-key, "
+                                 "--tls-ca).",
+                                 specs)
+                          .c_str());
+    return 0;
+  }
+  auto timeout = flags->GetInt("timeout-ms");
+  if (!timeout.ok()) return Fail(kDrainWords, std::string(timeout.status().message()), 2);
+  const std::string worker = flags->Get("worker");
+  if (worker.empty()) return Fail(kDrainWords, "--worker is required", 2);
+  auto channel = services::MakeChannel(worker);
+  ced::internal::DrainRequest request;
+  request.set_reason(flags->Get("reason"));
+  ced::internal::DrainResponse response;
+  grpc::Status status;
+  {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, *timeout);
+    status = ced::internal::DecodeWorker::NewStub(channel)->Drain(&ctx, request, &response);
+  }
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // not a decode worker
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, *timeout);
+    status = ced::internal::PrefillWorker::NewStub(channel)->Drain(&ctx, request, &response);
+  }
+  if (!status.ok()) return RpcFail(kDrainWords, status);
+  std::printf("%s: draining\n", worker.c_str());
+  return 0;
+}
+
 }  // namespace
 
 void AddClientCommand(std::vector<Command>* commands) {
   commands->push_back({kGenerateWords, "stream a completion from a running gateway", Generate});
   commands->push_back({kTokenizeWords, "tokenize text with a running gateway", Tokenize});
   commands->push_back({kModelInfoWords, "show the model a running gateway serves", ModelInfo});
+  commands->push_back({kDrainWords, "drain a prefill or decode worker (admin)", Drain});
 }
 
 }  // namespace ced::cli

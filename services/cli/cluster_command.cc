@@ -1,5 +1,6 @@
 // `ced cluster`: the compose topology (router, gateway, prefill pool, decode
 // pool) as local processes on loopback — the embedded default deployment.
+#include <atomic>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -34,7 +35,8 @@ struct Child {
   std::string name;
   pid_t pid = -1;
   std::string grpc, metrics, kv;
-  std::thread reader;
+  std::thread reader;  // forwards its output, then reaps it (and says how it ended)
+  std::atomic<bool> exited{false};
 };
 
 std::mutex g_print_mu;
@@ -83,24 +85,44 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
     fclose(out);
     return absl::UnavailableError(absl::StrCat(c->name, " did not become ready (see its log)"));
   }
-  c->reader = std::thread([out, name = c->name] {
+  c->reader = std::thread([out, c] {
     char buf[4096];
     while (fgets(buf, sizeof buf, out)) {
       std::lock_guard<std::mutex> lock(g_print_mu);
-      std::printf("[%s] %s", name.c_str(), buf);
+      std::printf("[%s] %s", c->name.c_str(), buf);
       std::fflush(stdout);
     }
     fclose(out);
+    int st = 0;
+    if (waitpid(c->pid, &st, 0) == c->pid) {
+      std::lock_guard<std::mutex> lock(g_print_mu);
+      if (WIFEXITED(st)) {
+        std::printf("cluster: %s exited with status %d\n", c->name.c_str(), WEXITSTATUS(st));
+      } else if (WIFSIGNALED(st)) {
+        std::printf("cluster: %s killed by signal %d\n", c->name.c_str(), WTERMSIG(st));
+      }
+      std::fflush(stdout);
+    }
+    c->exited = true;
   });
   return absl::OkStatus();
 }
 
 void StopAll(std::vector<std::unique_ptr<Child>>& children, int grace_ms) {
   for (auto it = children.rbegin(); it != children.rend(); ++it) {
-    if ((*it)->pid > 0) kill((*it)->pid, SIGTERM);
+    if ((*it)->pid > 0 && !(*it)->exited) kill((*it)->pid, SIGTERM);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
   for (auto& c : children) {
+    if (c->reader.joinable()) {  // the reader reaps it
+      while (!c->exited && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (!c->exited) kill(c->pid, SIGKILL);
+      c->reader.join();
+      c->pid = -1;
+      continue;
+    }
     while (c->pid > 0) {
       int st;
       pid_t r = waitpid(c->pid, &st, WNOHANG);

@@ -138,4 +138,9 @@ int WaitForShutdownSignal() {
 
 bool ShutdownRequested() { return g_signal.load() != 0; }
 
+void RequestShutdown() {
+  int expected = 0;
+  if (g_signal.compare_exchange_strong(expected, SIGTERM)) sem_post(&g_signal_sem);
+}
+
 }  // namespace ced::services

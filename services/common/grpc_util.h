@@ -64,5 +64,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 void InstallShutdownSignals();
 int WaitForShutdownSignal();
 bool ShutdownRequested();
+// Wakes WaitForShutdownSignal as SIGTERM would (the admin Drain RPC).
+void RequestShutdown();
 
 }  // namespace ced::services

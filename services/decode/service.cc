@@ -1,5 +1,8 @@
 // ced.internal.DecodeWorker over the gRPC callback API.
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
+#include "services/common/grpc_util.h"
 #include "services/decode/request.h"
 
 namespace ced::services {
@@ -18,9 +21,9 @@ absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const Mod
         absl::StrCat("max_tokens: must be >= 1, got ", req.max_tokens()));
   }
   if (static_cast<int64_t>(req.prompt_token_ids_size()) + req.max_tokens() > c.max_position) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens: prompt (", req.prompt_token_ids_size(), ") + max_tokens (", req.max_tokens(),
-        ") exceeds max_position ", c.max_position));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: prompt (", req.prompt_token_ids_size(), ") + max_tokens (",
+                     req.max_tokens(), ") exceeds max_position ", c.max_position));
   }
   for (int i = 0; i < req.stop_token_ids_size(); ++i) {
     if (req.stop_token_ids(i) < 0 || req.stop_token_ids(i) >= c.vocab_size) {
@@ -34,15 +37,14 @@ absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const Mod
   if (req.replay().replay_window() < 0 ||
       (req.replay().replay_window() > 0 &&
        req.replay().replay_window() < std::max(c.sliding_window, 1))) {
-    return absl::InvalidArgumentError(absl::StrCat("replay.replay_window: must be 0 or >= ",
-                                                   std::max(c.sliding_window, 1)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("replay.replay_window: must be 0 or >= ", std::max(c.sliding_window, 1)));
   }
   if (!ced::internal::ReplayMode_IsValid(req.replay().mode())) {
     return absl::InvalidArgumentError("replay.mode: unknown value");
   }
   if (!req.local_prefill() && req.prefill_worker_id().empty()) {
-    return absl::InvalidArgumentError(
-        "prefill_worker_id: required unless local_prefill is set");
+    return absl::InvalidArgumentError("prefill_worker_id: required unless local_prefill is set");
   }
   return absl::OkStatus();
 }
@@ -64,8 +66,8 @@ class DecodeWorker::Service final : public ced::internal::DecodeWorker::Callback
   grpc::ServerWriteReactor<TokenChunk>* Stream(grpc::CallbackServerContext* ctx,
                                                const ced::internal::StreamRequest* req) override {
     const std::string id = req->request_id();
-    auto* writer = new StreamWriter<TokenChunk>(
-        [w = w_, id] { w->Cancel(id, "the stream was cancelled"); });
+    auto* writer =
+        new StreamWriter<TokenChunk>([w = w_, id] { w->Cancel(id, "the stream was cancelled"); });
     w_->AttachStream(id, writer->handle());
     return writer;
   }
@@ -74,6 +76,17 @@ class DecodeWorker::Service final : public ced::internal::DecodeWorker::Callback
                                    const ced::internal::CancelRequest* req,
                                    ced::internal::CancelResponse* resp) override {
     resp->set_found(w_->Cancel(req->request_id(), "cancelled by the gateway"));
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
+                                  const ced::internal::DrainRequest* req,
+                                  ced::internal::DrainResponse*) override {
+    std::fprintf(stderr, "%s: drain requested by %s%s%s\n", "decode worker", ctx->peer().c_str(),
+                 req->reason().empty() ? "" : ": ", req->reason().c_str());
+    services::RequestShutdown();
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 #include "engine/sampling/sampler.h"
+#include "services/common/grpc_util.h"
 #include "services/common/worker_util.h"
 
 namespace ced::services {
@@ -71,19 +72,38 @@ absl::Status PrefillWorker::Init() {
     return metrics::AddUnlabelledHistogram(registry_, n, h, metrics::LatencySecondsBuckets());
   };
   ASSIGN_OR_RETURN(m_->queue_depth, gauge("ced_prefill_queue_depth", "Prefill requests waiting."));
-  ASSIGN_OR_RETURN(m_->queued_tokens, gauge("ced_prefill_outstanding_tokens", "Prompt tokens queued or in flight."));
-  ASSIGN_OR_RETURN(m_->weights_bytes, gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
-  ASSIGN_OR_RETURN(m_->prompt_tokens, metrics::AddUnlabelledCounter(registry_, "ced_prompt_tokens_total", "Prompt tokens prefilled."));
-  ASSIGN_OR_RETURN(auto* tb, registry_.AddCounter("ced_kv_transfer_bytes_total", "K/V bytes moved over the data plane.", {"direction"}));
+  ASSIGN_OR_RETURN(m_->queued_tokens,
+                   gauge("ced_prefill_outstanding_tokens", "Prompt tokens queued or in flight."));
+  ASSIGN_OR_RETURN(m_->weights_bytes,
+                   gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
+  ASSIGN_OR_RETURN(m_->prompt_tokens,
+                   metrics::AddUnlabelledCounter(registry_, "ced_prompt_tokens_total",
+                                                 "Prompt tokens prefilled."));
+  ASSIGN_OR_RETURN(auto* tb,
+                   registry_.AddCounter("ced_kv_transfer_bytes_total",
+                                        "K/V bytes moved over the data plane.", {"direction"}));
   m_->transfer_bytes = &tb->WithLabels({{"direction", "out"}});
-  ASSIGN_OR_RETURN(auto* rp, registry_.AddCounter("ced_replays_total", "Replays by where they ran.", {"placement"}));
+  ASSIGN_OR_RETURN(auto* rp, registry_.AddCounter("ced_replays_total", "Replays by where they ran.",
+                                                  {"placement"}));
   m_->replays = &rp->WithLabels({{"placement", "prefill"}});
-  ASSIGN_OR_RETURN(m_->requests, registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
-  ASSIGN_OR_RETURN(m_->admission_rejected, registry_.AddCounter("ced_prefill_admission_rejected_total", "Prefill requests refused with RESOURCE_EXHAUSTED, by the bound that refused them.", {"reason"}));
-  for (const char* reason : {"queue_requests", "queue_tokens"}) m_->admission_rejected->WithLabelValues({reason});
-  ASSIGN_OR_RETURN(m_->prefill_seconds, hist("ced_prefill_seconds", "Compute time of one prefill."));
-  ASSIGN_OR_RETURN(m_->ttft_seconds, hist("ced_prefill_time_to_first_token_seconds", "Receipt to first token sampled here (replay on prefill)."));
-  ASSIGN_OR_RETURN(m_->transfer_seconds, hist("ced_kv_transfer_seconds", "Time of one K/V message send, until the receiver's verdict."));
+  ASSIGN_OR_RETURN(m_->requests,
+                   registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
+  ASSIGN_OR_RETURN(
+      m_->admission_rejected,
+      registry_.AddCounter(
+          "ced_prefill_admission_rejected_total",
+          "Prefill requests refused with RESOURCE_EXHAUSTED, by the bound that refused them.",
+          {"reason"}));
+  for (const char* reason : {"queue_requests", "queue_tokens"})
+    m_->admission_rejected->WithLabelValues({reason});
+  ASSIGN_OR_RETURN(m_->prefill_seconds,
+                   hist("ced_prefill_seconds", "Compute time of one prefill."));
+  ASSIGN_OR_RETURN(m_->ttft_seconds,
+                   hist("ced_prefill_time_to_first_token_seconds",
+                        "Receipt to first token sampled here (replay on prefill)."));
+  ASSIGN_OR_RETURN(m_->transfer_seconds,
+                   hist("ced_kv_transfer_seconds",
+                        "Time of one K/V message send, until the receiver's verdict."));
   m_->weights_bytes->Set(static_cast<double>(engine_->weights().resident_bytes()));
   registry_.AddCollectHook([this] {
     ced::internal::LoadReport unused;
@@ -186,8 +206,8 @@ absl::Status PrefillWorker::Enqueue(std::shared_ptr<Job> job) {
   if (draining_ || stop_) return absl::UnavailableError("prefill worker is draining");
   if (queue_.size() >= static_cast<size_t>(options_.max_queued_requests)) {
     m_->admission_rejected->WithLabelValues({"queue_requests"}).Increment();
-    return absl::ResourceExhaustedError(absl::StrCat("prefill queue is full (",
-                                                     options_.max_queued_requests, " requests)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("prefill queue is full (", options_.max_queued_requests, " requests)"));
   }
   int64_t queued_tokens = 0;
   for (const auto& j : queue_) queued_tokens += static_cast<int64_t>(j->tokens.size());
@@ -267,8 +287,8 @@ void PrefillWorker::SenderLoop() {
         m_->transfer_bytes->Increment(static_cast<double>(task->header.payload_bytes));
       } else if (job.send_error.ok()) {
         job.send_error = absl::Status(
-            status.code(), absl::StrCat("sending K/V to ", job.req.decode_kv_address(), ": ",
-                                        status.message()));
+            status.code(),
+            absl::StrCat("sending K/V to ", job.req.decode_kv_address(), ": ", status.message()));
       }
     }
     --job.pending_sends;
@@ -309,7 +329,10 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     return (job.cancelled && !deaf) || !job.send_error.ok();
   };
   auto fail = [&](const absl::Status& s) {
-    m_->requests->WithLabels({{"outcome", s.code() == absl::StatusCode::kCancelled ? "cancelled" : "error"}}).Increment();
+    m_->requests
+        ->WithLabels(
+            {{"outcome", s.code() == absl::StatusCode::kCancelled ? "cancelled" : "error"}})
+        .Increment();
     job.stream->Close(ToGrpc(s));
   };
   if (is_cancelled()) return fail(absl::CancelledError("prefill cancelled before it started"));
@@ -372,7 +395,8 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
       if (!c.IsDecoderOnly()) m_->replays->Increment();
       ced::internal::PrefillResponse r;
       r.mutable_first_token()->set_token_id(first);
-      const double ttft = std::chrono::duration<double, std::milli>(Clock::now() - job.t_received).count();
+      const double ttft =
+          std::chrono::duration<double, std::milli>(Clock::now() - job.t_received).count();
       r.mutable_first_token()->set_ttft_ms(ttft);
       m_->ttft_seconds->Observe(ttft / 1000.0);
       job.stream->Push(std::move(r));
@@ -455,6 +479,17 @@ class PrefillWorker::Service final : public ced::internal::PrefillWorker::Callba
     return reactor;
   }
 
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
+                                  const ced::internal::DrainRequest* req,
+                                  ced::internal::DrainResponse*) override {
+    std::fprintf(stderr, "%s: drain requested by %s%s%s\n", "prefill worker", ctx->peer().c_str(),
+                 req->reason().empty() ? "" : ": ", req->reason().c_str());
+    services::RequestShutdown();
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
  private:
   absl::Status Validate(const ced::internal::PrefillRequest& req) const {
     const ModelConfig& c = w_->engine_->config();
@@ -488,8 +523,8 @@ class PrefillWorker::Service final : public ced::internal::PrefillWorker::Callba
     if (req.replay().replay_window() < 0 ||
         (req.replay().replay_window() > 0 &&
          req.replay().replay_window() < std::max(c.sliding_window, 1))) {
-      return absl::InvalidArgumentError(absl::StrCat("replay.replay_window: must be 0 or >= ",
-                                                     std::max(c.sliding_window, 1)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("replay.replay_window: must be 0 or >= ", std::max(c.sliding_window, 1)));
     }
     if (req.replay().replay_on() == ced::internal::REPLAY_ON_PREFILL && !c.IsDecoderOnly() &&
         !w_->engine_->weights().lm_head.loaded()) {

@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_split.h"
 #include "ced/internal/decode_worker.grpc.pb.h"
+#include "ced/internal/prefill_worker.grpc.pb.h"
 #include "ced/internal/router.grpc.pb.h"
 #include "ced/v1/gateway.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -535,6 +536,46 @@ TEST_F(SecurityClusterTest, InternalTierNeedsTheInternalIdentityAndBindsLoopback
   }
   // Every advertised listener (gRPC, metrics, KV) is among them.
   for (const std::string& a : expected) EXPECT_EQ(seen.count(a), 1u) << a;
+}
+
+// Drain, the workers' admin operation, answers only the internal identity;
+// with it, the worker drains as on SIGTERM: it deregisters and exits.
+TEST_F(SecurityClusterTest, DrainAnswersOnlyTheInternalIdentity) {
+  ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
+  auto drain = [](const std::string& address, const ClientIdentity& id) {
+    auto stub = ced::internal::PrefillWorker::NewStub(Channel(address, id));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(20));
+    ced::internal::DrainRequest req;
+    req.set_reason("security test");
+    ced::internal::DrainResponse resp;
+    return stub->Drain(&ctx, req, &resp);
+  };
+  const std::string prefill = Addr("prefill-0", "grpc");
+  for (const ClientIdentity& id :
+       {ClientIdentity{"", "", ""}, ClientIdentity{Cert("ca.crt"), "", ""},
+        ClientIdentity{Cert("ca.crt"), Cert("untrusted.crt"), Cert("untrusted.key")}}) {
+    EXPECT_EQ(drain(prefill, id).error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  auto services = [] {
+    std::vector<pid_t> out;
+    for (pid_t cluster : Children(getpid())) {
+      for (pid_t p : Children(cluster)) out.push_back(p);
+    }
+    return out;
+  };
+  ASSERT_EQ(services().size(), 4u) << "the refused calls drained nothing";
+  const ClientIdentity internal{Cert("ca.crt"), Cert("server.crt"), Cert("server.key")};
+  const grpc::Status s = drain(prefill, internal);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(WaitUntil([&] { return services().size() == 3u; }, std::chrono::seconds(30)))
+      << services().size() << " service processes\n"
+      << cluster_->Log();
+  // It drained and exited 0, as on SIGTERM (its supervisor reaps and reports it).
+  EXPECT_TRUE(WaitUntil(
+      [&] { return cluster_->Log().find("prefill-0 exited with status 0") != std::string::npos; },
+      std::chrono::seconds(10)))
+      << cluster_->Log();
 }
 
 }  // namespace
