@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -63,6 +64,27 @@ __attribute__((target("avx2"))) float SumAvx2(const float* p, size_t count) {
   __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, s);
+  float total = 0;
+  for (float v : lanes) total += v;
+  for (; i < count; ++i) total += p[i];
+  return total;
+}
+
+// The same sum with 512-bit loads, eight accumulators and software prefetch
+// (the access pattern of the engine's batch-1 GEMV).
+__attribute__((target("avx512f"))) float SumAvx512(const float* p, size_t count) {
+  __m512 a[8];
+  for (auto& v : a) v = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 128 <= count; i += 128) {
+    for (int j = 0; j < 8; ++j)
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 768 + 16 * j), _MM_HINT_NTA);
+    for (int j = 0; j < 8; ++j) a[j] = _mm512_add_ps(a[j], _mm512_load_ps(p + i + 16 * j));
+  }
+  __m512 s = a[0];
+  for (int j = 1; j < 8; ++j) s = _mm512_add_ps(s, a[j]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
   float total = 0;
   for (float v : lanes) total += v;
   for (; i < count; ++i) total += p[i];
@@ -159,7 +181,7 @@ absl::StatusOr<std::unique_ptr<ReadBandwidthProbe>> ReadBandwidthProbe::Create(s
 
 ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(data_); }
 
-ProbeSample ReadBandwidthProbe::Measure() {
+ProbeSample ReadBandwidthProbe::Pass(bool avx512) {
   const size_t count = bytes_ / sizeof(float);
   float total = 0;
   const double c0 = ProcessCpuSeconds();
@@ -168,14 +190,23 @@ ProbeSample ReadBandwidthProbe::Measure() {
   {
     // Same static split as the first touch.
     const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const size_t per = (count / nt + 31) / 32 * 32;
+    const size_t per = (count / nt + 127) / 128 * 128;
     const size_t begin = std::min(count, per * id), end = std::min(count, begin + per);
-    total += SumAvx2(data_ + begin, end - begin);
+    total += avx512 ? SumAvx512(data_ + begin, end - begin) : SumAvx2(data_ + begin, end - begin);
   }
   const double dt = NowSeconds() - t0;
   const double cpu = ProcessCpuSeconds() - c0;
   g_sink = total;
   return {static_cast<double>(bytes_) / dt, cpu / (dt * omp_get_max_threads())};
+}
+
+ProbeSample ReadBandwidthProbe::Measure() {
+  ProbeSample best = Pass(false);
+  if (__builtin_cpu_supports("avx512f")) {
+    const ProbeSample s = Pass(true);
+    if (s.rate > best.rate) best = s;
+  }
+  return best;
 }
 
 const char* FmaIsaName(FmaIsa isa) { return isa == FmaIsa::kAvx2 ? "AVX2" : "AVX-512"; }

@@ -95,13 +95,12 @@ void AppendPrefillSummary(const Json& p, const std::string& blas_core, const std
   for (int i : {0, 2}) {
     const Json& v = p["variants"][i];
     const Json &f = v[key], &f_cpu = v[key + "_cpu_normalized"];
-    absl::StrAppend(
-        md, absl::StrFormat("| Prefill FLOP/s / %s FMA peak, %s, %s%s | %s | %.0f%% | "
-                            ">= %.0f%% | %s / %s |\n",
-                            IsaName(isa), v.value("name", ""), blas_core, note, Percent(f),
-                            100 * Median(f_cpu), 100 * kTargetPeakFraction,
-                            Met(Median(f) >= kTargetPeakFraction),
-                            Met(Median(f_cpu) >= kTargetPeakFraction)));
+    absl::StrAppend(md, absl::StrFormat("| Prefill FLOP/s / %s FMA peak, %s, %s%s | %s | %.0f%% | "
+                                        ">= %.0f%% | %s / %s |\n",
+                                        IsaName(isa), v.value("name", ""), blas_core, note,
+                                        Percent(f), 100 * Median(f_cpu), 100 * kTargetPeakFraction,
+                                        Met(Median(f) >= kTargetPeakFraction),
+                                        Met(Median(f_cpu) >= kTargetPeakFraction)));
   }
 }
 
@@ -115,8 +114,8 @@ void AppendSummary(const Json& d, std::string* md) {
   const Json& m = d["machine"];
   if (d.contains("prefill")) {
     const std::string isa = m.value("kernel_isa", m.value("blas_isa", ""));
-    AppendPrefillSummary(d["prefill"], absl::StrCat("engine kernels (", IsaName(isa), ")"), isa,
-                         "", md);
+    AppendPrefillSummary(d["prefill"], absl::StrCat("engine kernels (", IsaName(isa), ")"), isa, "",
+                         md);
   }
   if (d.contains("alt_blas")) {
     const std::string core = d["alt_blas"].value("blas_core", "");
@@ -191,7 +190,8 @@ void AppendDecode(const Json& d, std::string* md) {
       md, "## 2. Decode throughput against the memory roofline (`small`)\n\n",
       absl::StrFormat(
           "Read bandwidth: STREAM-like sum over a %.0f MiB buffer on every thread, one sample "
-          "per repetition: %s; the roofline uses the best, %.2f GB/s (CPU-normalized: %.2f "
+          "per repetition (the faster of an AVX2 pass and an AVX-512 pass with software "
+          "prefetch): %s; the roofline uses the best, %.2f GB/s (CPU-normalized: %.2f "
           "GB/s, median). Each repetition runs %d "
           "greedy decode steps per batch size on sequences prefilled with %d tokens; roofline "
           "tokens/s = batch x bandwidth / bytes read per step (f32 weights incl. LM head and "

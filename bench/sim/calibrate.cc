@@ -13,11 +13,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -40,6 +43,7 @@ struct Args {
   std::string model, out, name = "cpu";
   std::string prompts = "128,512,1024", batches = "1,4,8", clock = "wall";
   int context = 512, reps = 7, steps = 6, kv_cache_mb = 256, chunk = 256;
+  bool colocated = true;
   double request_ms = 0, link_gbps = 0, bandwidth_mb = 256;
 };
 
@@ -134,6 +138,33 @@ void FitNonNegative(const std::vector<double>& x, const std::vector<double>& y, 
   }
 }
 
+// Runs `body` over and over on its own thread until Stop (a neighbour: the
+// other worker of a cluster on the same machine, with its own engine and
+// weights). The first error stops it and is returned by Stop.
+class Neighbour {
+ public:
+  explicit Neighbour(std::function<absl::Status()> body)
+      : thread_([this, body = std::move(body)] {
+          while (!stop_.load(std::memory_order_relaxed)) {
+            absl::Status s = body();
+            if (!s.ok()) {
+              status_ = s;
+              return;
+            }
+          }
+        }) {}
+  absl::Status Stop() {
+    stop_ = true;
+    thread_.join();
+    return status_;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  absl::Status status_;
+  std::thread thread_;
+};
+
 absl::Status Main(int argc, char** argv) {
   Args a;
   FlagSet f;
@@ -147,6 +178,9 @@ absl::Status Main(int argc, char** argv) {
   f.Int("steps", &a.steps, "decode steps per repetition");
   f.Int("chunk", &a.chunk, "prefill chunk in tokens (the prefill worker's --chunk)");
   f.Int("kv-cache-mb", &a.kv_cache_mb, "the workers' --kv-cache-mb: KV room of an instance");
+  f.Bool("colocated", &a.colocated,
+         "also time the decode step while another engine prefills on a second thread, and "
+         "the prefill while another engine decodes (the two workers of a one-machine cluster)");
   f.Double("request-ms", &a.request_ms,
            "per-request path latency to record (gateway, router, RPC hops), ms");
   f.Double("link-gbps", &a.link_gbps, "K/V link to record, GB/s (0: leave to ced-sim)");
@@ -202,7 +236,8 @@ absl::Status Main(int argc, char** argv) {
   for (int r = 0; r < a.reps + 1; ++r) {
     const bench::ProbeSample s = probe->Measure();
     // On the CPU clock: the rate while the probe held the cores.
-    if (r > 0) bw.push_back(g_cpu_clock && s.cpu_share > 0 ? s.rate / std::min(1.0, s.cpu_share) : s.rate);
+    if (r > 0)
+      bw.push_back(g_cpu_clock && s.cpu_share > 0 ? s.rate / std::min(1.0, s.cpu_share) : s.rate);
   }
   const double bandwidth = Typical(bw);
   probe.reset();
@@ -211,7 +246,8 @@ absl::Status Main(int argc, char** argv) {
   const double fma_peak =
       g_cpu_clock && fma.cpu_share > 0 ? fma.rate / std::min(1.0, fma.cpu_share) : fma.rate;
   const double gemm = MeasureGemmRate(c, a.chunk, a.reps);
-  std::fprintf(stderr, "[calibrate] bandwidth %.2f GB/s, GEMM %.1f GFLOP/s, FMA peak %.1f GFLOP/s\n",
+  std::fprintf(stderr,
+               "[calibrate] bandwidth %.2f GB/s, GEMM %.1f GFLOP/s, FMA peak %.1f GFLOP/s\n",
                bandwidth / 1e9, gemm / 1e9, fma_peak / 1e9);
 
   GpuSpec spec;
@@ -328,10 +364,100 @@ absl::Status Main(int argc, char** argv) {
     absl::StrAppendFormat(&notes,
                           "# decode batch %3d at context %d: measured %.3f ms/step, roofline "
                           "%.3f ms\n",
-                          static_cast<int>(dx[i]), static_cast<int>(dctx[i] + 0.5),
-                          1e3 * dtime[i], 1e3 * roofline);
+                          static_cast<int>(dx[i]), static_cast<int>(dctx[i] + 0.5), 1e3 * dtime[i],
+                          1e3 * roofline);
   }
   FitNonNegative(dx, dres, &spec.decode_step_s, &spec.decode_seq_s);
+
+  // Colocation (ced cluster's prefill and decode workers on one machine):
+  // the decode step of one sequence at `context` while a second engine (its
+  // own weights, as the other worker's process holds) prefills prompts of
+  // `context` tokens on another thread, and that prefill while the second
+  // engine decodes: each against the same measurement alone just before it,
+  // the slowdown the median of those paired ratios (robust to drift in what
+  // else runs on the machine), over twice the repetitions. Wall clock always
+  // (the process CPU clock would count the neighbour).
+  if (a.colocated) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Engine> other, Engine::Create(eo));
+    const std::vector<int32_t> prompt = RandomTokens(a.context, c.vocab_size, 5);
+    auto prefill_once = [&](Engine& e) -> absl::StatusOr<double> {
+      ASSIGN_OR_RETURN(SeqId seq, e.CreateSequence(a.context + 1));
+      PrefillOptions po;
+      po.chunk_tokens = a.chunk;
+      const double t0 = bench::NowSeconds();
+      absl::StatusOr<PrefillResult> pre = e.Prefill(seq, prompt, po);
+      const double dt = bench::NowSeconds() - t0;
+      RETURN_IF_ERROR(e.ReleaseSequence(seq));
+      RETURN_IF_ERROR(pre.status());
+      return dt;
+    };
+    // `steps` decode steps of one sequence at about `context` tokens, per
+    // step; the sequence is prefilled again (untimed) when its room runs out.
+    struct Decoder {
+      Engine* engine;
+      SeqId seq = 0;
+      bool live = false;
+      int left = 0;
+    };
+    const int room = 8 * a.steps;
+    auto decode_steps = [&](Decoder& d) -> absl::StatusOr<double> {
+      if (d.left < a.steps) {
+        if (d.live) RETURN_IF_ERROR(d.engine->ReleaseSequence(d.seq));
+        d.live = false;
+        ASSIGN_OR_RETURN(d.seq, d.engine->CreateSequence(a.context + room + 1));
+        d.live = true;
+        PrefillOptions po;
+        po.chunk_tokens = a.chunk;
+        RETURN_IF_ERROR(d.engine->Prefill(d.seq, prompt, po).status());
+        d.left = room;
+      }
+      const DecodeInput in{d.seq, 1};
+      const double t0 = bench::NowSeconds();
+      for (int s = 0; s < a.steps; ++s) RETURN_IF_ERROR(d.engine->Decode({&in, 1}).status());
+      d.left -= a.steps;
+      return (bench::NowSeconds() - t0) / a.steps;
+    };
+    Decoder mine{engine.get()}, theirs{other.get()};
+    std::vector<double> decode_alone, decode_with, prefill_alone, prefill_with, decode_ratio,
+        prefill_ratio;
+    const int reps = 2 * a.reps;
+    for (int r = 0; r < reps + 1; ++r) {
+      ASSIGN_OR_RETURN(const double alone, decode_steps(mine));
+      Neighbour n([&]() -> absl::Status { return prefill_once(*other).status(); });
+      absl::StatusOr<double> with = decode_steps(mine);
+      RETURN_IF_ERROR(n.Stop());
+      RETURN_IF_ERROR(with.status());
+      if (r > 0) {
+        decode_alone.push_back(alone);
+        decode_with.push_back(*with);
+        decode_ratio.push_back(*with / alone);
+      }
+    }
+    for (int r = 0; r < reps + 1; ++r) {
+      ASSIGN_OR_RETURN(const double alone, prefill_once(*engine));
+      Neighbour n([&]() -> absl::Status { return decode_steps(theirs).status(); });
+      absl::StatusOr<double> with = prefill_once(*engine);
+      RETURN_IF_ERROR(n.Stop());
+      RETURN_IF_ERROR(with.status());
+      if (r > 0) {
+        prefill_alone.push_back(alone);
+        prefill_with.push_back(*with);
+        prefill_ratio.push_back(*with / alone);
+      }
+    }
+    const double da = Typical(decode_alone), dw = Typical(decode_with);
+    const double pa = Typical(prefill_alone), pw = Typical(prefill_with);
+    const double dr = Typical(decode_ratio), pr = Typical(prefill_ratio);
+    spec.decode_colocated_slowdown = std::max(1.0, dr);
+    spec.prefill_colocated_slowdown = std::max(1.0, pr);
+    absl::StrAppendFormat(&notes,
+                          "# colocated: decode step at context %d: %.3f ms alone, %.3f ms while "
+                          "another engine prefills %d tokens (median ratio %.3f)\n"
+                          "# colocated: prefill of %d tokens: %.3f ms alone, %.3f ms while another "
+                          "engine decodes (median ratio %.3f)\n",
+                          a.context, 1e3 * da, 1e3 * dw, a.context, dr, a.context, 1e3 * pa,
+                          1e3 * pw, pr);
+  }
 
   std::string text = absl::StrFormat(
       "# ced-sim device profile, measured by ced-sim-calibrate\n"
@@ -339,9 +465,10 @@ absl::Status Main(int argc, char** argv) {
       "# memory read bandwidth %.3f GB/s; engine GEMM %.2f GFLOP/s (rows %d); FMA peak %.2f "
       "GFLOP/s;\n# engine prefill of %d tokens reaches %.2f GFLOP/s (peak_flops: the higher);\n"
       "# engine decode of batch %d reads %.3f GB/s (hbm_bytes_per_s: the higher)\n%s",
-      info.cpu_model, info.omp_threads, g_cpu_clock ? "process CPU time" : "wall", a.model, c.num_layers, c.num_encoder_layers,
-      bandwidth / 1e9, gemm / 1e9, a.chunk, fma_peak / 1e9, static_cast<int>(px[longest]),
-      prefill_rate / 1e9, static_cast<int>(dx[smallest]), decode_rate / 1e9, notes);
+      info.cpu_model, info.omp_threads, g_cpu_clock ? "process CPU time" : "wall", a.model,
+      c.num_layers, c.num_encoder_layers, bandwidth / 1e9, gemm / 1e9, a.chunk, fma_peak / 1e9,
+      static_cast<int>(px[longest]), prefill_rate / 1e9, static_cast<int>(dx[smallest]),
+      decode_rate / 1e9, notes);
   absl::StrAppend(&text, DeviceProfileText(spec));
   if (a.out.empty()) {
     std::printf("%s", text.c_str());

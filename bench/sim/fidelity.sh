@@ -9,7 +9,7 @@
 #
 # Usage: bench/sim/fidelity.sh [BUILD_DIR]     (default: build)
 # Needs BUILD_DIR/bin/{ced,ced-loadgen,ced-sim,ced-sim-calibrate} and
-# /usr/bin/python3. Takes about 6 minutes. Knobs (environment): PRESET
+# /usr/bin/python3. Takes about 7 minutes. Knobs (environment): PRESET
 # (small), RATES ("0.5 1.5"), REQUESTS ("60 120"), INPUT_MEAN (512),
 # OUTPUT_MEAN (32), SEED (1), OUT.
 set -euo pipefail
@@ -70,7 +70,14 @@ for _ in $(seq 900); do
 done
 [[ -s $WORK/ready ]] || { echo "fidelity.sh: the cluster did not become ready" >&2; exit 1; }
 GATEWAY=$(sed -n 's/^gateway grpc=\([^ ]*\).*/\1/p' "$WORK/ready")
+DECODE_METRICS=$(sed -n 's/^decode-0 .*metrics=\([^ ]*\).*/\1/p' "$WORK/ready")
 log "gateway $GATEWAY"
+# The decode worker's metrics (step time and batch histograms), for the report.
+scrape() {
+  $PY -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen("http://" + sys.argv[1] + "/metrics", timeout=10).read().decode())' \
+    "$DECODE_METRICS" >"$1" 2>/dev/null || : >"$1"
+}
 
 # Path latency (gateway, router, Reserve, RPC hops and relays): TTFT minus the
 # prefill worker's compute, over a probe of short prompts one at a time (a
@@ -89,16 +96,40 @@ PYEOF
 echo "request_s $($PY -c "print($REQUEST_MS / 1e3)")  # path latency probe, appended by fidelity.sh" >>"$WORK/profile.txt"
 log "path latency $REQUEST_MS ms"
 
-# The real decode loop's cost per step beyond the engine's step (scheduler
-# iteration, per-token emission and relays sharing the cores): the probe's
-# TPOT minus the simulator's for the same probe, alone on an idle cluster.
+# The real decode loop's cost per step beyond the engine's step as calibrated
+# in-process (scheduler iteration, per-token emission and relays, the K/V
+# landing before the second token, and whatever makes the worker's own engine
+# step differ): the TPOT of a probe of prompts of the mean length, one at a
+# time (so the two workers never overlap: a separate seed and a fixed shape,
+# not the measured runs), minus the simulator's for the same probe. The
+# decode worker's mean step over the probe is noted too.
+scrape "$WORK/decode_probe_before.prom"
+"$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests 10 --duration-s 0 \
+  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
+  --json-out "$WORK/probe_decode.json" --json-requests >/dev/null 2>"$WORK/probe_decode.log"
+scrape "$WORK/decode_probe_after.prom"
+PROBE_STEP_MS=$($PY - "$WORK/decode_probe_before.prom" "$WORK/decode_probe_after.prom" <<'PYEOF'
+import re, sys
+def sums(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"^(ced_decode_step_seconds_(?:sum|count))\s+(\S+)$", line.strip())
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+b, a = sums(sys.argv[1]), sums(sys.argv[2])
+n = a.get("ced_decode_step_seconds_count", 0) - b.get("ced_decode_step_seconds_count", 0)
+s = a.get("ced_decode_step_seconds_sum", 0) - b.get("ced_decode_step_seconds_sum", 0)
+print("%.4f" % (1e3 * s / n) if n > 0 else "nan")
+PYEOF
+)
 "$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2 \
-  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --rate 0.01 --requests 14 \
-  --input-mean 16 --input-cv 0 --output-mean 8 --output-cv 0 --seed 99 --ttft-slo-ms 1000 \
-  --requests-out "$WORK/probe_sim.csv" >/dev/null
-STEP_S=$($PY - "$WORK/probe.json" "$WORK/probe_sim.csv" "$WORK/profile.txt" <<'PYEOF'
+  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --colocated --rate 0.01 --requests 10 \
+  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
+  --ttft-slo-ms 1000 --requests-out "$WORK/probe_sim.csv" >/dev/null
+STEP_S=$($PY - "$WORK/probe_decode.json" "$WORK/probe_sim.csv" "$WORK/profile.txt" <<'PYEOF'
 import csv, json, sys, statistics
-recs = json.load(open(sys.argv[1]))["runs"][0]["requests"][4:]
+recs = json.load(open(sys.argv[1]))["runs"][0]["requests"][2:]
 meas = statistics.median(r["tpot_ms"] for r in recs if r["outcome"] == "OK" and "tpot_ms" in r)
 sim = statistics.median(1e3 * float(r["tpot_s"]) for r in csv.DictReader(open(sys.argv[2])))
 base = 0.0
@@ -110,24 +141,26 @@ print("%.9g %.4f %.4f" % (base + max(0.0, meas - sim) / 1e3, meas, sim))
 PYEOF
 )
 read -r DECODE_STEP_S PROBE_TPOT_MS PROBE_SIM_TPOT_MS <<<"$STEP_S"
-echo "decode_step_s $DECODE_STEP_S  # + probe TPOT $PROBE_TPOT_MS ms - simulated $PROBE_SIM_TPOT_MS ms, appended by fidelity.sh" >>"$WORK/profile.txt"
-log "decode loop: probe TPOT $PROBE_TPOT_MS ms, simulated $PROBE_SIM_TPOT_MS ms"
+echo "decode_step_s $DECODE_STEP_S  # + probe TPOT $PROBE_TPOT_MS ms - simulated $PROBE_SIM_TPOT_MS ms (${INPUT_MEAN}-token prompts; the worker's mean step $PROBE_STEP_MS ms), appended by fidelity.sh" >>"$WORK/profile.txt"
+log "decode loop: probe TPOT $PROBE_TPOT_MS ms, simulated $PROBE_SIM_TPOT_MS ms, worker step $PROBE_STEP_MS ms"
 
 SIM_COMMON=(--preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2
   --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --ced-replay-on auto
-  --heartbeat-ms 1000 --max-batch 64 --decode-start-lag
+  --heartbeat-ms 1000 --max-batch 64 --decode-start-lag --colocated
   --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED"
   --ttft-slo-ms 1000 --tpot-slo-ms 50)
 LOADS=()
 for i in "${!RATES[@]}"; do
   rate=${RATES[$i]}; n=${REQUESTS[$i]}
   before=$(loadavg)
+  scrape "$WORK/decode_before_$i.prom"
   log "load $rate req/s, $n requests (load average $before)"
   "$BIN/ced-loadgen" --target "$GATEWAY" --rate "$rate" --num-requests "$n" --duration-s 0 \
     --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED" \
     --slo-ttft-ms 1000 --slo-tpot-ms 50 --timeout-s 120 \
     --json-out "$WORK/measured_$i.json" --json-requests >/dev/null 2>"$WORK/loadgen_$i.log"
   after=$(loadavg)
+  scrape "$WORK/decode_after_$i.prom"
   "$BIN/ced-sim" "${SIM_COMMON[@]}" --rate "$rate" --requests "$n" \
     --requests-out "$WORK/sim_$i.csv" >"$WORK/sim_$i.txt"
   # Diagnostic: the same with the profile slowed by the run's measured slowdown.
@@ -137,8 +170,13 @@ for i in "${!RATES[@]}"; do
   sim_adj[3]="$WORK/profile_$i.txt"
   "$BIN/ced-sim" "${sim_adj[@]}" --rate "$rate" --requests "$n" \
     --requests-out "$WORK/sim_adj_$i.csv" >"$WORK/sim_adj_$i.txt"
+  # Diagnostic: the same without colocation (two instances apart).
+  sim_apart=()
+  for x in "${SIM_COMMON[@]}"; do [[ $x == --colocated ]] || sim_apart+=("$x"); done
+  "$BIN/ced-sim" "${sim_apart[@]}" --rate "$rate" --requests "$n" \
+    --requests-out "$WORK/sim_apart_$i.csv" >"$WORK/sim_apart_$i.txt"
   log "slowdown f = $factor"
-  LOADS+=("$rate,$n,$WORK/measured_$i.json,$WORK/sim_$i.csv,$WORK/sim_adj_$i.csv,$factor,$before,$after")
+  LOADS+=("$rate,$n,$WORK/measured_$i.json,$WORK/sim_$i.csv,$WORK/sim_adj_$i.csv,$factor,$before,$after,$WORK/decode_before_$i.prom,$WORK/decode_after_$i.prom,$WORK/sim_apart_$i.csv")
 done
 LOAD_END=$(loadavg)
 

@@ -5,12 +5,16 @@ vs measured (ced-loadgen on `ced cluster`) TTFT and TPOT p50 / p90.
 Both sides' percentiles are computed here, the same way (linear
 interpolation between closest ranks, as ced-loadgen does), over the requests
 that completed. Arguments after the flags: one `rate,requests,measured.json,
-sim.csv,load_before,load_after` per load.
+sim.csv,sim_adjusted.csv,f,load_before,load_after,decode_before.prom,
+decode_after.prom,sim_apart.csv` per load (the decode worker's metrics
+scraped around the run, empty files when the scrape failed; the simulation
+without --colocated).
 """
 import argparse
 import csv
 import datetime
 import json
+import re
 import statistics
 import sys
 
@@ -57,6 +61,31 @@ def slowdown(mpath, spath):
     return statistics.median(ratios) if ratios else 1.0
 
 
+def scrape_values(path):
+    """Unlabelled sums and counts of a Prometheus text scrape."""
+    out = {}
+    try:
+        for line in open(path):
+            m = re.match(r"^([a-z_]+(?:_sum|_count))\s+(\S+)$", line.strip())
+            if m:
+                out[m.group(1)] = float(m.group(2))
+    except OSError:
+        pass
+    return out
+
+
+def decode_worker(before, after):
+    """(steps, mean step ms, mean batch) of the decode worker over the run."""
+    b, a = scrape_values(before), scrape_values(after)
+    def delta(k):
+        return a.get(k, float("nan")) - b.get(k, 0.0)
+    steps = delta("ced_decode_step_seconds_count")
+    if not steps > 0:
+        return None
+    return (steps, 1e3 * delta("ced_decode_step_seconds_sum") / steps,
+            delta("ced_decode_batch_size_sum") / steps)
+
+
 SCALED_RATES = ["peak_flops", "hbm_bytes_per_s"]
 SCALED_COSTS = ["prefill_step_s", "prefill_token_s", "decode_step_s", "decode_seq_s"]
 
@@ -93,15 +122,21 @@ def main():
     profile = open(a.profile).read()
     rows, misses, detail = [], [], []
     for item in a.loads:
-        rate, n, mpath, spath, apath, factor, before, after = item.split(",")
+        (rate, n, mpath, spath, apath, factor, before, after, dbefore, dafter,
+         ppath) = item.split(",")
+        apart = simulated(ppath)
+        dw = decode_worker(dbefore, dafter)
+        dcell = f"{int(dw[0])} / {dw[1]:.2f} / {dw[2]:.2f}" if dw else "n/a"
         m, s, adj = measured(mpath), simulated(spath), simulated(apath)
         cells = []
         for metric in ["ttft", "tpot"]:
             for p in [50, 90]:
                 mv, pv = percentile(m[metric], p), percentile(s[metric], p)
                 av = percentile(adj[metric], p)
+                xv = percentile(apart[metric], p)
                 e = err(pv, mv)
-                cells.append((metric.upper(), p, mv, pv, e, av, err(av, mv), factor))
+                cells.append((metric.upper(), p, mv, pv, e, av, err(av, mv), factor, xv,
+                              err(xv, mv)))
                 if not abs(e) <= TOLERANCE:
                     misses.append(f"{metric.upper()} p{p} at {rate} req/s: predicted {pv:.1f} ms, "
                                   f"measured {mv:.1f} ms ({100 * e:+.0f}%)")
@@ -111,7 +146,7 @@ def main():
             f"| {rate}/s | {m['issued']} | {m['ok']} / {s['ok']} | "
             f"{statistics.median(m['prefill']) if m['prefill'] else float('nan'):.1f} | "
             f"{percentile(m['queue'], 50):.1f} / {percentile(m['queue'], 90):.1f} | "
-            f"{m['replays_on_decode']} | {errors} | {before} -> {after} |")
+            f"{m['replays_on_decode']} | {dcell} | {errors} | {before} -> {after} |")
 
     out = []
     w = out.append
@@ -127,28 +162,35 @@ def main():
       "auto`, K/V over UCX on loopback. Simulator: the same topology (two 1-\"GPU\" "
       "instances) on the measured device profile below, the router's policy library, the "
       "engine's block allocator for decode admission, 1 s load reports (the router's "
-      "heartbeat), max batch 64 and the decode worker's start-then-join iteration.")
+      "heartbeat), max batch 64, the decode worker's start-then-join iteration, and the two "
+      "instances colocated (`--colocated`): while the prefill instance computes, the decode "
+      "instance's step runs slower by the profile's measured `decode_colocated_slowdown`, and "
+      "while the decode instance steps, the prefill runs slower by "
+      "`prefill_colocated_slowdown` (applied to the overlapping part of each step).")
     w("")
     w(f"Load average (1/5/15 min) at the start: {a.load_start}; at the end: {a.load_end}.")
     w("")
     w("## Predicted vs measured")
     w("")
     w("| load | requests | metric | measured (ms) | predicted (ms) | error | "
-      "predicted, slowed by f (ms) | error | f |")
-    w("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+      "predicted, slowed by f (ms) | error | f | predicted apart (ms) | error |")
+    w("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for rate, n, m, s, cells, _, _ in rows:
-        for name, p, mv, pv, e, av, ae, factor in cells:
+        for name, p, mv, pv, e, av, ae, factor, xv, xe in cells:
             mark = "" if abs(e) <= TOLERANCE else "**"
             amark = "" if abs(ae) <= TOLERANCE else "**"
+            xmark = "" if abs(xe) <= TOLERANCE else "**"
             w(f"| {rate} req/s | {n} | {name} p{p} | {mv:.1f} | {pv:.1f} | "
               f"{mark}{100 * e:+.1f}%{mark} | {av:.1f} | {amark}{100 * ae:+.1f}%{amark} | "
-              f"{float(factor):.2f} |")
+              f"{float(factor):.2f} | {xv:.1f} | {xmark}{100 * xe:+.1f}%{xmark} |")
     w("")
     within = sum(1 for r in rows for c in r[4] if abs(c[4]) <= TOLERANCE)
     total = sum(len(r[4]) for r in rows)
     awithin = sum(1 for r in rows for c in r[4] if abs(c[6]) <= TOLERANCE)
+    xwithin = sum(1 for r in rows for c in r[4] if abs(c[9]) <= TOLERANCE)
     w(f"Calibrated profile: {within} of {total} figures within {100 * TOLERANCE:.0f}%. "
-      f"With the run's slowdown f: {awithin} of {total}.")
+      f"With the run's slowdown f: {awithin} of {total}. Without colocation: {xwithin} of "
+      f"{total}.")
     if misses:
         w("")
         w("Outside the tolerance (calibrated profile): " + "; ".join(misses) + ".")
@@ -159,18 +201,22 @@ def main():
       "profile's rates are divided by f and its per-step costs multiplied by f, and the "
       "simulation is run again. f near 1 means the workers ran as fast as calibrated; well "
       "above 1, that other processes took the cores during the run (the load average "
-      "below), which no model of this cluster alone can predict.")
+      "below), which no model of this cluster alone can predict. *Predicted apart* is the "
+      "calibrated profile without `--colocated` (the two instances as if on separate "
+      "machines): what the colocation model changes on the same run.")
     w("")
     w("## Measured detail")
     w("")
     w("Per load: requests issued, completed (measured / simulated), the prefill worker's "
       "compute per request (median, ms; the simulator's is the profile's prefill step), "
-      "the gateway's queue time p50 / p90 (ms), replays placed on the decode worker, errors, "
+      "the gateway's queue time p50 / p90 (ms), replays placed on the decode worker, the "
+      "decode worker's steps / mean step time (ms) / mean batch over the run (its "
+      "`ced_decode_step_seconds` and `ced_decode_batch_size` histograms), errors, "
       "and the load average before -> after the run.")
     w("")
     w("| load | issued | completed (meas. / sim.) | prefill compute p50 | queue p50 / p90 | "
-      "replays on decode | errors | load average |")
-    w("|---|---:|---|---:|---|---:|---|---|")
+      "replays on decode | decode steps / step ms / batch | errors | load average |")
+    w("|---|---:|---|---:|---|---:|---|---|---|")
     for d in detail:
         w(d)
     w("")
@@ -181,11 +227,16 @@ def main():
       "longest prompt / decode of the smallest batch reaches when that is higher, and the "
       "engine's real prefill and decode steps, whose "
       "excess over the roofline of those two rates is fitted as fixed + per-token and fixed + "
-      f"per-sequence costs), plus `request_s`: the median of TTFT minus the prefill worker's "
+      "per-sequence costs; and the colocation slowdowns: the decode step of one sequence "
+      "while a second engine with its own weights prefills on another thread, and that "
+      "prefill while the second engine decodes, each over the same measurement alone), "
+      f"plus `request_s`: the median of TTFT minus the prefill worker's "
       f"compute over a probe of 16-token prompts sent one at a time ({float(a.request_ms):.2f} ms), "
-      "and an addition to `decode_step_s`: the probe's TPOT (8 tokens each) minus the "
-      "simulator's for the same probe, the real decode loop's cost per step beyond the "
-      "engine's step (both appended at the end of the profile).")
+      "and an addition to `decode_step_s`: the TPOT of a second probe, 10 prompts of the mean "
+      "length (16 output tokens each, one at a time, so the workers never overlap), minus the "
+      "simulator's for the same probe: the real decode loop's cost per step beyond the "
+      "engine's step as calibrated in-process (both appended at the end of the profile, with "
+      "the decode worker's own mean step over that probe).")
     w("")
     w("```")
     w(profile.rstrip())

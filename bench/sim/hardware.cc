@@ -34,7 +34,9 @@ std::vector<std::pair<const char*, double GpuSpec::*>> NumericFields() {
           {"decode_seq_s", &GpuSpec::decode_seq_s},
           {"request_s", &GpuSpec::request_s},
           {"kv_room_bytes", &GpuSpec::kv_room_bytes},
-          {"link_bytes_per_s", &GpuSpec::link_bytes_per_s}};
+          {"link_bytes_per_s", &GpuSpec::link_bytes_per_s},
+          {"decode_colocated_slowdown", &GpuSpec::decode_colocated_slowdown},
+          {"prefill_colocated_slowdown", &GpuSpec::prefill_colocated_slowdown}};
 }
 
 }  // namespace
@@ -78,8 +80,8 @@ absl::StatusOr<GpuSpec> ParseDeviceProfile(absl::string_view text, absl::string_
     seen_mem |= key == "hbm_bytes";
   }
   if (!seen_peak || !seen_bw || !seen_mem) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        filename, ": peak_flops, hbm_bytes_per_s and hbm_bytes are required"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(filename, ": peak_flops, hbm_bytes_per_s and hbm_bytes are required"));
   }
   if (!(spec.peak_flops > 0) || !(spec.hbm_bytes_per_s > 0) || !(spec.bytes_per_param > 0)) {
     return absl::InvalidArgumentError(

@@ -29,6 +29,11 @@ struct GpuSpec {
   double kv_room_bytes = 0;
   // > 0: K/V link per prefill instance in bytes/s, instead of --link-gbps.
   double link_bytes_per_s = 0;
+  // A prefill and a decode instance sharing one machine (the CPU cluster):
+  // how much slower a decode step runs while the neighbour prefills, and a
+  // prefill while the neighbour decodes (measured; >= 1, 1 = no effect).
+  double decode_colocated_slowdown = 1;
+  double prefill_colocated_slowdown = 1;
 };
 
 // "h100" (H100 SXM: 989 TFLOP/s, 3.35 TB/s, 80 GB) or "h200" (989 TFLOP/s,

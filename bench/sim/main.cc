@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/sim/flags.h"
 #include "bench/sim/planner.h"
 #include "bench/sim/report.h"
@@ -24,7 +25,7 @@ struct Args {
   int instances = 6, prefill_instances = 3, total_gpus = 0;
   int prefill_gpus = 4, decode_gpus = 4;
   std::string gpu = "h100", device_profile, requests_out;
-  bool start_lag = false;
+  bool start_lag = false, colocated = false;
   double link_gbps = 50, heartbeat_ms = 50;
   int block_size = 16, max_batch = 256;
   double input_mean = 1024, input_cv = 0.5, output_mean = 1024, output_cv = 0.5;
@@ -70,6 +71,7 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
   o.max_batch = a.max_batch;
   o.count_inflight = !a.naive_router;
   o.start_lag = a.start_lag;
+  o.colocated = a.colocated;
   o.workload.input_mean = a.input_mean;
   o.workload.input_cv = a.input_cv;
   o.workload.output_mean = a.output_mean;
@@ -131,6 +133,9 @@ absl::Status Main(int argc, char** argv) {
   f.Bool("decode-start-lag", &a.start_lag,
          "model the decode worker's loop: K/V that lands while others run is started in one "
          "iteration and decoded from the next");
+  f.Bool("colocated", &a.colocated,
+         "prefill instance i and decode instance i share one machine: each runs slower while "
+         "the other computes, by the device profile's measured colocated slowdowns");
   f.String("requests-out", &a.requests_out,
            "simulation mode: write every request (CSV: index, arrival_s, prompt_tokens, "
            "output_tokens, ttft_s, tpot_s, prefill_s, completed) here");
@@ -145,16 +150,17 @@ absl::Status Main(int argc, char** argv) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(SimOptions o, BuildOptions(a));
-  std::printf("model %s (L %d, E %d, R %d), %s, replay on %s, router %s, TTFT SLO %.1f ms, "
-              "TPOT SLO %.1f ms\n\n",
-              a.preset.c_str(), o.model.num_layers, o.model.num_encoder_layers,
-              o.model.replay_window, o.gpu.name.c_str(), a.replay_on.c_str(),
-              a.naive_router ? "naive" : "in-flight", 1e3 * o.ttft_slo_s, 1e3 * o.tpot_slo_s);
+  std::printf(
+      "model %s (L %d, E %d, R %d), %s, replay on %s, router %s, TTFT SLO %.1f ms, "
+      "TPOT SLO %.1f ms\n\n",
+      a.preset.c_str(), o.model.num_layers, o.model.num_encoder_layers, o.model.replay_window,
+      o.gpu.name.c_str(), a.replay_on.c_str(), a.naive_router ? "naive" : "in-flight",
+      1e3 * o.ttft_slo_s, 1e3 * o.tpot_slo_s);
   if (a.info) {
-    std::printf("%s\n%s", InstanceMemoryTable(o.model, o.gpu, a.prefill_gpus, a.decode_gpus).c_str(),
-                PrefillStepTable(o.model, o.gpu, a.prefill_gpus,
-                                 {1024, 4096, 8192, 16384, 32768, 131072})
-                    .c_str());
+    std::printf(
+        "%s\n%s", InstanceMemoryTable(o.model, o.gpu, a.prefill_gpus, a.decode_gpus).c_str(),
+        PrefillStepTable(o.model, o.gpu, a.prefill_gpus, {1024, 4096, 8192, 16384, 32768, 131072})
+            .c_str());
     return absl::OkStatus();
   }
   if (a.plan) {
@@ -179,12 +185,14 @@ absl::Status Main(int argc, char** argv) {
     out << "index,arrival_s,prompt_tokens,output_tokens,ttft_s,tpot_s,prefill_s,completed\n";
     for (size_t i = 0; i < s.results.size(); ++i) {
       const RequestResult& r = s.results[i];
-      out << absl::StrFormat("%d,%.9f,%d,%d,%.9f,%.9f,%.9f,%d\n", i, r.arrival_s,
-                             r.prompt_tokens, r.output_tokens, r.completed ? r.ttft_s() : -1,
+      out << absl::StrFormat("%d,%.9f,%d,%d,%.9f,%.9f,%.9f,%d\n", i, r.arrival_s, r.prompt_tokens,
+                             r.output_tokens, r.completed ? r.ttft_s() : -1,
                              r.completed ? r.tpot_s() : -1, r.prefill_s, r.completed ? 1 : 0);
     }
     out.close();
-    if (!out) return absl::InternalError(absl::StrCat("--requests-out: cannot write '", a.requests_out, "'"));
+    if (!out)
+      return absl::InternalError(
+          absl::StrCat("--requests-out: cannot write '", a.requests_out, "'"));
   }
   return absl::OkStatus();
 }
@@ -193,6 +201,10 @@ absl::Status Main(int argc, char** argv) {
 }  // namespace ced::sim
 
 int main(int argc, char** argv) {
+  // The router's policy library locks its worker table on every load report
+  // and decision; one thread here, so absl's debug-build deadlock graph is
+  // pure overhead.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const absl::Status s = ced::sim::Main(argc, argv);
   if (!s.ok()) {
     std::fprintf(stderr, "ced-sim: %s\n", std::string(s.message()).c_str());

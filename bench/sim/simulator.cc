@@ -19,18 +19,24 @@
 namespace ced::sim {
 
 double RequestResult::tpot_s() const {
-  return output_tokens > 1 ? (finish_s - first_token_s) / static_cast<double>(output_tokens - 1) : 0;
+  return output_tokens > 1 ? (finish_s - first_token_s) / static_cast<double>(output_tokens - 1)
+                           : 0;
 }
 
 namespace {
 
-enum class EventKind { kArrival, kPrefillDone, kTransferDone, kDecodeStepDone, kHeartbeat };
+enum class EventKind : uint8_t { kPrefillDone, kTransferDone, kHeartbeat };
 
+// Arrivals and decode step ends are not in the heap: arrivals are read in
+// order from the trace and come before any event at the same time (as if
+// pushed first); each decode instance holds the end of its running step
+// with its own sequence number (the heap's order, without its cost).
 struct Event {
   double t;
-  uint64_t seq;  // FIFO among equal times: determinism
+  uint64_t seq;   // FIFO among equal times: determinism
+  uint32_t gen;   // step events: the step's generation (stale when it moved)
+  int32_t index;  // request or instance
   EventKind kind;
-  int index;  // request or instance
 };
 struct Later {
   bool operator()(const Event& a, const Event& b) const {
@@ -47,20 +53,32 @@ struct Req {
   RequestResult result;
 };
 
+// A step whose speed can change while it runs (colocation): the seconds it
+// still needs at full speed, its current speed and when those were last
+// brought up to date. A change of speed reschedules its end: a prefill's end
+// event carries `gen` and is pushed again under a new one (the old event is
+// then skipped); a decode instance's held end is replaced.
+struct Step {
+  double left_s = 0, speed = 1, since_s = 0, start_s = 0;
+  uint32_t gen = 0;
+};
+
 struct PrefillInst {
   std::string id;
   std::deque<int> queue;
   int64_t queued_tokens = 0;
   int current = -1;
   double link_free_s = 0;
+  Step step;
+  int neighbour = -1;  // the decode instance on the same machine (colocated)
 };
 
 struct DecodeInst {
   std::string id;
   std::unique_ptr<DecodeKvPool> pool;  // the engine's block allocator
-  int reserved = 0;  // admitted, not finished
-  std::deque<int> ready;  // K/V landed, waiting for a batch slot
-  std::vector<int> started;  // started this iteration, decoded from the next (start_lag)
+  int reserved = 0;                    // admitted, not finished
+  std::deque<int> ready;               // K/V landed, waiting for a batch slot
+  std::vector<int> started;            // started this iteration, decoded from the next (start_lag)
   // The running batch, priced without a pass over it: every sequence past
   // its first token advances one position per step, so the batch's context
   // sums move by known amounts and change otherwise only when a sequence
@@ -69,19 +87,23 @@ struct DecodeInst {
   int64_t running = 0;                                // sequences in the batch
   int64_t batch = 0, sum_context = 0, sum_local = 0;  // those past their first token
   int64_t below_window = 0;  // ... whose context is below W (local sum still grows)
-  using StepEvent = std::pair<int64_t, int>;         // (steps_done, request)
+  using StepEvent = std::pair<int64_t, int>;  // (steps_done, request)
   std::priority_queue<StepEvent, std::vector<StepEvent>, std::greater<StepEvent>> finish_at,
       reach_window_at;
   std::vector<int> first_pending;  // replays on decode: their first token this step
   bool busy = false;
   Work replay_work;  // replays on decode in the batch
+  Step step;
+  double end_t = 0;  // the running step's end, when busy
+  uint64_t end_seq = 0;
+  int neighbour = -1;  // the prefill instance on the same machine (colocated)
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
 
-double Percentile(std::vector<double>& v, double q) {
+// `v` sorted.
+double Percentile(const std::vector<double>& v, double q) {
   if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
   const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
   return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
@@ -95,7 +117,23 @@ class Simulator {
   SimSummary Run();
 
  private:
-  void Push(double t, EventKind kind, int index) { events_.push(Event{t, seq_++, kind, index}); }
+  void Push(double t, EventKind kind, int index, uint32_t gen = 0) {
+    events_.push(Event{t, seq_++, gen, index, kind});
+  }
+  void OnArrival(int r);
+  // Starts `step` of `seconds` at full speed times `speed`; returns its end.
+  double Begin(Step& step, double seconds, double speed);
+  // Changes a running step's speed; false when it stays the same.
+  bool Respeed(Step& step, double speed);
+  double End(const Step& step) const { return now_ + step.left_s / step.speed; }
+  void RespeedPrefill(int p);
+  void RespeedDecode(int d);
+  void ScheduleDecodeEnd(DecodeInst& inst, double t) {
+    inst.end_t = t;
+    inst.end_seq = seq_++;
+  }
+  double PrefillSpeed(const PrefillInst& p) const;
+  double DecodeSpeed(const DecodeInst& d) const;
   // false when no decode instance has room now (retry at the next heartbeat).
   bool Route(int r);
   void Fail(int r);
@@ -104,6 +142,7 @@ class Simulator {
   void OnPrefillDone(int p);
   void OnTransferDone(int r);
   void StartDecodeStep(int d);
+  void SetDecodeIdle(int d);
   void JoinBatch(DecodeInst& inst, int r);
   void AddToBatch(DecodeInst& inst, int r);
   void OnDecodeStepDone(int d);
@@ -118,6 +157,8 @@ class Simulator {
   std::vector<DecodeInst> decode_;
   std::deque<int> retry_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;
+  std::vector<double> arrivals_;  // at the router, by request (non-decreasing)
+  size_t next_arrival_ = 0;
   uint64_t seq_ = 0;
   double now_ = 0;
   int unfinished_ = 0;
@@ -125,7 +166,45 @@ class Simulator {
   int64_t max_decode_blocks_ = 0;
   bool prefill_replays_ = false;
   int64_t decode_steps_ = 0;
+  double prefill_slowdown_ = 1, decode_slowdown_ = 1;
 };
+
+double Simulator::Begin(Step& step, double seconds, double speed) {
+  step.left_s = seconds;
+  step.speed = speed;
+  step.since_s = now_;
+  step.start_s = now_;
+  ++step.gen;
+  return now_ + seconds / speed;
+}
+
+bool Simulator::Respeed(Step& step, double speed) {
+  if (speed == step.speed) return false;
+  step.left_s = std::max(0.0, step.left_s - (now_ - step.since_s) * step.speed);
+  step.speed = speed;
+  step.since_s = now_;
+  return true;
+}
+
+void Simulator::RespeedPrefill(int p) {
+  PrefillInst& inst = prefill_[p];
+  if (inst.current >= 0 && Respeed(inst.step, PrefillSpeed(inst))) {
+    Push(End(inst.step), EventKind::kPrefillDone, p, ++inst.step.gen);
+  }
+}
+
+void Simulator::RespeedDecode(int d) {
+  DecodeInst& inst = decode_[d];
+  if (inst.busy && Respeed(inst.step, DecodeSpeed(inst))) ScheduleDecodeEnd(inst, End(inst.step));
+}
+
+double Simulator::PrefillSpeed(const PrefillInst& p) const {
+  return p.neighbour >= 0 && decode_[p.neighbour].busy ? 1 / prefill_slowdown_ : 1;
+}
+
+double Simulator::DecodeSpeed(const DecodeInst& d) const {
+  return d.neighbour >= 0 && prefill_[d.neighbour].current >= 0 ? 1 / decode_slowdown_ : 1;
+}
 
 absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
   const bool replay_on_decode = o_.replay_on == router::ReplayOnChoice::kDecode;
@@ -134,9 +213,9 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
   const double prefill_room = cost_->KvRoomBytes(prefill_set, o_.prefill_gpus);
   const double decode_room = cost_->KvRoomBytes(WeightSet::kFull, o_.decode_gpus);
   if (prefill_room <= 0 || decode_room <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sim: weights do not fit: prefill instance KV room ", prefill_room / 1e9,
-        " GB, decode instance KV room ", decode_room / 1e9, " GB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sim: weights do not fit: prefill instance KV room ", prefill_room / 1e9,
+                     " GB, decode instance KV room ", decode_room / 1e9, " GB"));
   }
   prefill_room_tokens_ = static_cast<int64_t>(prefill_room / cost_->kv_bytes_per_token());
   const int64_t blocks =
@@ -164,22 +243,35 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
     d.id = absl::StrFormat("d%03d", i);
     d.pool = std::make_unique<DecodeKvPool>(blocks, o_.block_size);
     RETURN_IF_ERROR(table_.Register(
-        {d.id, router::Role::kDecode, router::WeightsHeld::kFull, blocks, o_.block_size}, ToTime(0)));
+        {d.id, router::Role::kDecode, router::WeightsHeld::kFull, blocks, o_.block_size},
+        ToTime(0)));
     decode_.push_back(std::move(d));
   }
-  std::stable_sort(trace.begin(), trace.end(), [](const RequestSpec& a, const RequestSpec& b) {
+  if (o_.colocated) {
+    for (int i = 0; i < std::min(o_.prefill_instances, o_.decode_instances); ++i) {
+      prefill_[i].neighbour = i;
+      decode_[i].neighbour = i;
+    }
+  }
+  prefill_slowdown_ = std::max(1.0, cost_->gpu().prefill_colocated_slowdown);
+  decode_slowdown_ = std::max(1.0, cost_->gpu().decode_colocated_slowdown);
+  auto earlier = [](const RequestSpec& a, const RequestSpec& b) {
     return a.arrival_s < b.arrival_s;
-  });
+  };
+  if (!std::is_sorted(trace.begin(), trace.end(), earlier)) {
+    std::stable_sort(trace.begin(), trace.end(), earlier);
+  }
   reqs_.reserve(trace.size());
+  arrivals_.reserve(trace.size());
   for (size_t i = 0; i < trace.size(); ++i) {
     Req r;
     r.spec = trace[i];
     r.result.arrival_s = r.spec.arrival_s;
     r.result.prompt_tokens = r.spec.prompt_tokens;
     r.result.output_tokens = r.spec.output_tokens;
-    reqs_.push_back(r);
     // The path to the router (gateway, RPC hops) before the request is placed.
-    Push(r.spec.arrival_s + cost_->gpu().request_s, EventKind::kArrival, static_cast<int>(i));
+    arrivals_.push_back(r.spec.arrival_s + cost_->gpu().request_s);
+    reqs_.push_back(std::move(r));
   }
   unfinished_ = static_cast<int>(reqs_.size());
   Push(0, EventKind::kHeartbeat, 0);
@@ -196,7 +288,12 @@ bool Simulator::Route(int r) {
     Fail(r);
     return true;
   }
-  auto index = [](const std::string& id) { return std::stoi(id.substr(1)); };
+  // Ids are a letter and the instance's index (Init).
+  auto index = [](const std::string& id) {
+    int i = 0;
+    for (size_t k = 1; k < id.size(); ++k) i = 10 * i + (id[k] - '0');
+    return i;
+  };
   q.decode = index(decision->decode_id);
   q.prefill = index(decision->prefill_id);
   q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
@@ -238,8 +335,9 @@ void Simulator::StartPrefill(int p) {
   inst.queued_tokens -= q.spec.prompt_tokens;
   const double step =
       cost_->PrefillSeconds(q.spec.prompt_tokens, !q.replay_on_decode, o_.prefill_gpus);
-  reqs_[r].result.prefill_s = step;
-  Push(now_ + step, EventKind::kPrefillDone, p);
+  const double end = Begin(inst.step, step, PrefillSpeed(inst));
+  Push(end, EventKind::kPrefillDone, p, inst.step.gen);
+  if (inst.neighbour >= 0) RespeedDecode(inst.neighbour);
 }
 
 void Simulator::OnPrefillDone(int p) {
@@ -247,6 +345,7 @@ void Simulator::OnPrefillDone(int p) {
   const int r = inst.current;
   inst.current = -1;
   Req& q = reqs_[r];
+  q.result.prefill_s = now_ - inst.step.start_s;
   if (!q.replay_on_decode) {  // the prefill instance made the first token
     q.result.first_token_s = now_;
     q.generated = 1;
@@ -259,6 +358,7 @@ void Simulator::OnPrefillDone(int p) {
     Push(inst.link_free_s, EventKind::kTransferDone, r);
   }
   StartPrefill(p);
+  if (inst.current < 0 && inst.neighbour >= 0) RespeedDecode(inst.neighbour);
 }
 
 void Simulator::OnTransferDone(int r) {
@@ -319,19 +419,31 @@ void Simulator::StartDecodeStep(int d) {
       inst.ready.pop_front();
     }
   }
-  if (inst.running == 0) return;
+  if (inst.running == 0) {
+    SetDecodeIdle(d);
+    return;
+  }
   Work work = cost_->DecodeStepBaseWork();
   work += inst.replay_work;
   work += cost_->DecodeBatchWork(inst.batch, inst.sum_context, inst.sum_local);
+  const bool was_busy = inst.busy;
   inst.busy = true;
   ++decode_steps_;
-  Push(now_ + cost_->DecodeStepSeconds(work, inst.running, o_.decode_gpus),
-       EventKind::kDecodeStepDone, d);
+  const double end = Begin(inst.step, cost_->DecodeStepSeconds(work, inst.running, o_.decode_gpus),
+                           DecodeSpeed(inst));
+  ScheduleDecodeEnd(inst, end);
+  if (!was_busy && inst.neighbour >= 0) RespeedPrefill(inst.neighbour);
+}
+
+void Simulator::SetDecodeIdle(int d) {
+  DecodeInst& inst = decode_[d];
+  if (!inst.busy) return;
+  inst.busy = false;
+  if (inst.neighbour >= 0) RespeedPrefill(inst.neighbour);
 }
 
 void Simulator::OnDecodeStepDone(int d) {
   DecodeInst& inst = decode_[d];
-  inst.busy = false;
   ++inst.steps_done;
   // Every sequence past its first token advanced one position.
   inst.sum_context += inst.batch;
@@ -394,27 +506,61 @@ void Simulator::Heartbeat() {
   if (unfinished_ > 0) Push(now_ + o_.heartbeat_s, EventKind::kHeartbeat, 0);
 }
 
+void Simulator::OnArrival(int r) {
+  const Req& q = reqs_[r];
+  if (q.spec.prompt_tokens > prefill_room_tokens_ ||
+      BlocksForRequest(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size) >
+          max_decode_blocks_) {
+    Fail(r);  // can never fit
+  } else if (!retry_.empty() || !Route(r)) {
+    retry_.push_back(r);  // FIFO behind earlier waiting requests
+  }
+}
+
 SimSummary Simulator::Run() {
-  while (!events_.empty() && unfinished_ > 0) {
+  while (unfinished_ > 0) {
+    // The earliest decode step end, by (time, sequence).
+    int d = -1;
+    for (size_t i = 0; i < decode_.size(); ++i) {
+      const DecodeInst& inst = decode_[i];
+      if (inst.busy && (d < 0 || inst.end_t < decode_[d].end_t ||
+                        (inst.end_t == decode_[d].end_t && inst.end_seq < decode_[d].end_seq))) {
+        d = static_cast<int>(i);
+      }
+    }
+    const bool heap = !events_.empty();
+    if (d >= 0 && heap) {
+      const Event& top = events_.top();
+      if (top.t < decode_[d].end_t || (top.t == decode_[d].end_t && top.seq < decode_[d].end_seq)) {
+        d = -1;
+      }
+    }
+    const double next = d >= 0 ? decode_[d].end_t : heap ? events_.top().t : 0;
+    if (next_arrival_ < arrivals_.size() &&
+        ((d < 0 && !heap) || arrivals_[next_arrival_] <= next)) {
+      now_ = arrivals_[next_arrival_];
+      OnArrival(static_cast<int>(next_arrival_++));
+      continue;
+    }
+    if (d >= 0) {
+      now_ = decode_[d].end_t;
+      OnDecodeStepDone(d);
+      continue;
+    }
+    if (!heap) break;
     const Event e = events_.top();
     events_.pop();
     now_ = e.t;
     switch (e.kind) {
-      case EventKind::kArrival: {
-        const Req& q = reqs_[e.index];
-        if (q.spec.prompt_tokens > prefill_room_tokens_ ||
-            BlocksForRequest(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size) >
-                max_decode_blocks_) {
-          Fail(e.index);  // can never fit
-        } else if (!retry_.empty() || !Route(e.index)) {
-          retry_.push_back(e.index);  // FIFO behind earlier waiting requests
-        }
+      case EventKind::kPrefillDone:
+        if (e.gen == prefill_[e.index].step.gen) OnPrefillDone(e.index);
         break;
-      }
-      case EventKind::kPrefillDone: OnPrefillDone(e.index); break;
-      case EventKind::kTransferDone: OnTransferDone(e.index); break;
-      case EventKind::kDecodeStepDone: OnDecodeStepDone(e.index); break;
-      case EventKind::kHeartbeat: Heartbeat(); break;
+      case EventKind::kTransferDone:
+        OnTransferDone(e.index);
+        break;
+      case EventKind::kHeartbeat:
+        Heartbeat();
+        break;
     }
   }
 
@@ -422,7 +568,8 @@ SimSummary Simulator::Run() {
   s.requests = static_cast<int>(reqs_.size());
   s.decode_steps = decode_steps_;
   std::vector<double> ttft, tpot;
-  double first_arrival = reqs_.empty() ? 0 : reqs_.front().spec.arrival_s, last_finish = first_arrival;
+  double first_arrival = reqs_.empty() ? 0 : reqs_.front().spec.arrival_s,
+         last_finish = first_arrival;
   int64_t output_tokens = 0;
   s.results.reserve(reqs_.size());
   ttft.reserve(reqs_.size());
@@ -449,6 +596,8 @@ SimSummary Simulator::Run() {
     s.goodput = s.met_slo / s.makespan_s;
     s.output_tokens_per_s = static_cast<double>(output_tokens) / s.makespan_s;
   }
+  std::sort(ttft.begin(), ttft.end());
+  std::sort(tpot.begin(), tpot.end());
   s.ttft_p50 = Percentile(ttft, 0.5);
   s.ttft_p90 = Percentile(ttft, 0.9);
   s.ttft_p99 = Percentile(ttft, 0.99);

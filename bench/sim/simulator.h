@@ -3,7 +3,9 @@
 // batching, admission by KV reservation, admission.h), placed by the
 // router's own policy library (services/router_policy) on simulated time,
 // fed load reports at a heartbeat period. K/V goes over one link per prefill
-// instance, serialized, after the prompt's prefill step.
+// instance, serialized, after the prompt's prefill step. Optionally
+// (colocated) prefill and decode instances share machines and slow each
+// other down while both compute, by the device's measured slowdowns.
 //
 // Time to first token: for decoder-only models and replay on prefill, the
 // prefill instance makes the first token and the gateway relays it at once;
@@ -44,6 +46,11 @@ struct SimOptions {
   // request whose K/V landed while others run is started (tail imported) in
   // one iteration and decoded from the next. false: it joins the next step.
   bool start_lag = false;
+  // Prefill instance i and decode instance i share one machine (the CPU
+  // cluster: i < min(prefill, decode) instances): while one computes, the
+  // other runs slower by the device's measured colocated slowdown, applied
+  // to the part of each step that overlaps (the rest runs at full speed).
+  bool colocated = false;
   double tpot_slo_s = 0.025;
   double ttft_slo_s = 1;
   WorkloadOptions workload;
@@ -53,7 +60,7 @@ struct SimOptions {
 
 struct RequestResult {
   double arrival_s = 0, first_token_s = -1, finish_s = -1;
-  double prefill_s = 0;  // its prefill step on the prefill instance
+  double prefill_s = 0;  // its prefill step on the prefill instance (as it ran)
   int64_t prompt_tokens = 0, output_tokens = 0;
   bool completed = false;
   bool replayed_on_decode = false;
@@ -66,11 +73,11 @@ struct SimSummary {
   double attainment = 0;  // met both SLOs / requests
   double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
   double tpot_p50 = 0, tpot_p90 = 0, tpot_p99 = 0;
-  double makespan_s = 0;      // first arrival to last finish
-  double throughput = 0;      // completed requests / makespan
-  double goodput = 0;         // requests meeting both SLOs / makespan
+  double makespan_s = 0;  // first arrival to last finish
+  double throughput = 0;  // completed requests / makespan
+  double goodput = 0;     // requests meeting both SLOs / makespan
   double output_tokens_per_s = 0;
-  int64_t decode_steps = 0;   // iterations over all decode instances
+  int64_t decode_steps = 0;  // iterations over all decode instances
   int replays_on_decode = 0;
   std::vector<RequestResult> results;  // in arrival order
   // One line, every figure with full precision (determinism checks).

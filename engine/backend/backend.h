@@ -36,6 +36,9 @@ class Backend {
 
   // Memory. Alloc returns zeroed memory or nullptr when out of memory.
   virtual void* Alloc(size_t bytes) = 0;
+  // Like Alloc, for scratch the caller writes before reading: the contents
+  // are unspecified (the CPU backend skips the zeroing). Freed with Free.
+  virtual void* AllocScratch(size_t bytes) { return Alloc(bytes); }
   virtual void Free(void* ptr) = 0;
   virtual void CopyToDevice(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void CopyToHost(void* dst_host, const void* src, size_t bytes) = 0;
@@ -64,8 +67,8 @@ class Backend {
   virtual void SiluMul(float* gate, const float* up, size_t count) = 0;
   // Encodes n rows of row_elems floats (src row stride src_stride floats)
   // into the cache format at dst_rows_host[i].
-  virtual void StoreRows(KvFormat format, const float* src, int n, int row_elems,
-                         size_t src_stride, uint8_t* const* dst_rows_host) = 0;
+  virtual void StoreRows(KvFormat format, const float* src, int n, int row_elems, size_t src_stride,
+                         uint8_t* const* dst_rows_host) = 0;
   // Rounds x [n, row_elems] through the cache format in place (what a later
   // read of the stored rows would return).
   virtual void RoundTrip(KvFormat format, float* x, int n, int row_elems) = 0;

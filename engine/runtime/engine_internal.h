@@ -8,12 +8,13 @@
 
 namespace ced {
 
-// Backend memory freed on scope exit.
+// Backend scratch memory (contents unspecified until written) freed on
+// scope exit.
 class DeviceBuffer {
  public:
   DeviceBuffer(Backend* backend, size_t count_floats)
       : backend_(backend),
-        data_(static_cast<float*>(backend->Alloc(count_floats * sizeof(float)))) {}
+        data_(static_cast<float*>(backend->AllocScratch(count_floats * sizeof(float)))) {}
   ~DeviceBuffer() { backend_->Free(data_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -61,8 +62,7 @@ struct Engine::DeviceWeights {
                 *global_k = nullptr, *global_v = nullptr, *wo = nullptr, *ffn_norm = nullptr,
                 *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
   };
-  const float *embed = nullptr, *encoder_norm = nullptr, *final_norm = nullptr,
-              *lm_head = nullptr;
+  const float *embed = nullptr, *encoder_norm = nullptr, *final_norm = nullptr, *lm_head = nullptr;
   std::vector<Layer> layers;
 };
 

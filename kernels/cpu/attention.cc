@@ -1,6 +1,5 @@
 #include "kernels/cpu/attention.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -77,6 +76,85 @@ inline void Scale(float* x, int n, float s) {
 inline void Axpy(float* out, const float* v, int n, float w) {
 #pragma omp simd
   for (int d = 0; d < n; ++d) out[d] += w * v[d];
+}
+
+typedef float V16 __attribute__((vector_size(64)));
+typedef int V16i __attribute__((vector_size(64)));
+
+inline V16 LoadV(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreV(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// One stage of a 16 x 16 in-register transpose: swaps bit log2(S) of the row
+// and column index (rows r and r + S, for r with bit log2(S) clear).
+template <int S>
+inline void TransposeStage(V16* m, V16i lo, V16i hi) {
+  for (int r = 0; r < 16; ++r) {
+    if ((r / S) % 2 != 0) continue;
+    const V16 a = m[r], b = m[r + S];
+    m[r] = __builtin_shuffle(a, b, lo);
+    m[r + S] = __builtin_shuffle(a, b, hi);
+  }
+}
+
+// Lane selections of the stages: for stage S, kLo[S] takes lanes whose bit
+// log2(S) is clear from a and the matching lanes of b; kHi the others.
+constexpr V16i kLo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+constexpr V16i kHi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+constexpr V16i kLo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+constexpr V16i kHi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+constexpr V16i kLo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+constexpr V16i kHi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+constexpr V16i kLo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+constexpr V16i kHi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+
+inline void Transpose16(V16* m) {
+  TransposeStage<8>(m, kLo8, kHi8);
+  TransposeStage<4>(m, kLo4, kHi4);
+  TransposeStage<2>(m, kLo2, kHi2);
+  TransposeStage<1>(m, kLo1, kHi1);
+}
+
+// Horizontal sums of 16 vectors at once: lane r of the result is the sum of
+// m[r]'s lanes (m is clobbered). The transpose's stages, adding the halves
+// instead of keeping both.
+inline V16 SumLanes16(V16* m) {
+  for (int r = 0; r < 8; ++r) {
+    m[r] = __builtin_shuffle(m[r], m[r + 8], kLo8) + __builtin_shuffle(m[r], m[r + 8], kHi8);
+  }
+  for (int r = 0; r < 4; ++r) {
+    m[r] = __builtin_shuffle(m[r], m[r + 4], kLo4) + __builtin_shuffle(m[r], m[r + 4], kHi4);
+  }
+  for (int r = 0; r < 2; ++r) {
+    m[r] = __builtin_shuffle(m[r], m[r + 2], kLo2) + __builtin_shuffle(m[r], m[r + 2], kHi2);
+  }
+  return __builtin_shuffle(m[0], m[1], kLo1) + __builtin_shuffle(m[0], m[1], kHi1);
+}
+
+// scores[r] = scale * q . k[r * stride, + D) for rows r < rows <= 16;
+// D % 16 == 0.
+inline void ScoreRows16(const float* q, const float* k, size_t stride, int rows, int D, float scale,
+                        float* scores) {
+  V16 m[16];
+  for (int r = 0; r < 16; ++r) {
+    V16 acc = {};
+    if (r < rows) {
+      const float* kr = k + r * stride;
+      for (int c = 0; c < D; c += 16) acc += LoadV(q + c) * LoadV(kr + c);
+    }
+    m[r] = acc;
+  }
+  float out[16];
+  StoreV(out, SumLanes16(m));
+  for (int r = 0; r < rows; ++r) scores[r] = out[r] * scale;
+}
+
+// out[0, D) += w * v[0, D); D % 16 == 0.
+inline void AxpyV(float* out, const float* v, int D, float w) {
+  for (int c = 0; c < D; c += 16) StoreV(out + c, LoadV(out + c) + w * LoadV(v + c));
 }
 
 size_t RowBytes(const AttentionParams& p) {
@@ -173,6 +251,21 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
           GlobalHeadsTile(p, s.global_k_host[b], g0, ng, rows, sc.ktile.data(), &stride);
       const int ahead = b + kPrefetchBlocks;
       const int ahead_rows = ahead < nblocks ? std::min(bs, keys - ahead * bs) : 0;
+      if (D % 16 == 0) {
+        // 16 keys at a time: one horizontal reduction for all of them. The
+        // block ahead is prefetched a few rows per call, not in one burst.
+        const int pf_per = (16 + nh - 1) / nh;
+        for (int r0 = 0; r0 < rows; r0 += 16) {
+          for (int hh = 0; hh < nh; ++hh) {
+            const int pf0 = r0 + hh * pf_per, pf1 = std::min(ahead_rows, pf0 + pf_per);
+            for (int r = pf0; r < pf1; ++r) PrefetchRow(p, s.global_k_host[ahead], r, g0, ng);
+            ScoreRows16(q + hh * D, k + r0 * stride + (hh / group) * D, stride,
+                        std::min(16, rows - r0), D, scale,
+                        scores + static_cast<size_t>(hh) * T + b * bs + r0);
+          }
+        }
+        continue;
+      }
       for (int r = 0; r < rows; ++r) {
         if (r < ahead_rows) PrefetchRow(p, s.global_k_host[ahead], r, g0, ng);
         for (int hh = 0; hh < nh; ++hh) {
@@ -209,8 +302,13 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
       for (int r = 0; r < rows; ++r) {
         if (r < ahead_rows) PrefetchRow(p, s.global_v_host[ahead], r, g0, ng);
         for (int hh = 0; hh < nh; ++hh) {
-          Axpy(out + hh * D, v + r * stride + (hh / group) * D, D,
-               scores[static_cast<size_t>(hh) * T + b * bs + r] * inv[hh]);
+          const float w = scores[static_cast<size_t>(hh) * T + b * bs + r] * inv[hh];
+          const float* vr = v + r * stride + (hh / group) * D;
+          if (D % 16 == 0) {
+            AxpyV(out + hh * D, vr, D, w);
+          } else {
+            Axpy(out + hh * D, vr, D, w);
+          }
         }
       }
     }
@@ -255,6 +353,45 @@ inline void PutValue(float* vp, int rows, int k, const float* src, int D) {
   }
 }
 
+// Key rows k0 .. k0+rows-1 (row r at src + r * stride, D floats) into a
+// packed-K array, times `scale`: 16 keys at a time through an in-register
+// transpose when they fill 16 aligned columns of a panel.
+void PutKeys(float* kp, int D, int k0, const float* src, size_t stride, int rows, float scale) {
+  const V16 sv = {scale, scale, scale, scale, scale, scale, scale, scale,
+                  scale, scale, scale, scale, scale, scale, scale, scale};
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const int k = k0 + r0, n = std::min(16, rows - r0);
+    const float* s = src + r0 * stride;
+    if (n < 16 || k % 16 != 0 || D % 16 != 0) {
+      for (int r = 0; r < n; ++r) PutKey(kp, D, k + r, s + r * stride, scale);
+      continue;
+    }
+    float* dst = kp + static_cast<size_t>(k / kPanel) * D * kPanel + k % kPanel;
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      V16 m[16];
+      for (int r = 0; r < 16; ++r) m[r] = LoadV(s + r * stride + d0) * sv;
+      Transpose16(m);
+      for (int j = 0; j < 16; ++j) StoreV(dst + static_cast<size_t>(d0 + j) * kPanel, m[j]);
+    }
+  }
+}
+
+// Value rows k0 .. k0+rows-1 into a packed-V array whose panels hold `tpad` rows.
+void PutValues(float* vp, int tpad, int k0, const float* src, size_t stride, int rows, int D) {
+  if (D % kPanel != 0) {
+    for (int r = 0; r < rows; ++r) PutValue(vp, tpad, k0 + r, src + r * stride, D);
+    return;
+  }
+  for (int p = 0; p * kPanel < D; ++p) {
+    float* dst = vp + (static_cast<size_t>(p) * tpad + k0) * kPanel;
+    for (int r = 0; r < rows; ++r) {
+      const float* s = src + r * stride + p * kPanel;
+      StoreV(dst + r * kPanel, LoadV(s));
+      StoreV(dst + r * kPanel + 16, LoadV(s + 16));
+    }
+  }
+}
+
 void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, float scale,
                 HeadContext* ctx) {
   const int D = p.head_dim, bs = p.block_size;
@@ -279,9 +416,9 @@ void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, floa
     const int rows = std::min(bs, T - b * bs);
     size_t stride = 0;
     const float* k = GlobalHeadsTile(p, s.global_k_host[b], g, 1, rows, tile.data(), &stride);
-    for (int r = 0; r < rows; ++r) PutKey(ctx->kg.data(), D, b * bs + r, k + r * stride, scale);
+    PutKeys(ctx->kg.data(), D, b * bs, k, stride, rows, scale);
     const float* v = GlobalHeadsTile(p, s.global_v_host[b], g, 1, rows, tile.data(), &stride);
-    for (int r = 0; r < rows; ++r) PutValue(ctx->vg.data(), ctx->tpad, b * bs + r, v + r * stride, D);
+    PutValues(ctx->vg.data(), ctx->tpad, b * bs, v, stride, rows, D);
   }
   std::vector<float> row(D);
   for (int i = 0; i < ctx->local_count; ++i) {
@@ -331,8 +468,8 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
       Grow(&sc.scores, static_cast<size_t>(rows) * cols);
       float* scores = sc.scores.data();  // [rows, cols]: global, then local
       const float* q = qh + static_cast<size_t>(i0) * H * D;
-      PanelGemm(q, static_cast<size_t>(H) * D, rows, D, ctx.kg.data(), k_panel, gcols, scores,
-                cols, false);
+      PanelGemm(q, static_cast<size_t>(H) * D, rows, D, ctx.kg.data(), k_panel, gcols, scores, cols,
+                false);
       if (lcols > 0) {
         PanelGemm(q, static_cast<size_t>(H) * D, rows, D, ctx.kl.data() + lp0 * k_panel, k_panel,
                   lcols, scores + gpad, cols, false);
@@ -357,8 +494,8 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
       }
       float* o = oh + static_cast<size_t>(i0) * H * D;
       const size_t v_panel = static_cast<size_t>(ctx.tpad) * kPanel;
-      PanelGemm(scores, cols, rows, gcols, ctx.vg.data(), v_panel, D, o,
-                static_cast<size_t>(H) * D, false);
+      PanelGemm(scores, cols, rows, gcols, ctx.vg.data(), v_panel, D, o, static_cast<size_t>(H) * D,
+                false);
       if (lcols > 0) {
         const size_t vl_panel = static_cast<size_t>(ctx.lpad) * kPanel;
         PanelGemm(scores + gpad, cols, rows, lcols,

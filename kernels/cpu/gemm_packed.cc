@@ -15,7 +15,7 @@ namespace {
 
 typedef float V16 __attribute__((vector_size(64)));
 
-constexpr int kRows = 8;    // x rows per register tile
+constexpr int kRows = 8;     // x rows per register tile
 constexpr int kDepth = 256;  // k values per pass: a panel slice of 32 KiB stays in L1
 
 inline V16 Load(const float* p) {
@@ -26,13 +26,19 @@ inline V16 Load(const float* p) {
 inline void Store(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
 
 // y[MR, 32] (+)= x[MR, kc] * panel[kc, 32]; only `cols` columns are stored.
+// Also prefetches pf_lines cache lines from pf (into L2), one every fourth k.
 template <int MR>
 void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size_t ldy, int cols,
-          bool add) {
+          bool add, const char* pf, int pf_lines) {
   V16 acc[MR][2];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = V16{};
   for (int k = 0; k < kc; ++k) {
+    if ((k & 3) == 0 && pf_lines > 0) {
+      __builtin_prefetch(pf, 0, 2);
+      pf += 64;
+      --pf_lines;
+    }
     const V16 w0 = Load(panel + k * kPanel), w1 = Load(panel + k * kPanel + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
@@ -64,17 +70,25 @@ void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size
   }
 }
 
-void TileRows(int mr, const float* x, size_t ldx, const float* panel, int kc, float* y,
-              size_t ldy, int cols, bool add) {
+void TileRows(int mr, const float* x, size_t ldx, const float* panel, int kc, float* y, size_t ldy,
+              int cols, bool add, const char* pf, int pf_lines) {
   switch (mr) {
-    case 8: return Tile<8>(x, ldx, panel, kc, y, ldy, cols, add);
-    case 7: return Tile<7>(x, ldx, panel, kc, y, ldy, cols, add);
-    case 6: return Tile<6>(x, ldx, panel, kc, y, ldy, cols, add);
-    case 5: return Tile<5>(x, ldx, panel, kc, y, ldy, cols, add);
-    case 4: return Tile<4>(x, ldx, panel, kc, y, ldy, cols, add);
-    case 3: return Tile<3>(x, ldx, panel, kc, y, ldy, cols, add);
-    case 2: return Tile<2>(x, ldx, panel, kc, y, ldy, cols, add);
-    default: return Tile<1>(x, ldx, panel, kc, y, ldy, cols, add);
+    case 8:
+      return Tile<8>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+    case 7:
+      return Tile<7>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+    case 6:
+      return Tile<6>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+    case 5:
+      return Tile<5>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+    case 4:
+      return Tile<4>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+    case 3:
+      return Tile<3>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+    case 2:
+      return Tile<2>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+    default:
+      return Tile<1>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
   }
 }
 
@@ -96,15 +110,73 @@ void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t
     if (in == 0 && !accumulate) {
       for (int r = 0; r < n; ++r) std::fill(y + r * ldy + c0, y + r * ldy + c0 + pc, 0.0f);
     }
+    // While the row tiles run over one slice of the panel (from L1), the
+    // memory right after it (the next slice, or the next panel's first) is
+    // prefetched into L2, spread over the tiles: with few rows the first
+    // tile of a slice would otherwise wait on memory.
+    const int tiles = (n + kRows - 1) / kRows;
     for (int k0 = 0; k0 < in; k0 += kDepth) {
       const int kc = std::min(kDepth, in - k0);
       const bool add = k0 > 0 || accumulate;
-      for (int r0 = 0; r0 < n; r0 += kRows) {
-        TileRows(std::min(kRows, n - r0), x + r0 * ldx + k0, ldx,
-                 panel + static_cast<size_t>(k0) * kPanel, kc, y + r0 * ldy + c0, ldy, pc, add);
+      const float* slice = panel + static_cast<size_t>(k0) * kPanel;
+      const char* next = reinterpret_cast<const char*>(slice + static_cast<size_t>(kc) * kPanel);
+      const int lines = kDepth * kPanel * static_cast<int>(sizeof(float)) / 64;
+      const int per_tile = (lines + tiles - 1) / tiles;
+      for (int r0 = 0, t = 0; r0 < n; r0 += kRows, ++t) {
+        const int pf0 = std::min(lines, t * per_tile), pf1 = std::min(lines, pf0 + per_tile);
+        TileRows(std::min(kRows, n - r0), x + r0 * ldx + k0, ldx, slice, kc, y + r0 * ldy + c0, ldy,
+                 pc, add, next + static_cast<size_t>(pf0) * 64, pf1 - pf0);
       }
     }
   }
+}
+
+void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, bool accumulate) {
+  // Four k rows per iteration into separate accumulators (FMA latency), and
+  // prefetch kAhead rows (two cache lines each) ahead of the stream.
+  constexpr int kAhead = 24;
+  V16 a[8] = {};
+  int k = 0;
+  for (; k + 4 <= in; k += 4) {
+    const float* p = panel + static_cast<size_t>(k) * kPanel;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      __builtin_prefetch(p + (kAhead + j) * kPanel, 0, 0);
+      __builtin_prefetch(p + (kAhead + j) * kPanel + 16, 0, 0);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const float xv = x[k + j];
+      a[2 * j] += xv * Load(p + j * kPanel);
+      a[2 * j + 1] += xv * Load(p + j * kPanel + 16);
+    }
+  }
+  for (; k < in; ++k) {
+    const float* p = panel + static_cast<size_t>(k) * kPanel;
+    a[0] += x[k] * Load(p);
+    a[1] += x[k] * Load(p + 16);
+  }
+  float r[kPanel];
+  Store(r, (a[0] + a[2]) + (a[4] + a[6]));
+  Store(r + 16, (a[1] + a[3]) + (a[5] + a[7]));
+  for (int j = 0; j < cols; ++j) y[j] = accumulate ? y[j] + r[j] : r[j];
+}
+
+void GemvPackedMultiCpu(const float* x, int in, const PackedGemmTarget* targets, int count) {
+  std::vector<std::pair<int, int>> tasks;  // (target, panel)
+  double bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
+    bytes += 4.0 * targets[i].w->panels() * kPanel * in;
+  }
+  ParallelFor(
+      static_cast<int>(tasks.size()),
+      [&](int k) {
+        const PackedGemmTarget& t = targets[tasks[k].first];
+        const int p = tasks[k].second, c0 = p * kPanel;
+        PanelGemv(x, in, t.w->panel(p), std::min(kPanel, t.w->out() - c0), t.y + c0, t.accumulate);
+      },
+      bytes >= 4e5);
 }
 
 void PackedMatrix::Free::operator()(float* p) const { std::free(p); }
@@ -130,8 +202,7 @@ PackedMatrix::PackedMatrix(const float* w, int out, int in)
   });
 }
 
-void GemmPackedMultiCpu(const float* x, int n, int in, const PackedGemmTarget* targets,
-                        int count) {
+void GemmPackedMultiCpu(const float* x, int n, int in, const PackedGemmTarget* targets, int count) {
   if (n <= 0) return;
   std::vector<std::pair<int, int>> tasks;  // (target, panel)
   double flops = 0;
@@ -141,8 +212,7 @@ void GemmPackedMultiCpu(const float* x, int n, int in, const PackedGemmTarget* t
   }
   ParallelFor(
       static_cast<int>(tasks.size()),
-      [&](int k) { Panel(x, n, in, targets[tasks[k].first], tasks[k].second); },
-      flops >= 2e5);
+      [&](int k) { Panel(x, n, in, targets[tasks[k].first], tasks[k].second); }, flops >= 2e5);
 }
 
 }  // namespace ced::kernels

@@ -48,7 +48,15 @@ void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t
 
 // For every target: y (+)= x[n, in] * w^T. Panels of all targets are spread
 // over the worker pool.
-void GemmPackedMultiCpu(const float* x, int n, int in, const PackedGemmTarget* targets,
-                        int count);
+void GemmPackedMultiCpu(const float* x, int n, int in, const PackedGemmTarget* targets, int count);
+
+// Batch 1: y[out] (+)= x[in] * w^T for every target. Each panel is one
+// contiguous stream of in * kPanel floats, read once front to back (with
+// software prefetch); panels of all targets are spread over the worker pool.
+void GemvPackedMultiCpu(const float* x, int in, const PackedGemmTarget* targets, int count);
+
+// One panel of the above on the calling thread: y[0, cols) (+)= x[in] * panel
+// (panel [in][kPanel], columns past `cols` are read but not stored).
+void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, bool accumulate);
 
 }  // namespace ced::kernels

@@ -11,7 +11,9 @@
 //
 // The pool has omp_get_max_threads() threads counting the caller (so
 // OMP_NUM_THREADS sizes it). A loop called while another thread holds the
-// pool, or from inside a loop, runs serially on the calling thread.
+// pool, or from inside a loop, runs serially on the calling thread. So do
+// loops for a short while after one ended waiting on a worker that other
+// processes kept off the cores (fewer free cores than threads).
 #pragma once
 
 #include <functional>
@@ -26,10 +28,12 @@ int PoolThreads();
 // `parallel` false, or n <= 1, runs the loop on the calling thread.
 void ParallelFor(int n, const std::function<void(int)>& fn, bool parallel = true);
 
-// Runs fn(thread, threads) once on each of `threads` threads of the pool
+// Runs fn(thread, threads) once for each thread index in [0, threads)
 // (threads <= PoolThreads(); 0 = all) and returns when all are done. The
-// caller runs thread 0. When the pool is busy, runs fn(0, 1) alone: code
-// must split its work by the `threads` it is given.
+// caller runs index 0, then every index no worker has claimed yet (a worker
+// that lost its core is not waited for), so calls must not wait on each
+// other. When the pool is busy, runs fn(0, 1) alone: code must split its
+// work by the `threads` it is given.
 void ParallelRun(const std::function<void(int, int)>& fn, int threads = 0);
 
 }  // namespace ced::kernels

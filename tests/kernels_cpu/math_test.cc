@@ -63,9 +63,7 @@ TEST(MathTest, PoolServesConcurrentAndNestedCallers) {
     for (int r = 0; r < 50; ++r) ParallelFor(10, [&](int i) { a[r * 10 + i].fetch_add(1); });
   });
   for (int r = 0; r < 50; ++r) {
-    ParallelFor(10, [&](int i) {
-      ParallelFor(1, [&](int) { b[r * 10 + i].fetch_add(1); });
-    });
+    ParallelFor(10, [&](int i) { ParallelFor(1, [&](int) { b[r * 10 + i].fetch_add(1); }); });
   }
   other.join();
   for (int i = 0; i < 500; ++i) {
@@ -131,6 +129,37 @@ TEST(MathTest, PackedGemmMatchesReference) {
           ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
               << "n " << n << " in " << in << " target " << t << " elem " << i;
         }
+      }
+    }
+  }
+}
+
+TEST(MathTest, PackedGemvMatchesReference) {
+  // Batch 1 on the packed panels: depths around the 4-row step (tails),
+  // columns around the 32-column panel, enough bytes to split across the
+  // pool and too few.
+  for (int in : {1, 3, 64, 203, 1536}) {
+    const std::vector<int> outs = {32, 37, 300, 5};
+    const std::vector<float> x = Random(in, 11 + in);
+    std::vector<std::vector<float>> w, y;
+    std::vector<std::unique_ptr<PackedMatrix>> packed;
+    std::vector<PackedGemmTarget> targets;
+    for (size_t t = 0; t < outs.size(); ++t) {
+      w.push_back(Random(static_cast<size_t>(outs[t]) * in, 500 + t));
+      y.push_back(Random(outs[t], 600 + t));
+      packed.push_back(std::make_unique<PackedMatrix>(w[t].data(), outs[t], in));
+    }
+    const std::vector<std::vector<float>> before = y;
+    for (size_t t = 0; t < outs.size(); ++t) {
+      targets.push_back({packed[t].get(), y[t].data(), t % 2 == 1});
+    }
+    GemvPackedMultiCpu(x.data(), in, targets.data(), static_cast<int>(targets.size()));
+    for (size_t t = 0; t < outs.size(); ++t) {
+      const std::vector<double> ref = Reference(x, 1, in, w[t], outs[t]);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double want = ref[i] + (t % 2 == 1 ? before[t][i] : 0.0);
+        ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
+            << "in " << in << " target " << t << " elem " << i;
       }
     }
   }

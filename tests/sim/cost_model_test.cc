@@ -46,10 +46,9 @@ TEST(CostModelTest, PrefillIsTheRooflineOfAccountingFigures) {
   const Accounting& a = ced->accounting();
   const ModelConfig& c = ced->config();
   const int64_t n = 4096;
-  const double flops = 2.0 * (n * a.params_per_prompt_token + 1 * a.params_per_replayed_token +
-                              a.lm_head_params) +
-                       AttentionFlopsForPositions(c, 0, n, 40) +
-                       AttentionFlopsForPositions(c, n - 1, n, 40);
+  const double flops =
+      2.0 * (n * a.params_per_prompt_token + 1 * a.params_per_replayed_token + a.lm_head_params) +
+      AttentionFlopsForPositions(c, 0, n, 40) + AttentionFlopsForPositions(c, n - 1, n, 40);
   // Compute-bound at 4096 tokens: FLOPs / (4 x 989 TFLOP/s).
   EXPECT_DOUBLE_EQ(ced->PrefillSeconds(n, true, 4), flops / (4 * 989e12));
 }
@@ -132,13 +131,16 @@ TEST(AdmissionTest, ReservesPromptPlusMaxTokens) {
 TEST(DeviceProfileTest, ParsesAndRoundTrips) {
   const std::string text =
       "# measured\nname cpu-test\npeak_flops 1.5e11\nhbm_bytes_per_s 2e10\n"
-      "hbm_bytes 8e9\nbytes_per_param 4\ndecode_step_s 0.001  # fixed\nkv_room_bytes 268435456\n";
+      "hbm_bytes 8e9\nbytes_per_param 4\ndecode_step_s 0.001  # fixed\nkv_room_bytes 268435456\n"
+      "decode_colocated_slowdown 1.5\n";
   absl::StatusOr<GpuSpec> spec = ParseDeviceProfile(text, "p.txt");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->name, "cpu-test");
   EXPECT_DOUBLE_EQ(spec->peak_flops, 1.5e11);
   EXPECT_DOUBLE_EQ(spec->bytes_per_param, 4);
   EXPECT_DOUBLE_EQ(spec->decode_step_s, 0.001);
+  EXPECT_DOUBLE_EQ(spec->decode_colocated_slowdown, 1.5);
+  EXPECT_DOUBLE_EQ(spec->prefill_colocated_slowdown, 1);  // not given: no effect
   absl::StatusOr<GpuSpec> again = ParseDeviceProfile(DeviceProfileText(*spec), "q.txt");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(DeviceProfileText(*again), DeviceProfileText(*spec));
@@ -176,7 +178,8 @@ TEST(DeviceProfileTest, OverheadsAddToSteps) {
   // f32 weights: the decode step reads 4 bytes per parameter.
   EXPECT_DOUBLE_EQ(w.bytes, 4.0 * cpu->accounting().params_per_generated_token);
   // The model's cache format (small: f32) sets the K/V bytes.
-  EXPECT_DOUBLE_EQ(cpu->kv_bytes_per_token(), GlobalKvBytesPerToken(options.config, KvFormat::kF32));
+  EXPECT_DOUBLE_EQ(cpu->kv_bytes_per_token(),
+                   GlobalKvBytesPerToken(options.config, KvFormat::kF32));
 }
 
 }  // namespace

@@ -122,7 +122,8 @@ TEST(SimulatorTest, NaiveRouterIsNeverBetterOnBursts) {
     o.ttft_slo_s = 0.5;
     for (int burst = 0; burst < 20; ++burst) {
       for (int i = 0; i < 6; ++i) {
-        o.requests.push_back({burst * 1.0 + 0.01, 2048 + 512 * static_cast<int64_t>((i + seed) % 4), 32});
+        o.requests.push_back(
+            {burst * 1.0 + 0.01, 2048 + 512 * static_cast<int64_t>((i + seed) % 4), 32});
       }
     }
     const SimSummary smart = *RunSimulation(o);
@@ -158,8 +159,7 @@ TEST(SimulatorTest, DeviceProfileCostsInAnUnloadedRequest) {
   co.config = o.model;
   co.gpu = o.gpu;
   std::unique_ptr<CostModel> cost = *CostModel::Create(co);
-  const double prefill =
-      cost->StepSeconds(cost->PrefillWork(n, true), 1) + 0.003 + 2e-5 * n;
+  const double prefill = cost->StepSeconds(cost->PrefillWork(n, true), 1) + 0.003 + 2e-5 * n;
   auto step = [&](int64_t ctx) {
     Work w = cost->DecodeStepBaseWork();
     w += cost->DecodeSequenceWork(ctx);
@@ -188,6 +188,83 @@ TEST(SimulatorTest, DecodeStartLag) {
   EXPECT_DOUBLE_EQ(lag.results[1].ttft_s(), join.results[1].ttft_s());
   EXPECT_GT(lag.results[1].tpot_s(), join.results[1].tpot_s());
   EXPECT_EQ(lag.decode_steps, join.decode_steps);  // the first request sets the steps
+}
+
+SimOptions CpuPair() {
+  SimOptions o;
+  o.model = *PresetConfig("small");
+  o.gpu = GpuSpec{"cpu", 1e11, 2e10, 8e9};
+  o.gpu.bytes_per_param = 4;
+  o.gpu.kv_room_bytes = 256 << 20;
+  o.gpu.link_bytes_per_s = 1e18;  // K/V lands at once
+  o.prefill_instances = o.decode_instances = 1;
+  o.prefill_gpus = o.decode_gpus = 1;
+  o.ttft_slo_s = 10;
+  o.start_lag = true;
+  return o;
+}
+
+// Colocated prefill and decode instances: a request alone never overlaps the
+// other instance, so it runs as if apart; a prompt prefilled while another
+// request decodes runs slower by the prefill slowdown, and that request's
+// steps by the decode slowdown.
+TEST(SimulatorTest, ColocatedInstancesSlowEachOther) {
+  SimOptions o = CpuPair();
+  o.gpu.prefill_colocated_slowdown = 1.8;
+  o.gpu.decode_colocated_slowdown = 1.5;
+  o.requests = {{0, 512, 400}};
+  o.colocated = false;
+  const SimSummary apart_one = *RunSimulation(o);
+  o.colocated = true;
+  EXPECT_EQ(RunSimulation(o)->ToString(), apart_one.ToString());
+
+  // The second prompt waits for the first, then prefills while the first
+  // decodes (400 steps: longer than the prefill).
+  o.requests = {{0, 512, 400}, {0, 256, 4}};
+  o.colocated = false;
+  const SimSummary apart = *RunSimulation(o);
+  o.colocated = true;
+  const SimSummary together = *RunSimulation(o);
+  ASSERT_EQ(together.completed, 2);
+  CostModel::Options co;
+  co.config = o.model;
+  co.gpu = o.gpu;
+  std::unique_ptr<CostModel> cost = *CostModel::Create(co);
+  const double alone = cost->PrefillSeconds(256, true, 1);
+  EXPECT_DOUBLE_EQ(apart.results[1].prefill_s, alone);
+  EXPECT_NEAR(together.results[1].prefill_s, 1.8 * alone, 1e-9);
+  EXPECT_DOUBLE_EQ(together.results[0].prefill_s, apart.results[0].prefill_s);
+  EXPECT_GT(together.results[0].tpot_s(), apart.results[0].tpot_s());
+  EXPECT_LT(together.results[0].tpot_s(), 1.5 * apart.results[0].tpot_s());
+  EXPECT_GT(together.results[1].ttft_s(), apart.results[1].ttft_s());
+
+  // Slowdowns of 1: the same run as apart, figure for figure.
+  o.gpu.prefill_colocated_slowdown = o.gpu.decode_colocated_slowdown = 1;
+  EXPECT_EQ(RunSimulation(o)->ToString(), apart.ToString());
+}
+
+// Under load, with the slowdowns switching on and off many times, the same
+// options still give the same summary, and colocation only slows things.
+TEST(SimulatorTest, ColocatedRunIsDeterministic) {
+  SimOptions o = CpuPair();
+  o.gpu.prefill_colocated_slowdown = 1.9;
+  o.gpu.decode_colocated_slowdown = 1.6;
+  o.gpu.link_bytes_per_s = 2e9;
+  o.replay_on = router::ReplayOnChoice::kAuto;
+  o.heartbeat_s = 1;
+  o.max_batch = 64;
+  o.workload.input_mean = 512;
+  o.workload.output_mean = 32;
+  o.workload.rate = 1.5;
+  o.workload.num_requests = 200;
+  o.colocated = true;
+  const SimSummary a = *RunSimulation(o);
+  EXPECT_EQ(RunSimulation(o)->ToString(), a.ToString());
+  EXPECT_EQ(a.completed, 200);
+  o.colocated = false;
+  const SimSummary apart = *RunSimulation(o);
+  EXPECT_GT(a.ttft_p90, apart.ttft_p90);
+  EXPECT_GT(a.tpot_p50, apart.tpot_p50);
 }
 
 TEST(SimulatorTest, RejectsBadOptions) {

@@ -12,6 +12,7 @@
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/kv_codec.h"
 #include "kernels/cpu/math.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace ced {
 namespace {
@@ -26,6 +27,10 @@ class CpuBackend final : public Backend {
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     if (p != nullptr) std::memset(p, 0, rounded == 0 ? 64 : rounded);
     return p;
+  }
+  void* AllocScratch(size_t bytes) override {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    return std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   }
   void Free(void* ptr) override { std::free(ptr); }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
@@ -56,9 +61,11 @@ class CpuBackend final : public Backend {
     GemmMulti(x, n, in, &t, 1);
   }
   void GemmMulti(const float* x, int n, int in, const GemmTarget* targets, int count) override {
-    // Batch 1 streams the row-major weights (GEMV); larger batches use the
-    // packed weights when every target is an uploaded weight.
-    if (n >= 2) {
+    // Products on uploaded weights use their packed copy: register-tiled
+    // GEMM for several rows, and for batch 1 a GEMV that streams each panel
+    // front to back (anonymous, huge-page-backed memory, unlike the file
+    // map the weights live in, whose 4 KiB pages stall the stream).
+    if (n >= 1) {
       std::vector<kernels::PackedGemmTarget> packed(count);
       bool all = true;
       for (int i = 0; i < count && all; ++i) {
@@ -67,7 +74,11 @@ class CpuBackend final : public Backend {
         packed[i] = {p, targets[i].y, targets[i].accumulate};
       }
       if (all) {
-        kernels::GemmPackedMultiCpu(x, n, in, packed.data(), count);
+        if (n == 1) {
+          kernels::GemvPackedMultiCpu(x, in, packed.data(), count);
+        } else {
+          kernels::GemmPackedMultiCpu(x, n, in, packed.data(), count);
+        }
         return;
       }
     }
@@ -86,9 +97,19 @@ class CpuBackend final : public Backend {
   }
   void StoreRows(KvFormat format, const float* src, int n, int row_elems, size_t src_stride,
                  uint8_t* const* dst_rows) override {
-    for (int i = 0; i < n; ++i) {
-      kernels::EncodeRow(format, src + i * src_stride, row_elems, dst_rows[i]);
-    }
+    // A prefill chunk's rows (hundreds of KiB per layer) are split across
+    // the pool; a decode step's few rows are not worth waking it.
+    constexpr int kRowsPerTask = 32;
+    const int tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
+    kernels::ParallelFor(
+        tasks,
+        [&](int t) {
+          const int r1 = std::min(n, (t + 1) * kRowsPerTask);
+          for (int i = t * kRowsPerTask; i < r1; ++i) {
+            kernels::EncodeRow(format, src + i * src_stride, row_elems, dst_rows[i]);
+          }
+        },
+        static_cast<size_t>(n) * row_elems >= (1u << 15));
   }
   void RoundTrip(KvFormat format, float* x, int n, int row_elems) override {
     if (format == KvFormat::kF32) return;
@@ -128,9 +149,9 @@ class CpuBackend final : public Backend {
   std::map<const float*, std::unique_ptr<kernels::PackedMatrix>> packed_;
 };
 
-[[maybe_unused]] const bool kRegistered = RegisterBackend("cpu", []() -> absl::StatusOr<std::unique_ptr<Backend>> {
-  return std::make_unique<CpuBackend>();
-});
+[[maybe_unused]] const bool kRegistered = RegisterBackend(
+    "cpu",
+    []() -> absl::StatusOr<std::unique_ptr<Backend>> { return std::make_unique<CpuBackend>(); });
 
 }  // namespace
 }  // namespace ced
