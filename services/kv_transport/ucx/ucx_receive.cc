@@ -45,9 +45,9 @@ ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void
     if (ack.conn_id != 0 && ack.conn_id < next_conn_id_ &&
         (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
       ack.flags = kAckConnectionClosed;
-      SendAck(param->reply_ep, ack,
-              absl::UnavailableError(
-                  absl::StrCat("kv connection ", ack.conn_id, " is closed on the receiver")));
+      SendAckNow(param->reply_ep, ack,
+                 absl::UnavailableError(
+                     absl::StrCat("kv connection ", ack.conn_id, " is closed on the receiver")));
     }
     return UCS_OK;
   }
@@ -205,7 +205,27 @@ void UcxTransport::StopVerifier() {
   verifier_.join();
 }
 
-void UcxTransport::SendAck(ucp_ep_h ep, AckHeader ack_header, const absl::Status& status) {
+void UcxTransport::SendAck(ucp_ep_h ep, AckHeader ack, const absl::Status& status) {
+  if (ep == nullptr || shutting_down_) return;
+  deferred_.push_back([this, ep, ack, status] {
+    const auto it = eps_.find(ep);
+    if (it == eps_.end() || it->second->failed) return;
+    SendAckNow(ep, ack, status);
+  });
+}
+
+bool UcxTransport::RunDeferred() {
+  bool ran = false;
+  while (!deferred_.empty()) {
+    std::vector<std::function<void()>> batch;
+    batch.swap(deferred_);
+    for (auto& fn : batch) fn();
+    ran = true;
+  }
+  return ran;
+}
+
+void UcxTransport::SendAckNow(ucp_ep_h ep, AckHeader ack_header, const absl::Status& status) {
   if (ep == nullptr || shutting_down_) return;
   auto* ack = new AckMessage;
   ack->message = std::string(status.message().substr(0, kMaxAckMessageBytes));
@@ -272,6 +292,7 @@ void UcxTransport::SayGoodbye() {
   for (auto& [request, bye] : pending) {
     while (ucp_request_check_status(request) == UCS_INPROGRESS && absl::Now() < deadline) {
       ucp_worker_progress(worker_);
+      RunDeferred();
     }
     if (ucp_request_check_status(request) != UCS_INPROGRESS) {
       ucp_request_free(request);

@@ -289,7 +289,9 @@ void UcxTransport::EpErrorCb(void* arg, ucp_ep_h ep, ucs_status_t status) {
 void UcxTransport::FlushCb(void* request, ucs_status_t status, void* user_data) {
   auto* ctx = static_cast<EpContext*>(user_data);
   ucp_request_free(request);
-  ctx->self->OnConnected(ctx, status);
+  // Not from inside this callback: IssueSend would re-enter UCX while it
+  // dispatches the endpoint's pending queue (UCX 1.13 aborts on that).
+  ctx->self->deferred_.push_back([ctx, status] { ctx->self->OnConnected(ctx, status); });
 }
 
 void UcxTransport::SendCb(void* request, ucs_status_t status, void* user_data) {

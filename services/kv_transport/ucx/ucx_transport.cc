@@ -175,6 +175,7 @@ void UcxTransport::ProgressLoop() {
     for (int i = 0; i < kProgressBatch && ucp_worker_progress(worker_) != 0; ++i) {
       progressed = true;
     }
+    if (RunDeferred()) progressed = true;
     CloseFailedEps();
     if (had_commands || progressed || !to_close_.empty()) {
       last_progress = std::chrono::steady_clock::now();
@@ -230,8 +231,10 @@ void UcxTransport::Shutdown() {
   };
   while (busy() && absl::Now() < deadline) {
     ucp_worker_progress(worker_);
+    RunDeferred();
     CloseFailedEps();
   }
+  deferred_.clear();
   // Whatever is left dies with the worker. Its operations stay allocated until the
   // worker is destroyed, in case UCX still calls back.
   for (auto& [raw, op] : recvs_) {

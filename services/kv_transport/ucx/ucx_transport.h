@@ -112,8 +112,16 @@ class UcxTransport final : public KvTransport {
   void VerifierLoop();
   void StopVerifier();
   // Acknowledges a data message on `ep` (AckHeader's send id and connection
-  // fields from `ack`; code and message from `status`).
+  // fields from `ack`; code and message from `status`): deferred until the
+  // current progress call returns, and dropped if the endpoint failed meanwhile.
   void SendAck(ucp_ep_h ep, AckHeader ack, const absl::Status& status);
+  // Sends an acknowledgement now. Only for an endpoint this transport does not
+  // own (a message's reply endpoint, valid during its callback).
+  void SendAckNow(ucp_ep_h ep, AckHeader ack, const absl::Status& status);
+  // Runs what UCX callbacks deferred (UCX must not be re-entered with a send
+  // from inside some of its callbacks, e.g. a flush completing from its pending
+  // queue). Returns whether anything ran.
+  bool RunDeferred();
 
   // UCX C callbacks.
   static void EpErrorCb(void* arg, ucp_ep_h ep, ucs_status_t status);
@@ -149,6 +157,7 @@ class UcxTransport final : public KvTransport {
   // Progress-thread state.
   bool stop_ = false;
   bool shutting_down_ = false;
+  std::vector<std::function<void()>> deferred_;  // see RunDeferred
   KvSink* sink_ = nullptr;
   // Owns the public listening port (ucx_exchange.h).
   std::unique_ptr<AddressExchangeServer> exchange_;
