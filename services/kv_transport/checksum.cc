@@ -2,10 +2,16 @@
 
 #include <array>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #if defined(__x86_64__) && defined(__SSE4_2__)
 #include <nmmintrin.h>
 #define CED_HAVE_SSE42_CRC 1
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__VPCLMULQDQ__) && defined(__PCLMUL__)
+#include <immintrin.h>
+#define CED_HAVE_CLMUL_FOLD 1
+#endif
 #endif
 
 namespace ced::kv_transport {
@@ -117,12 +123,164 @@ uint32_t ThreeWay(uint32_t c, const uint8_t* p, size_t rounds, const ZeroShift& 
 }  // namespace
 #endif
 
+#ifdef CED_HAVE_CLMUL_FOLD
+namespace {
+
+// Folding with carry-less multiplies (VPCLMULQDQ on four 128-bit lanes): the
+// contribution of a 16-byte block B to the CRC equals that of a 16-byte block
+// G(B) placed d bytes later, and G is clmul(lo(B), K_lo) ^ clmul(hi(B), K_hi)
+// for two constants of the distance d. Rather than transcribing constants for
+// this bit order, they are solved for at start-up, from the definition, as a
+// linear system over GF(2): for each of the 64 basis vectors e_i,
+//   F(clmul(e_i, K)) == F(e_i-block followed by d zero bytes),
+// with F the raw CRC register of a message (linear in the message). Any
+// solution is exact by linearity; the tests check against the bitwise reference.
+inline uint32_t Raw16(uint64_t lo, uint64_t hi) {
+  return static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, lo), hi));
+}
+
+uint32_t ShiftZeros(uint32_t c, size_t bytes) {
+  uint64_t r = c;
+  for (size_t i = 0; i < bytes; i += 8) r = _mm_crc32_u64(r, 0);
+  return static_cast<uint32_t>(r);
+}
+
+__m128i Clmul(uint64_t a, uint64_t b) {
+  return _mm_clmulepi64_si128(_mm_set_epi64x(0, static_cast<long long>(a)),
+                              _mm_set_epi64x(0, static_cast<long long>(b)), 0x00);
+}
+
+uint32_t RawOf(__m128i v) {
+  return Raw16(static_cast<uint64_t>(_mm_cvtsi128_si64(v)),
+               static_cast<uint64_t>(_mm_extract_epi64(v, 1)));
+}
+
+// K such that F(clmul(x, K)) == Z_d(F(block with x in half `half`)) for all x.
+uint64_t SolveFold(size_t d, int half) {
+  // Rows: 64 unknown bits (K) + 1 right-hand side bit, 32 equations per basis vector.
+  struct Row {
+    uint64_t mask;
+    bool rhs;
+  };
+  std::vector<Row> rows;
+  uint32_t column[64][64];  // column[i][k] = F(clmul(e_i, e_k))
+  for (int i = 0; i < 64; ++i) {
+    for (int k = 0; k < 64; ++k) column[i][k] = RawOf(Clmul(uint64_t{1} << i, uint64_t{1} << k));
+  }
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t e = uint64_t{1} << i;
+    const uint32_t want = ShiftZeros(half == 0 ? Raw16(e, 0) : Raw16(0, e), d);
+    for (int j = 0; j < 32; ++j) {
+      Row r{0, ((want >> j) & 1) != 0};
+      for (int k = 0; k < 64; ++k) {
+        if ((column[i][k] >> j) & 1) r.mask |= uint64_t{1} << k;
+      }
+      rows.push_back(r);
+    }
+  }
+  uint64_t k_value = 0;
+  size_t rank = 0;
+  int pivot_row[64];
+  for (int col = 0; col < 64; ++col) {
+    pivot_row[col] = -1;
+    size_t p = rank;
+    while (p < rows.size() && !((rows[p].mask >> col) & 1)) ++p;
+    if (p == rows.size()) continue;
+    std::swap(rows[p], rows[rank]);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (r != rank && ((rows[r].mask >> col) & 1)) {
+        rows[r].mask ^= rows[rank].mask;
+        rows[r].rhs ^= rows[rank].rhs;
+      }
+    }
+    pivot_row[col] = static_cast<int>(rank++);
+  }
+  for (int col = 0; col < 64; ++col) {
+    if (pivot_row[col] >= 0 && rows[pivot_row[col]].rhs) k_value |= uint64_t{1} << col;
+  }
+  return k_value;
+}
+
+struct FoldConstants {
+  __m512i d256, d64;  // four lanes each moved 256 / 64 bytes on
+  __m512i to_last;    // lanes 0..2 moved 48 / 32 / 16 bytes (onto lane 3); lane 3 kept
+  bool ok = true;
+  FoldConstants() {
+    auto pair = [](size_t d) {
+      return std::pair<uint64_t, uint64_t>{SolveFold(d, 0), SolveFold(d, 1)};
+    };
+    const auto [a256, b256] = pair(256);
+    const auto [a64, b64] = pair(64);
+    const auto [a48, b48] = pair(48);
+    const auto [a32, b32] = pair(32);
+    const auto [a16, b16] = pair(16);
+    auto lanes = [](uint64_t a, uint64_t b) {
+      return _mm512_set_epi64(static_cast<long long>(b), static_cast<long long>(a),
+                              static_cast<long long>(b), static_cast<long long>(a),
+                              static_cast<long long>(b), static_cast<long long>(a),
+                              static_cast<long long>(b), static_cast<long long>(a));
+    };
+    d256 = lanes(a256, b256);
+    d64 = lanes(a64, b64);
+    to_last = _mm512_set_epi64(0, 0, static_cast<long long>(b16), static_cast<long long>(a16),
+                               static_cast<long long>(b32), static_cast<long long>(a32),
+                               static_cast<long long>(b48), static_cast<long long>(a48));
+  }
+};
+
+inline __m512i Fold(__m512i x, __m512i k) {
+  return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00),
+                          _mm512_clmulepi64_epi128(x, k, 0x11));
+}
+
+// Raw register after feeding `size` (a multiple of 64, >= 256) bytes at `p` to `c`.
+uint32_t FoldBlocks(uint32_t c, const uint8_t* p, size_t size) {
+  static const FoldConstants k;
+  // The register enters as the first four message bytes XORed with it.
+  __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p),
+                                _mm512_castsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
+  __m512i x1 = _mm512_loadu_si512(p + 64);
+  __m512i x2 = _mm512_loadu_si512(p + 128);
+  __m512i x3 = _mm512_loadu_si512(p + 192);
+  size_t i = 256;
+  for (; i + 256 <= size; i += 256) {
+    x0 = _mm512_xor_si512(Fold(x0, k.d256), _mm512_loadu_si512(p + i));
+    x1 = _mm512_xor_si512(Fold(x1, k.d256), _mm512_loadu_si512(p + i + 64));
+    x2 = _mm512_xor_si512(Fold(x2, k.d256), _mm512_loadu_si512(p + i + 128));
+    x3 = _mm512_xor_si512(Fold(x3, k.d256), _mm512_loadu_si512(p + i + 192));
+  }
+  // x0..x3 hold 256 consecutive bytes: fold them onto the last 64.
+  __m512i x = _mm512_xor_si512(Fold(x0, k.d64), x1);
+  x = _mm512_xor_si512(Fold(x, k.d64), x2);
+  x = _mm512_xor_si512(Fold(x, k.d64), x3);
+  for (; i < size; i += 64) x = _mm512_xor_si512(Fold(x, k.d64), _mm512_loadu_si512(p + i));
+  // Four lanes onto the last one (lane 3 passes through the zero constant as 0;
+  // add it back), then the 16 remaining bytes through the crc32 instruction.
+  const __m512i moved = Fold(x, k.to_last);
+  __m128i last = _mm512_extracti64x2_epi64(x, 3);
+  last = _mm_xor_si128(last, _mm512_extracti64x2_epi64(moved, 0));
+  last = _mm_xor_si128(last, _mm512_extracti64x2_epi64(moved, 1));
+  last = _mm_xor_si128(last, _mm512_extracti64x2_epi64(moved, 2));
+  return RawOf(last);
+}
+
+}  // namespace
+#endif
+
 uint32_t Crc32c(uint32_t crc, const void* data, size_t size) {
 #ifdef CED_HAVE_SSE42_CRC
   static const ZeroShift long_shift(kLong);
   static const ZeroShift short_shift(kShort);
   const uint8_t* p = static_cast<const uint8_t*>(data);
   uint32_t c = ~crc;
+#ifdef CED_HAVE_CLMUL_FOLD
+  if (size >= 1024) {
+    const size_t n = size & ~size_t{63};
+    c = FoldBlocks(c, p, n);
+    p += n;
+    size -= n;
+  }
+#endif
   if (size >= 3 * kLong) {
     const size_t rounds = size / (3 * kLong);
     c = ThreeWay<kLong>(c, p, rounds, long_shift);

@@ -61,16 +61,19 @@ TEST_P(Crc32cTest, DetectsSingleBitFlip) {
   EXPECT_NE(Crc32c(0, data.data(), data.size()), before);
 }
 
-// Long inputs take the interleaved three-stream path of the hardware version
-// (blocks of 3 x 4096 and 3 x 256 bytes): every boundary around them, at several
-// alignments, must agree with the portable implementation and compose.
+// Long inputs take the carry-less-multiply folding path (where the CPU has
+// VPCLMULQDQ: from 1024 bytes, 64-byte blocks, 256 per round) and the
+// interleaved three-stream path (blocks of 3 x 4096 and 3 x 256 bytes): every
+// boundary around them, at several alignments, must agree with the portable
+// implementation and compose.
 TEST(Crc32cLongTest, InterleavedStreamsMatchPortable) {
   std::mt19937 rng(11);
   std::vector<uint8_t> data((1 << 20) + 64);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
-  for (size_t n : {767u, 768u, 769u, 12287u, 12288u, 12289u, 13055u, 13056u, 13057u, 24576u,
-                   100003u, 1u << 20}) {
-    for (size_t offset : {0u, 1u, 3u, 8u}) {
+  for (size_t n : {767u,   768u,   769u,   1023u,  1024u,  1025u,   1087u,   1088u,
+                   1279u,  1280u,  1344u,  1535u,  1536u,  1600u,   12287u,  12288u,
+                   12289u, 13055u, 13056u, 13057u, 24576u, 100003u, 1u << 20}) {
+    for (size_t offset : {0u, 1u, 3u, 8u, 63u}) {
       const uint8_t* p = data.data() + offset;
       const uint32_t want = Crc32cPortable(0, p, n);
       ASSERT_EQ(Crc32c(0, p, n), want) << "n=" << n << " offset=" << offset;
