@@ -204,7 +204,6 @@ uint64_t SolveFold(size_t d, int half) {
 struct FoldConstants {
   __m512i d256, d64;  // four lanes each moved 256 / 64 bytes on
   __m512i to_last;    // lanes 0..2 moved 48 / 32 / 16 bytes (onto lane 3); lane 3 kept
-  bool ok = true;
   FoldConstants() {
     auto pair = [](size_t d) {
       return std::pair<uint64_t, uint64_t>{SolveFold(d, 0), SolveFold(d, 1)};
