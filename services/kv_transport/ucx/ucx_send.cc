@@ -103,7 +103,10 @@ absl::StatusOr<ConnectionGrant> UcxTransport::AcceptConnection(const KvMessageHe
       static_cast<ssize_t>(sizeof ctx->grant.secret)) {
     return absl::InternalError("kv listener: no randomness for the connection secret");
   }
-  // A malformed worker address is refused by UCX's unpacking (an error status).
+  // Only a peer the sink admitted gets here, so the address comes from a peer
+  // that named a live reservation. Known limit: a peer that completes the
+  // exchange but never connects leaves this endpoint until UCX's keepalive
+  // finds that peer's worker gone.
   if (const ucs_status_t s = CreateEp(ctx.get(), client_address); s != UCS_OK) {
     return UcsError(absl::StatusCode::kInvalidArgument, "kv listener: the peer's worker address",
                     s);
