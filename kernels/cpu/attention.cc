@@ -39,7 +39,6 @@ inline float Dot(const float* a, const float* b, int n) {
 }
 
 inline float MaxOf(const float* x, int n, float m) {
-  typedef float V16 __attribute__((vector_size(64)));
   int i = 0;
   if (n >= 16) {
     V16 acc;
@@ -78,15 +77,7 @@ inline void Axpy(float* out, const float* v, int n, float w) {
   for (int d = 0; d < n; ++d) out[d] += w * v[d];
 }
 
-typedef float V16 __attribute__((vector_size(64)));
 typedef int V16i __attribute__((vector_size(64)));
-
-inline V16 LoadV(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void StoreV(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
 
 // One stage of a 16 x 16 in-register transpose: swaps bit log2(S) of the row
 // and column index (rows r and r + S, for r with bit log2(S) clear).
@@ -143,18 +134,18 @@ inline void ScoreRows16(const float* q, const float* k, size_t stride, int rows,
     V16 acc = {};
     if (r < rows) {
       const float* kr = k + r * stride;
-      for (int c = 0; c < D; c += 16) acc += LoadV(q + c) * LoadV(kr + c);
+      for (int c = 0; c < D; c += 16) acc += LoadV16(q + c) * LoadV16(kr + c);
     }
     m[r] = acc;
   }
   float out[16];
-  StoreV(out, SumLanes16(m));
+  StoreV16(out, SumLanes16(m));
   for (int r = 0; r < rows; ++r) scores[r] = out[r] * scale;
 }
 
 // out[0, D) += w * v[0, D); D % 16 == 0.
 inline void AxpyV(float* out, const float* v, int D, float w) {
-  for (int c = 0; c < D; c += 16) StoreV(out + c, LoadV(out + c) + w * LoadV(v + c));
+  for (int c = 0; c < D; c += 16) StoreV16(out + c, LoadV16(out + c) + w * LoadV16(v + c));
 }
 
 size_t RowBytes(const AttentionParams& p) {
@@ -369,9 +360,9 @@ void PutKeys(float* kp, int D, int k0, const float* src, size_t stride, int rows
     float* dst = kp + static_cast<size_t>(k / kPanel) * D * kPanel + k % kPanel;
     for (int d0 = 0; d0 < D; d0 += 16) {
       V16 m[16];
-      for (int r = 0; r < 16; ++r) m[r] = LoadV(s + r * stride + d0) * sv;
+      for (int r = 0; r < 16; ++r) m[r] = LoadV16(s + r * stride + d0) * sv;
       Transpose16(m);
-      for (int j = 0; j < 16; ++j) StoreV(dst + static_cast<size_t>(d0 + j) * kPanel, m[j]);
+      for (int j = 0; j < 16; ++j) StoreV16(dst + static_cast<size_t>(d0 + j) * kPanel, m[j]);
     }
   }
 }
@@ -386,8 +377,8 @@ void PutValues(float* vp, int tpad, int k0, const float* src, size_t stride, int
     float* dst = vp + (static_cast<size_t>(p) * tpad + k0) * kPanel;
     for (int r = 0; r < rows; ++r) {
       const float* s = src + r * stride + p * kPanel;
-      StoreV(dst + r * kPanel, LoadV(s));
-      StoreV(dst + r * kPanel + 16, LoadV(s + 16));
+      StoreV16(dst + r * kPanel, LoadV16(s));
+      StoreV16(dst + r * kPanel + 16, LoadV16(s + 16));
     }
   }
 }

@@ -8,22 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/simd_math.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ced::kernels {
 namespace {
 
-typedef float V16 __attribute__((vector_size(64)));
-
 constexpr int kRows = 8;     // x rows per register tile
 constexpr int kDepth = 256;  // k values per pass: a panel slice of 32 KiB stays in L1
-
-inline V16 Load(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void Store(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
 
 // y[MR, 32] (+)= x[MR, kc] * panel[kc, 32]; only `cols` columns are stored.
 // Also prefetches pf_lines cache lines from pf (into L2), one every fourth k.
@@ -39,7 +31,7 @@ void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size
       pf += 64;
       --pf_lines;
     }
-    const V16 w0 = Load(panel + k * kPanel), w1 = Load(panel + k * kPanel + 16);
+    const V16 w0 = LoadV16(panel + k * kPanel), w1 = LoadV16(panel + k * kPanel + 16);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const float xv = x[r * ldx + k];
@@ -52,19 +44,19 @@ void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size
     for (int r = 0; r < MR; ++r) {
       float* yr = y + r * ldy;
       if (add) {
-        Store(yr, Load(yr) + acc[r][0]);
-        Store(yr + 16, Load(yr + 16) + acc[r][1]);
+        StoreV16(yr, LoadV16(yr) + acc[r][0]);
+        StoreV16(yr + 16, LoadV16(yr + 16) + acc[r][1]);
       } else {
-        Store(yr, acc[r][0]);
-        Store(yr + 16, acc[r][1]);
+        StoreV16(yr, acc[r][0]);
+        StoreV16(yr + 16, acc[r][1]);
       }
     }
     return;
   }
   for (int r = 0; r < MR; ++r) {
     float tmp[kPanel];
-    Store(tmp, acc[r][0]);
-    Store(tmp + 16, acc[r][1]);
+    StoreV16(tmp, acc[r][0]);
+    StoreV16(tmp + 16, acc[r][1]);
     float* yr = y + r * ldy;
     for (int j = 0; j < cols; ++j) yr[j] = add ? yr[j] + tmp[j] : tmp[j];
   }
@@ -147,18 +139,18 @@ void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, b
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const float xv = x[k + j];
-      a[2 * j] += xv * Load(p + j * kPanel);
-      a[2 * j + 1] += xv * Load(p + j * kPanel + 16);
+      a[2 * j] += xv * LoadV16(p + j * kPanel);
+      a[2 * j + 1] += xv * LoadV16(p + j * kPanel + 16);
     }
   }
   for (; k < in; ++k) {
     const float* p = panel + static_cast<size_t>(k) * kPanel;
-    a[0] += x[k] * Load(p);
-    a[1] += x[k] * Load(p + 16);
+    a[0] += x[k] * LoadV16(p);
+    a[1] += x[k] * LoadV16(p + 16);
   }
   float r[kPanel];
-  Store(r, (a[0] + a[2]) + (a[4] + a[6]));
-  Store(r + 16, (a[1] + a[3]) + (a[5] + a[7]));
+  StoreV16(r, (a[0] + a[2]) + (a[4] + a[6]));
+  StoreV16(r + 16, (a[1] + a[3]) + (a[5] + a[7]));
   for (int j = 0; j < cols; ++j) y[j] = accumulate ? y[j] + r[j] : r[j];
 }
 

@@ -51,14 +51,6 @@ void ForRows(int n, F&& row_fn) {
       n > kRowsPerTask);
 }
 
-typedef float V16 __attribute__((vector_size(64)));
-
-inline V16 Load16(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
 inline float Sum16(V16 v) {
   float s = 0.0f;
   for (int i = 0; i < 16; ++i) s += v[i];
@@ -79,11 +71,11 @@ void GemvRows(const float* x, int in, const float* w, int r0, int r1, float* y, 
     for (int i = 0; i < in16; i += 16) {
       __builtin_prefetch(w0 + i + 4 * in, 0, 0);
       __builtin_prefetch(w2 + i + 4 * in, 0, 0);
-      const V16 xv = Load16(x + i);
-      a0 += Load16(w0 + i) * xv;
-      a1 += Load16(w1 + i) * xv;
-      a2 += Load16(w2 + i) * xv;
-      a3 += Load16(w3 + i) * xv;
+      const V16 xv = LoadV16(x + i);
+      a0 += LoadV16(w0 + i) * xv;
+      a1 += LoadV16(w1 + i) * xv;
+      a2 += LoadV16(w2 + i) * xv;
+      a3 += LoadV16(w3 + i) * xv;
     }
     float s[4] = {Sum16(a0), Sum16(a1), Sum16(a2), Sum16(a3)};
     for (int i = in16; i < in; ++i) {
@@ -97,7 +89,7 @@ void GemvRows(const float* x, int in, const float* w, int r0, int r1, float* y, 
   for (; r < r1; ++r) {
     const float* wr = w + static_cast<size_t>(r) * in;
     V16 a = {};
-    for (int i = 0; i < in16; i += 16) a += Load16(wr + i) * Load16(x + i);
+    for (int i = 0; i < in16; i += 16) a += LoadV16(wr + i) * LoadV16(x + i);
     float s = Sum16(a);
     for (int i = in16; i < in; ++i) s += wr[i] * x[i];
     y[r] = acc ? y[r] + s : s;

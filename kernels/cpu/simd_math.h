@@ -8,6 +8,16 @@
 
 namespace ced::kernels {
 
+// Sixteen floats (one AVX-512 register; GCC vector extension) and unaligned
+// loads and stores of them.
+typedef float V16 __attribute__((vector_size(64)));
+inline V16 LoadV16(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreV16(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
+
 // exp(x), Cephes expf: range reduction by ln 2 and a degree-5 polynomial,
 // about 1 ulp. Arguments are clamped to [-87, 88]: the result is never a
 // denormal, infinity or NaN (exp(-87) ~ 1.6e-38 stands for anything smaller).
