@@ -1,6 +1,7 @@
 #include "services/common/grpc_util.h"
 
 #include <csignal>
+#include <cstdio>
 #include <semaphore.h>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -141,6 +142,16 @@ bool ShutdownRequested() { return g_signal.load() != 0; }
 void RequestShutdown() {
   int expected = 0;
   if (g_signal.compare_exchange_strong(expected, SIGTERM)) sem_post(&g_signal_sem);
+}
+
+grpc::ServerUnaryReactor* AnswerDrain(grpc::CallbackServerContext* ctx, const char* who,
+                                      const std::string& reason) {
+  std::fprintf(stderr, "%s: drain requested by %s%s%s\n", who, ctx->peer().c_str(),
+               reason.empty() ? "" : ": ", reason.c_str());
+  RequestShutdown();
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace ced::services

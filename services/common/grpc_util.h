@@ -66,5 +66,9 @@ int WaitForShutdownSignal();
 bool ShutdownRequested();
 // Wakes WaitForShutdownSignal as SIGTERM would (the admin Drain RPC).
 void RequestShutdown();
+// The workers' admin Drain RPC: logs who asked (`who` drains, for `reason`),
+// requests the shutdown and answers OK at once; the drain follows.
+grpc::ServerUnaryReactor* AnswerDrain(grpc::CallbackServerContext* ctx, const char* who,
+                                      const std::string& reason);
 
 }  // namespace ced::services

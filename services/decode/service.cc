@@ -1,6 +1,4 @@
 // ced.internal.DecodeWorker over the gRPC callback API.
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
 #include "services/common/grpc_util.h"
 #include "services/decode/request.h"
@@ -84,12 +82,7 @@ class DecodeWorker::Service final : public ced::internal::DecodeWorker::Callback
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
                                   const ced::internal::DrainRequest* req,
                                   ced::internal::DrainResponse*) override {
-    std::fprintf(stderr, "%s: drain requested by %s%s%s\n", "decode worker", ctx->peer().c_str(),
-                 req->reason().empty() ? "" : ": ", req->reason().c_str());
-    services::RequestShutdown();
-    auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    return AnswerDrain(ctx, "decode worker", req->reason());
   }
 
  private:

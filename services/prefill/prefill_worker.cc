@@ -482,12 +482,7 @@ class PrefillWorker::Service final : public ced::internal::PrefillWorker::Callba
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
                                   const ced::internal::DrainRequest* req,
                                   ced::internal::DrainResponse*) override {
-    std::fprintf(stderr, "%s: drain requested by %s%s%s\n", "prefill worker", ctx->peer().c_str(),
-                 req->reason().empty() ? "" : ": ", req->reason().c_str());
-    services::RequestShutdown();
-    auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    return AnswerDrain(ctx, "prefill worker", req->reason());
   }
 
  private:
