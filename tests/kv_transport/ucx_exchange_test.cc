@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/kv_transport/test_sink.h"
 
 namespace ced::kv_transport::ucx {
 namespace {
@@ -18,15 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 
 KvMessageHeader Header(uint64_t request, uint64_t token) {
-  KvMessageHeader h;
-  h.kind = KvMessageKind::kGlobalRange;
-  h.request_id = request;
-  h.transfer_token = token;
-  h.token_begin = 0;
-  h.token_end = 16;
-  h.layer = -1;
-  h.payload_bytes = 4096;
-  return h;
+  return testing::MakeHeader(request, token, 4096);
 }
 
 absl::Span<const uint8_t> Bytes(const std::string& s) {
