@@ -66,8 +66,9 @@ class ClientCommandTest : public ::testing::Test {
     workers_->Shutdown(std::chrono::system_clock::now());
   }
 
-  CommandRun Invoke(const std::string& words, std::vector<std::string> args) {
-    args.push_back("--gateway=" + gateway_->grpc_address());
+  CommandRun Invoke(const std::string& words, std::vector<std::string> args,
+                    bool at_gateway = true) {
+    if (at_gateway) args.push_back("--gateway=" + gateway_->grpc_address());
     for (const Command& c : commands_) {
       if (c.words != words) continue;
       CommandRun run;
@@ -138,6 +139,18 @@ TEST_F(ClientCommandTest, TokenizeAndModelInfo) {
   ASSERT_EQ(info.code, 0) << info.err;
   EXPECT_NE(info.out.find("\"vocab_size\":260"), std::string::npos) << info.out;
   EXPECT_NE(info.out.find("\"num_decode_workers\":1"), std::string::npos) << info.out;
+}
+
+// `ced client drain` needs --worker, and names the status when the address is
+// not a prefill or decode worker (here: the gateway, which has no Drain).
+TEST_F(ClientCommandTest, DrainNeedsAWorker) {
+  const CommandRun missing = Invoke("client drain", {}, /*at_gateway=*/false);
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("--worker is required"), std::string::npos) << missing.err;
+  const CommandRun not_worker =
+      Invoke("client drain", {"--worker=" + gateway_->grpc_address()}, /*at_gateway=*/false);
+  EXPECT_EQ(not_worker.code, 1);
+  EXPECT_EQ(not_worker.err.rfind("ced client drain: UNIMPLEMENTED:", 0), 0u) << not_worker.err;
 }
 
 }  // namespace
