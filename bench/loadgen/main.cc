@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/loadgen/flags.h"
 #include "bench/loadgen/progress.h"
 #include "bench/loadgen/report.h"
@@ -161,6 +162,9 @@ absl::Status Main(const Args& a) {
 
 int main(int argc, char** argv) {
   using namespace ced::loadgen;
+  // As the ced binary does (services/cli/main.cc): no lock-order graph on
+  // every absl::Mutex lock of a measuring process.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   Args a;
   FlagSet f;
   f.String("target", &a.target,

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/engine/bench_flags.h"
@@ -68,6 +69,7 @@ struct Flags {
   std::string sink_tls;
   int sink_slot_bytes = 0;
   int sink_slots = 1;
+  int verifier_threads = -1;
 };
 
 absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& text) {
@@ -193,6 +195,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
     o.perftest = f.perftest;
     o.perftest_test = f.perftest_test;
     o.perftest_peer = f.perftest_peer;
+    o.verifier_threads = f.verifier_threads;
     o.scratch_dir = scratch;
     ASSIGN_OR_RETURN(report.transport, RunTransportBench(o, progress));
   }
@@ -250,6 +253,9 @@ absl::Status Run(const Flags& f, const std::string& command) {
 
 int main(int argc, char** argv) {
   using ced::bench::Flags;
+  // As the ced binary does (services/cli/main.cc): no lock-order graph on
+  // every absl::Mutex lock of a measuring process.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -280,6 +286,9 @@ int main(int argc, char** argv) {
   flags.String("perftest_test", &f.perftest_test, "transport: perftest test name");
   flags.Bool("perftest_peer", &f.perftest_peer,
              "transport: also run ucx_perftest -e (peer error handling, like ours)");
+  flags.Int(
+      "verifier_threads", &f.verifier_threads,
+      "transport: the receiver's verifier threads (-1: the transport's default, by CPU count)");
   flags.String("ttft_preset", &f.ttft_preset, "ttft: model preset");
   flags.Int("ttft_prompt_tokens", &f.ttft_prompt_tokens, "ttft: prompt length");
   flags.Int("ttft_max_tokens", &f.ttft_max_tokens, "ttft: tokens generated");
@@ -317,7 +326,7 @@ int main(int argc, char** argv) {
   }
   if (f.role == "kv_sink") {
     return ced::bench::RunKvSinkRole(f.sink_tls, static_cast<uint64_t>(f.sink_slot_bytes),
-                                     f.sink_slots);
+                                     f.sink_slots, f.verifier_threads);
   }
   if (!f.role.empty()) {
     std::fprintf(stderr, "ced_services_bench: --role: unknown role '%s'\n", f.role.c_str());

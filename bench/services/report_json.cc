@@ -24,6 +24,8 @@ json Transport(const TransportReport& t) {
                      {"ours", J(c.ours)},
                      {"perftest", J(c.perftest)},
                      {"ratio_summary", J(c.ratio_summary)},
+                     {"ours_blocking_gbps", c.blocking_gbps},
+                     {"ours_blocking", J(c.blocking)},
                      {"ours_single_in_flight_gbps", c.single_gbps},
                      {"ours_single_in_flight", J(c.single)},
                      {"best_ratio", c.best_ratio},

@@ -41,6 +41,8 @@ struct TransportBenchOptions {
   bool single_flight = true;
   // Also measure ucx_perftest with -e (peer error handling, like ours).
   bool perftest_peer = true;
+  // The receiver's TransportOptions::verifier_threads (-1: the transport's default).
+  int verifier_threads = -1;
   std::string self_exe;  // this binary (for the kv_sink role)
   std::string perftest = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
@@ -52,11 +54,12 @@ struct TransportCell {
   std::string tls;
   uint64_t size = 0;
   std::vector<double> ours_gbps, perftest_gbps;  // one per repetition, 1e9 B/s
+  std::vector<double> blocking_gbps;             // ours with blocking Sends, one per thread
   std::vector<double> ratio;                     // ours / perftest, per repetition
   std::vector<double> single_gbps;               // ours, one Send in flight
   std::vector<double> perftest_peer_gbps;        // ucx_perftest -e
   std::vector<double> ratio_peer;                // ours / perftest -e, per repetition
-  Summary ours, perftest, ratio_summary, single, perftest_peer, ratio_peer_summary;
+  Summary ours, perftest, ratio_summary, single, perftest_peer, ratio_peer_summary, blocking;
   // Best ours / best perftest: the capability of each when the shared machine
   // let it run (perftest busy-polls, so contention hits it harder than ours).
   double best_ratio = 0;
@@ -89,6 +92,6 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
 // The kv_sink role: listens on 127.0.0.1:0 with transports `tls`, prints
 // "ADDR host:port" on stdout, lands messages in `slots` slots of `slot_bytes`
 // (slot = request_id % slots) and exits when stdin closes. Returns the exit code.
-int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots);
+int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots, int verifier_threads);
 
 }  // namespace ced::bench

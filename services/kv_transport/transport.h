@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,13 @@ struct TransportOptions {
   // addresses over TCP on the listening port, then use whichever of these
   // reach each other (shared memory only between processes on one host).
   std::string ucx_tls;
+  // Where a UCX receiver verifies payload checksums: on a verifier thread of its
+  // own (1), so that other messages keep landing meanwhile, or on the progress
+  // thread right after the payload landed (0), while it is still in that core's
+  // cache and without a thread handoff each way. -1 picks 1 when the process may
+  // run on at least 4 CPUs, else 0: with fewer, the verifier thread has no core
+  // of its own and only adds wakeups.
+  int verifier_threads = -1;
   // Log each connection (peer and the UCX lanes it uses) to stderr once it
   // carries its first message.
   bool log_connections = false;
@@ -94,6 +102,31 @@ class KvTransport {
   // may be in flight at once from different threads.
   virtual absl::Status Send(const std::string& peer, const KvMessageHeader& h,
                             const std::vector<ConstSpan>& payload) = 0;
+  // Send, with h.payload_checksum already holding the CRC32C of the payload as
+  // gathered (Crc32c over the spans in order), computed by the producer while
+  // the bytes were still in its cache: the transport does not read the payload
+  // once more for it. The receiver verifies it as always, so a wrong value fails
+  // the message with DATA_LOSS. Transports that checksum elsewhere (on the
+  // device) compute it anyway.
+  virtual absl::Status SendChecksummed(const std::string& peer, const KvMessageHeader& h,
+                                       const std::vector<ConstSpan>& payload) {
+    return Send(peer, h, payload);
+  }
+  // How SendAsync reports: once, with the status Send would have returned.
+  using SendDone = std::function<void(absl::Status)>;
+  // Send without blocking: returns at once, and `done` runs later with the
+  // verdict, on a transport thread (or on the calling thread, before SendAsync
+  // returns, for errors found before anything was sent). The payload must stay
+  // valid and unchanged until `done` runs. `checksum_given`: as SendChecksummed.
+  // `done` must be short; it may call SendAsync again, never Send, and it may
+  // run while the transport is being destroyed (CANCELLED). Keeping several
+  // messages in flight this way is what makes a stream of K/V chunks fast: no
+  // thread waits out each verdict's round trip. The default sends synchronously.
+  virtual void SendAsync(const std::string& peer, const KvMessageHeader& h,
+                         const std::vector<ConstSpan>& payload, bool checksum_given,
+                         SendDone done) {
+    done(checksum_given ? SendChecksummed(peer, h, payload) : Send(peer, h, payload));
+  }
   // "ucx" or "inproc".
   virtual std::string name() const = 0;
 };

@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/kv_transport/checksum.h"
 #include "services/kv_transport/transport.h"
 #include "tests/kv_transport/test_sink.h"
 
@@ -83,6 +84,22 @@ TEST_F(InprocTransportTest, ChecksumMismatchIsDataLoss) {
   const auto done = sink_.completions();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].status.code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(InprocTransportTest, ProducerChecksumIsVerified) {
+  const std::vector<uint8_t> data = RandomBytes(256, 4);
+  KvMessageHeader h = MakeHeader(7, 99, 256);
+  h.payload_checksum = Crc32c(0, data.data(), data.size());
+  sink_.Reserve(7, 99, {256});
+  EXPECT_TRUE(sender_->SendChecksummed(address_, h, SplitInto(data, {100})).ok());
+  EXPECT_TRUE(sink_.landed() == data);
+  h.payload_checksum ^= 1;
+  sink_.Reserve(7, 99, {256});
+  EXPECT_EQ(sender_->SendChecksummed(address_, h, SplitInto(data, {})).code(),
+            absl::StatusCode::kDataLoss);
+  // Send ignores the caller's value and computes its own.
+  sink_.Reserve(7, 99, {256});
+  EXPECT_TRUE(sender_->Send(address_, h, SplitInto(data, {})).ok());
 }
 
 TEST_F(InprocTransportTest, SinkSpansOfWrongSizeAreInternalError) {

@@ -5,11 +5,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/kv_transport/checksum.h"
 #include "services/kv_transport/transport.h"
 #include "tests/kv_transport/test_sink.h"
 
@@ -26,8 +32,9 @@ using testing::TestSink;
 constexpr int kTimeoutMs = 5000;
 
 std::unique_ptr<KvTransport> MakeUcx(const std::string& tls, bool corrupt = false,
-                                     int timeout_ms = kTimeoutMs) {
+                                     int timeout_ms = kTimeoutMs, int verifier_threads = -1) {
   TransportOptions options;
+  options.verifier_threads = verifier_threads;
   options.kind = "ucx";
   options.ucx_tls = tls;
   options.send_timeout_ms = timeout_ms;
@@ -37,6 +44,38 @@ std::unique_ptr<KvTransport> MakeUcx(const std::string& tls, bool corrupt = fals
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *std::move(t) : nullptr;
 }
+
+// Verdicts of SendAsync calls, by the index the test gave each call.
+class Verdicts {
+ public:
+  explicit Verdicts(size_t n) : statuses_(n), calls_(n, 0) {}
+  KvTransport::SendDone For(size_t i) {
+    return [this, i](absl::Status s) {
+      absl::MutexLock lock(&mu_);
+      statuses_[i] = std::move(s);
+      ++calls_[i];
+      ++total_;
+    };
+  }
+  // Waits (bounded) until every call reported; returns the statuses.
+  std::vector<absl::Status> Wait(absl::Duration limit = absl::Seconds(20)) {
+    absl::MutexLock lock(&mu_);
+    auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return total_ >= calls_.size(); };
+    mu_.AwaitWithTimeout(absl::Condition(&all), limit);
+    return statuses_;
+  }
+  // How often each call reported (1 each, once Wait returned).
+  std::vector<int> calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<absl::Status> statuses_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> calls_ ABSL_GUARDED_BY(mu_);
+  size_t total_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 class UcxTransportTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -142,6 +181,142 @@ TEST_P(UcxTransportTest, ChecksumMismatchIsDetected) {
   const auto done = sink_.completions();
   ASSERT_EQ(done.size(), 2u);
   for (const auto& d : done) EXPECT_EQ(d.status.code(), absl::StatusCode::kDataLoss);
+}
+
+// A checksum the producer computed (SendChecksummed) is what the receiver
+// verifies, whether it verifies on its progress thread or on a verifier thread:
+// right values land, a wrong one is DATA_LOSS to both ends.
+TEST_P(UcxTransportTest, ProducerChecksumIsVerifiedByReceiver) {
+  for (int verifiers : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("verifier_threads=", verifiers));
+    TestSink sink;
+    std::unique_ptr<KvTransport> receiver = MakeUcx(GetParam(), false, kTimeoutMs, verifiers);
+    ASSERT_NE(receiver, nullptr);
+    absl::StatusOr<std::string> address = receiver->Listen("127.0.0.1:0", &sink);
+    ASSERT_TRUE(address.ok()) << address.status();
+    uint64_t token = 900;
+    int sent = 0;
+    for (size_t bytes : {size_t{3000}, size_t{6} << 20}) {
+      const std::vector<uint8_t> data = RandomBytes(bytes, static_cast<uint32_t>(bytes));
+      const std::vector<ConstSpan> pieces = SplitInto(data, {bytes / 3, bytes - bytes / 3});
+      KvMessageHeader h = MakeHeader(42, ++token, bytes);
+      h.payload_checksum = Crc32c(0, data.data(), data.size());
+      sink.Reserve(42, token, {bytes / 2, bytes - bytes / 2});
+      absl::Status s = sender_->SendChecksummed(*address, h, pieces);
+      ASSERT_TRUE(s.ok()) << s << " bytes=" << bytes;
+      EXPECT_TRUE(sink.landed() == data) << "bytes=" << bytes;
+      h.payload_checksum ^= 1;
+      sink.Reserve(42, token, {bytes});
+      s = sender_->SendChecksummed(*address, h, pieces);
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s << " bytes=" << bytes;
+      sent += 2;
+    }
+    const auto done = sink.completions();
+    ASSERT_EQ(done.size(), static_cast<size_t>(sent));
+    for (size_t i = 0; i < done.size(); ++i) {
+      EXPECT_EQ(done[i].status.code(),
+                i % 2 == 0 ? absl::StatusCode::kOk : absl::StatusCode::kDataLoss)
+          << i;
+    }
+  }
+}
+
+// One thread keeps many messages in flight with SendAsync (eager and
+// rendezvous sizes, producer and transport checksums): each reports exactly
+// once, and every payload lands in its slice.
+TEST_P(UcxTransportTest, ManySendsInFlightFromOneThread) {
+  constexpr size_t kMessages = 24;
+  const size_t sizes[] = {3000, 200 << 10, 2 << 20};
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (size_t i = 0; i < kMessages; ++i) {
+    offsets.push_back(total);
+    total += sizes[i % 3];
+  }
+  const std::vector<uint8_t> data = RandomBytes(total, 21);
+  class SliceSink final : public KvSink {
+   public:
+    SliceSink(std::vector<size_t> offsets, size_t total)
+        : offsets_(std::move(offsets)), buffer_(total, 0) {}
+    absl::StatusOr<std::vector<MemSpan>> Accept(const KvMessageHeader& h) override {
+      if (h.token_begin >= offsets_.size()) return absl::OutOfRangeError("slice");
+      return std::vector<MemSpan>{{buffer_.data() + offsets_[h.token_begin], h.payload_bytes}};
+    }
+    void Complete(const KvMessageHeader& h, absl::Status status) override {}
+    std::vector<size_t> offsets_;
+    std::vector<uint8_t> buffer_;
+  } sink(offsets, total);
+  std::unique_ptr<KvTransport> receiver = MakeUcx(GetParam());
+  ASSERT_NE(receiver, nullptr);
+  absl::StatusOr<std::string> address = receiver->Listen("127.0.0.1:0", &sink);
+  ASSERT_TRUE(address.ok());
+  Verdicts verdicts(kMessages);
+  for (size_t i = 0; i < kMessages; ++i) {
+    const size_t bytes = sizes[i % 3];
+    KvMessageHeader h = MakeHeader(1, 1, bytes);
+    h.token_begin = static_cast<uint32_t>(i);
+    h.token_end = h.token_begin + 1;
+    const bool given = i % 2 == 0;
+    if (given) h.payload_checksum = Crc32c(0, data.data() + offsets[i], bytes);
+    sender_->SendAsync(*address, h, {{data.data() + offsets[i], bytes}}, given, verdicts.For(i));
+  }
+  const std::vector<absl::Status> statuses = verdicts.Wait();
+  for (size_t i = 0; i < kMessages; ++i) EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i];
+  EXPECT_EQ(verdicts.calls(), std::vector<int>(kMessages, 1));
+  receiver.reset();
+  EXPECT_TRUE(sink.buffer_ == data);
+}
+
+// A callback may send the next message (a pump, as a stream of chunks is sent);
+// bad input reports at once; a transport destroyed with sends outstanding
+// reports each of them exactly once.
+TEST_P(UcxTransportTest, AsyncCallbacksChainFailAndCancel) {
+  const std::vector<uint8_t> data = RandomBytes(256 << 10, 22);
+  constexpr int kChain = 10;
+  std::atomic<int> chained{0};
+  absl::Notification chain_done;
+  absl::Status chain_error;
+  std::function<void(absl::Status)> next = [&](absl::Status s) {
+    if (!s.ok() || chained.fetch_add(1) + 1 == kChain) {
+      if (!s.ok()) chain_error = s;
+      chain_done.Notify();
+      return;
+    }
+    sink_.Reserve(42, 77, {data.size()});
+    sender_->SendAsync(address_, MakeHeader(42, 77, data.size()), SplitInto(data, {}), false, next);
+  };
+  sink_.Reserve(42, 77, {data.size()});
+  sender_->SendAsync(address_, MakeHeader(42, 77, data.size()), SplitInto(data, {}), false, next);
+  ASSERT_TRUE(chain_done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_TRUE(chain_error.ok()) << chain_error;
+  EXPECT_EQ(chained.load(), kChain);
+  EXPECT_EQ(sink_.completions().size(), static_cast<size_t>(kChain));
+
+  // Payload shorter than the header says: INVALID_ARGUMENT, reported at once.
+  Verdicts bad(1);
+  sender_->SendAsync(address_, MakeHeader(42, 77, data.size() + 1), SplitInto(data, {}), false,
+                     bad.For(0));
+  EXPECT_EQ(bad.Wait(absl::ZeroDuration())[0].code(), absl::StatusCode::kInvalidArgument);
+
+  // Outstanding at destruction: one report each, OK or an error, no hang.
+  constexpr size_t kOutstanding = 8;
+  const std::vector<uint8_t> big = RandomBytes(4 << 20, 23);
+  Verdicts late(kOutstanding);
+  // One reservation for all of them (the same bytes land in the same place).
+  sink_.Reserve(42, 77, {big.size()});
+  for (size_t i = 0; i < kOutstanding; ++i) {
+    sender_->SendAsync(address_, MakeHeader(42, 77, big.size()), SplitInto(big, {}), false,
+                       late.For(i));
+  }
+  sender_.reset();
+  const std::vector<absl::Status> statuses = late.Wait();
+  EXPECT_EQ(late.calls(), std::vector<int>(kOutstanding, 1));
+  for (const absl::Status& s : statuses) {
+    EXPECT_THAT(s.code(),
+                AnyOf(absl::StatusCode::kOk, absl::StatusCode::kCancelled,
+                      absl::StatusCode::kUnavailable, absl::StatusCode::kFailedPrecondition))
+        << s;
+  }
 }
 
 TEST_P(UcxTransportTest, ConcurrentSendsFromManyThreads) {
@@ -271,6 +446,15 @@ TEST_P(UcxTransportTest, SilentPeerTimesOut) {
       impatient->Send(silent, MakeHeader(42, 77, data.size()), SplitInto(data, {}));
   EXPECT_THAT(s.code(), AnyOf(absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable))
       << s;
+  // SendAsync gives up by the same deadline.
+  Verdicts verdicts(1);
+  impatient->SendAsync(silent, MakeHeader(42, 77, data.size()), SplitInto(data, {}), false,
+                       verdicts.For(0));
+  const absl::Status async = verdicts.Wait()[0];
+  EXPECT_THAT(async.code(),
+              AnyOf(absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable))
+      << async;
+  EXPECT_EQ(verdicts.calls(), std::vector<int>{1});
   close(fd);
   // The same transport still reaches a real peer.
   sink_.Reserve(42, 77, {data.size()});

@@ -80,10 +80,21 @@ absl::StatusOr<std::string> InprocTransport::Listen(const std::string& address, 
 
 absl::Status InprocTransport::Send(const std::string& peer, const KvMessageHeader& h,
                                    const std::vector<ConstSpan>& payload) {
+  return SendMessage(peer, h, payload, /*checksum_given=*/false);
+}
+
+absl::Status InprocTransport::SendChecksummed(const std::string& peer, const KvMessageHeader& h,
+                                              const std::vector<ConstSpan>& payload) {
+  return SendMessage(peer, h, payload, /*checksum_given=*/true);
+}
+
+absl::Status InprocTransport::SendMessage(const std::string& peer, const KvMessageHeader& h,
+                                          const std::vector<ConstSpan>& payload,
+                                          bool checksum_given) {
   RETURN_IF_ERROR(ValidateHeader(h, options_.max_payload_bytes));
   RETURN_IF_ERROR(CheckSendSpans(payload, h.payload_bytes));
   KvMessageHeader sent = h;
-  sent.payload_checksum = ChecksumSpans(payload);
+  if (!checksum_given) sent.payload_checksum = ChecksumSpans(payload);
   if (options_.corrupt_payload_checksum_for_testing) sent.payload_checksum ^= 0xA5A5A5A5u;
   const KvHeaderBytes wire = EncodeHeader(sent);
 

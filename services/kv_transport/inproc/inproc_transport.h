@@ -19,12 +19,16 @@ class InprocTransport final : public KvTransport {
   absl::StatusOr<std::string> Listen(const std::string& address, KvSink* sink) override;
   absl::Status Send(const std::string& peer, const KvMessageHeader& h,
                     const std::vector<ConstSpan>& payload) override;
+  absl::Status SendChecksummed(const std::string& peer, const KvMessageHeader& h,
+                               const std::vector<ConstSpan>& payload) override;
   std::string name() const override { return "inproc"; }
 
   struct Endpoint;  // a registered receiver
 
  private:
   explicit InprocTransport(const TransportOptions& options) : options_(options) {}
+  absl::Status SendMessage(const std::string& peer, const KvMessageHeader& h,
+                           const std::vector<ConstSpan>& payload, bool checksum_given);
 
   const TransportOptions options_;
   std::shared_ptr<Endpoint> endpoint_;  // set by Listen

@@ -2,12 +2,15 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "services/kv_transport/ucx/ucx_transport.h"
 
 namespace ced::kv_transport::ucx {
@@ -48,9 +51,13 @@ struct UcxTransport::SendOp {
   EpContext* ep = nullptr;        // progress thread only
 
   absl::Mutex mu;
-  bool sent ABSL_GUARDED_BY(mu) = false;     // UCX no longer references the payload
-  bool settled ABSL_GUARDED_BY(mu) = false;  // the verdict is known
+  bool sent ABSL_GUARDED_BY(mu) = false;      // UCX no longer references the payload
+  bool settled ABSL_GUARDED_BY(mu) = false;   // the verdict is known
+  bool finished ABSL_GUARDED_BY(mu) = false;  // Finish ran
   absl::Status verdict ABSL_GUARDED_BY(mu);
+  KvTransport::SendDone on_done;  // SendAsync: runs once, from Finish
+  // SendAsync: its entry in deadlines_ (progress thread only).
+  std::optional<std::multimap<absl::Time, uint64_t>::iterator> deadline;
 
   bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return sent && settled; }
 };

@@ -128,7 +128,7 @@ void UcxTransport::FinishRecv(RecvOp* op, ucs_status_t ucx_status) {
     return;
   }
   // Inline only when nothing is queued ahead: verdicts keep the arrival order.
-  if (op->header.payload_bytes > kInlineVerifyBytes || verifying_ > 0) {
+  if (verifier_.joinable() && (op->header.payload_bytes > kInlineVerifyBytes || verifying_ > 0)) {
     QueueVerify(op);
     return;
   }

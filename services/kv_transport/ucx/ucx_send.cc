@@ -248,8 +248,6 @@ void UcxTransport::AbortSend(const std::shared_ptr<SendOp>& op) {
 }
 
 void UcxTransport::MarkSent(SendOp* op, ucs_status_t status) {
-  std::shared_ptr<SendOp> keep;  // `op` may be owned by sends_ only
-  if (auto it = sends_.find(op->id); it != sends_.end()) keep = it->second;
   bool done;
   {
     absl::MutexLock lock(&op->mu);
@@ -262,12 +260,10 @@ void UcxTransport::MarkSent(SendOp* op, ucs_status_t status) {
     }
     done = op->Done();
   }
-  if (done && keep != nullptr) sends_.erase(op->id);
+  if (done) Finish(op);
 }
 
 void UcxTransport::Settle(SendOp* op, absl::Status verdict) {
-  std::shared_ptr<SendOp> keep;
-  if (auto it = sends_.find(op->id); it != sends_.end()) keep = it->second;
   bool done;
   {
     absl::MutexLock lock(&op->mu);
@@ -277,7 +273,41 @@ void UcxTransport::Settle(SendOp* op, absl::Status verdict) {
     }
     done = op->Done();
   }
-  if (done && keep != nullptr) sends_.erase(op->id);
+  if (done) Finish(op);
+}
+
+void UcxTransport::Finish(SendOp* op) {
+  std::shared_ptr<SendOp> keep;  // `op` may be owned by sends_ only
+  if (auto it = sends_.find(op->id); it != sends_.end()) {
+    keep = std::move(it->second);
+    sends_.erase(it);
+  }
+  if (op->deadline.has_value()) {
+    deadlines_.erase(*op->deadline);
+    op->deadline.reset();
+  }
+  absl::Status verdict;
+  {
+    absl::MutexLock lock(&op->mu);
+    if (op->finished || op->on_done == nullptr) return;
+    op->finished = true;
+    verdict = op->verdict;
+  }
+  // A synchronous Send's waiter may free `op` as soon as it sees Done(); only
+  // SendAsync ops (which nobody waits on) get here, kept alive by `keep` or by
+  // the caller's reference.
+  KvTransport::SendDone done = std::move(op->on_done);
+  done(std::move(verdict));
+}
+
+void UcxTransport::ExpireSends() {
+  if (deadlines_.empty()) return;
+  const absl::Time now = absl::Now();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const uint64_t id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    if (auto it = sends_.find(id); it != sends_.end()) AbortSend(it->second);
+  }
 }
 
 void UcxTransport::EpErrorCb(void* arg, ucp_ep_h ep, ucs_status_t status) {

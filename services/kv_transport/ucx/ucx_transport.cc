@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -26,6 +27,8 @@ constexpr int kIdleWaitMs = 20;
 // fragments (shared memory, tcp), and a sleep/wakeup between two of them costs
 // more than the fragment.
 constexpr auto kSpinAfterProgress = std::chrono::microseconds(500);
+// Idle spins between two looks at the clock.
+constexpr int kClockEvery = 32;
 // Progress calls between two looks at the command queue.
 constexpr int kProgressBatch = 64;
 // How long shutdown keeps progressing to let closes and cancelled operations finish.
@@ -137,6 +140,10 @@ UcxTransport::~UcxTransport() {
   if (thread_.joinable()) {
     Post([this] { stop_ = true; });
     thread_.join();
+    // Sends posted during the shutdown (e.g. by SendAsync callbacks) settle as
+    // CANCELLED; nothing else runs on this state any more.
+    while (DrainCommands()) {
+    }
   }
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucp_cleanup(context_);
@@ -145,49 +152,78 @@ UcxTransport::~UcxTransport() {
   abandoned_sends_.clear();
 }
 
+bool UcxTransport::UseVerifierThread() const {
+  if (options_.verifier_threads >= 0) return options_.verifier_threads > 0;
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) return true;
+  return CPU_COUNT(&cpus) >= 4;
+}
+
 void UcxTransport::Post(std::function<void()> fn) {
   {
     absl::MutexLock lock(&queue_mu_);
     queue_.push_back(std::move(fn));
+    posted_.fetch_add(1);
   }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+  if (may_sleep_.load()) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+  }
 }
 
 bool UcxTransport::DrainCommands() {
-  std::deque<std::function<void()>> batch;
+  if (posted_.load() == 0) return false;  // the common case while spinning: no lock
   {
     absl::MutexLock lock(&queue_mu_);
-    batch.swap(queue_);
+    drained_.swap(queue_);
+    posted_.store(0);
   }
-  for (auto& fn : batch) fn();
-  return !batch.empty();
+  for (auto& fn : drained_) fn();
+  drained_.clear();
+  return true;
 }
 
 void UcxTransport::ProgressLoop() {
-  auto last_progress = std::chrono::steady_clock::now();
+  // Idle iterations in a row, and when they began (read every kClockEvery of them).
+  int idle = 0;
+  int since_expiry = 0;
+  auto idle_since = std::chrono::steady_clock::now();
   while (true) {
-    uint64_t ignored;
-    [[maybe_unused]] ssize_t n = read(wake_fd_, &ignored, sizeof(ignored));
     const bool had_commands = DrainCommands();
     if (stop_) break;
     bool progressed = false;
     for (int i = 0; i < kProgressBatch && ucp_worker_progress(worker_) != 0; ++i) {
       progressed = true;
     }
-    if (RunDeferred()) progressed = true;
-    CloseFailedEps();
+    if (!deferred_.empty() && RunDeferred()) progressed = true;
+    if (!to_close_.empty() || !closing_.empty()) CloseFailedEps();
+    if (!deadlines_.empty() && ++since_expiry >= kClockEvery) {
+      since_expiry = 0;
+      ExpireSends();
+    }
     if (had_commands || progressed || !to_close_.empty()) {
-      last_progress = std::chrono::steady_clock::now();
+      idle = 0;
       continue;
     }
+    if (idle++ == 0) idle_since = std::chrono::steady_clock::now();
     if ((!sends_.empty() || !recvs_.empty()) &&
-        std::chrono::steady_clock::now() - last_progress < kSpinAfterProgress) {
+        (idle % kClockEvery != 0 ||
+         std::chrono::steady_clock::now() - idle_since < kSpinAfterProgress)) {
       continue;
     }
+    idle = 0;
+    ExpireSends();
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
-    pollfd fds[2] = {{ucx_efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    poll(fds, 2, closing_.empty() ? kIdleWaitMs : 1);
+    may_sleep_.store(true);
+    if (posted_.load() == 0) {
+      pollfd fds[2] = {{ucx_efd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      poll(fds, 2, closing_.empty() ? kIdleWaitMs : 1);
+      if (fds[1].revents & POLLIN) {
+        uint64_t ignored;
+        [[maybe_unused]] ssize_t n = read(wake_fd_, &ignored, sizeof(ignored));
+      }
+    }
+    may_sleep_.store(false);
   }
   Shutdown();
 }
@@ -293,7 +329,7 @@ absl::StatusOr<std::string> UcxTransport::Listen(const std::string& address, KvS
       sink_ = sink;
       exchange_ = *std::move(server);
       result = FormatHostPort(hp.host.empty() ? "0.0.0.0" : hp.host, exchange_->port());
-      verifier_ = std::thread([this] { VerifierLoop(); });
+      if (UseVerifierThread()) verifier_ = std::thread([this] { VerifierLoop(); });
     }
     done.Notify();
   });
@@ -320,6 +356,17 @@ absl::StatusOr<SockAddr> UcxTransport::ResolvePeer(const std::string& peer) {
 
 absl::Status UcxTransport::Send(const std::string& peer, const KvMessageHeader& h,
                                 const std::vector<ConstSpan>& payload) {
+  return SendMessage(peer, h, payload, /*checksum_given=*/false);
+}
+
+absl::Status UcxTransport::SendChecksummed(const std::string& peer, const KvMessageHeader& h,
+                                           const std::vector<ConstSpan>& payload) {
+  return SendMessage(peer, h, payload, /*checksum_given=*/true);
+}
+
+absl::StatusOr<std::shared_ptr<UcxTransport::SendOp>> UcxTransport::PrepareSend(
+    const std::string& peer, const KvMessageHeader& h, const std::vector<ConstSpan>& payload,
+    bool checksum_given) {
   RETURN_IF_ERROR(ValidateHeader(h, options_.max_payload_bytes));
   RETURN_IF_ERROR(CheckSendSpans(payload, h.payload_bytes));
   auto op = std::make_shared<SendOp>();
@@ -328,7 +375,7 @@ absl::Status UcxTransport::Send(const std::string& peer, const KvMessageHeader& 
   op->id = next_send_id_.fetch_add(1);
   op->peer = peer;
   KvMessageHeader sent = h;
-  sent.payload_checksum = ChecksumSpans(payload);
+  if (!checksum_given) sent.payload_checksum = ChecksumSpans(payload);
   if (options_.corrupt_payload_checksum_for_testing) sent.payload_checksum ^= 0xA5A5A5A5u;
   op->header = sent;
   const KvHeaderBytes header = EncodeHeader(sent);
@@ -337,6 +384,12 @@ absl::Status UcxTransport::Send(const std::string& peer, const KvMessageHeader& 
   for (const ConstSpan& span : payload) {
     if (span.size > 0) op->iov.push_back({const_cast<uint8_t*>(span.data), span.size});
   }
+  return op;
+}
+
+absl::Status UcxTransport::SendMessage(const std::string& peer, const KvMessageHeader& h,
+                                       const std::vector<ConstSpan>& payload, bool checksum_given) {
+  ASSIGN_OR_RETURN(std::shared_ptr<SendOp> op, PrepareSend(peer, h, payload, checksum_given));
   Post([this, op] { StartSend(op); });
 
   absl::MutexLock lock(&op->mu);
@@ -348,6 +401,23 @@ absl::Status UcxTransport::Send(const std::string& peer, const KvMessageHeader& 
     op->mu.Await(absl::Condition(op.get(), &SendOp::Done));
   }
   return op->verdict;
+}
+
+void UcxTransport::SendAsync(const std::string& peer, const KvMessageHeader& h,
+                             const std::vector<ConstSpan>& payload, bool checksum_given,
+                             SendDone done) {
+  absl::StatusOr<std::shared_ptr<SendOp>> prepared = PrepareSend(peer, h, payload, checksum_given);
+  if (!prepared.ok()) {
+    done(prepared.status());
+    return;
+  }
+  std::shared_ptr<SendOp> op = *std::move(prepared);
+  op->on_done = std::move(done);
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(options_.send_timeout_ms);
+  Post([this, op, deadline] {
+    op->deadline = deadlines_.emplace(deadline, op->id);
+    StartSend(op);
+  });
 }
 
 }  // namespace ced::kv_transport::ucx

@@ -49,6 +49,11 @@ class UcxTransport final : public KvTransport {
   absl::StatusOr<std::string> Listen(const std::string& address, KvSink* sink) override;
   absl::Status Send(const std::string& peer, const KvMessageHeader& h,
                     const std::vector<ConstSpan>& payload) override;
+  absl::Status SendChecksummed(const std::string& peer, const KvMessageHeader& h,
+                               const std::vector<ConstSpan>& payload) override;
+  void SendAsync(const std::string& peer, const KvMessageHeader& h,
+                 const std::vector<ConstSpan>& payload, bool checksum_given,
+                 SendDone done) override;
   std::string name() const override { return "ucx"; }
 
  private:
@@ -57,6 +62,13 @@ class UcxTransport final : public KvTransport {
   struct EpContext;
 
   explicit UcxTransport(const TransportOptions& options);
+  absl::Status SendMessage(const std::string& peer, const KvMessageHeader& h,
+                           const std::vector<ConstSpan>& payload, bool checksum_given);
+  // The operation of one Send / SendAsync, checked and ready to post.
+  absl::StatusOr<std::shared_ptr<SendOp>> PrepareSend(const std::string& peer,
+                                                      const KvMessageHeader& h,
+                                                      const std::vector<ConstSpan>& payload,
+                                                      bool checksum_given);
   absl::Status Init();
   absl::StatusOr<SockAddr> ResolvePeer(const std::string& peer);
 
@@ -90,6 +102,10 @@ class UcxTransport final : public KvTransport {
   void AbortSend(const std::shared_ptr<SendOp>& op);
   void MarkSent(SendOp* op, ucs_status_t status);
   void Settle(SendOp* op, absl::Status verdict);
+  // Once an op is done: forgets it and runs its SendAsync callback.
+  void Finish(SendOp* op);
+  // SendAsync deadlines that have passed: abort those sends.
+  void ExpireSends();
 
   // Receiving (ucx_receive.cc).
   ucs_status_t OnData(const void* header, size_t header_length, void* data, size_t length,
@@ -110,6 +126,7 @@ class UcxTransport final : public KvTransport {
   // The verifier thread (started by Listen) and its stop, which joins it; jobs it
   // had not started are left to the caller.
   void VerifierLoop();
+  bool UseVerifierThread() const;  // TransportOptions::verifier_threads
   void StopVerifier();
   // Acknowledges a data message on `ep` (AckHeader's send id and connection
   // fields from `ack`; code and message from `status`): deferred until the
@@ -149,6 +166,14 @@ class UcxTransport final : public KvTransport {
 
   absl::Mutex queue_mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  // Wakeups without a system call per command while the progress thread runs:
+  // Post counts its command, then writes wake_fd_ only if the thread may be
+  // asleep; the thread says it is going to sleep, then looks at the count once
+  // more before it polls (both sequentially consistent, so one of the two sees
+  // the other).
+  std::atomic<uint64_t> posted_{0};  // commands in queue_ (changed under queue_mu_)
+  std::atomic<bool> may_sleep_{false};
+  std::deque<std::function<void()>> drained_;  // progress thread: the batch being run
   bool listening_ ABSL_GUARDED_BY(queue_mu_) = false;
 
   absl::Mutex resolve_mu_;
@@ -170,6 +195,7 @@ class UcxTransport final : public KvTransport {
   std::vector<EpContext*> to_close_;
   std::vector<std::pair<void*, EpContext*>> closing_;            // close requests in flight
   std::unordered_map<uint64_t, std::shared_ptr<SendOp>> sends_;  // by send id
+  std::multimap<absl::Time, uint64_t> deadlines_;                // SendAsync ops, by send id
   std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> recvs_;   // landing or being verified
   std::vector<std::shared_ptr<SendOp>> abandoned_sends_;         // kept until the worker dies
   size_t verifying_ = 0;  // received payloads handed to the verifier, not back yet
