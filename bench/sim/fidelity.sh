@@ -11,7 +11,8 @@
 # Needs BUILD_DIR/bin/{ced,ced-loadgen,ced-sim,ced-sim-calibrate} and
 # /usr/bin/python3. Takes about 7 minutes. Knobs (environment): PRESET
 # (small), RATES ("0.5 1.5"), REQUESTS ("60 120"), INPUT_MEAN (512),
-# OUTPUT_MEAN (32), SEED (1), OUT.
+# OUTPUT_MEAN (32), SEED (1), OUT, KEEP (a folder to copy the run's files
+# into: profile, per-request records of both sides, logs, scrapes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -37,6 +38,10 @@ cleanup() {
     kill -TERM "$CLUSTER_PID" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$CLUSTER_PID" 2>/dev/null || break; sleep 0.2; done
     kill -KILL "$CLUSTER_PID" 2>/dev/null || true
+  fi
+  if [[ -n ${KEEP:-} ]]; then
+    mkdir -p "$KEEP"
+    find "$WORK" -maxdepth 1 -type f -exec cp {} "$KEEP"/ \; 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }

@@ -86,6 +86,77 @@ def decode_worker(before, after):
             delta("ced_decode_batch_size_sum") / steps)
 
 
+def covered(intervals, lo, hi):
+    """Seconds of [lo, hi] covered by the union of `intervals` (sorted by start)."""
+    total, at = 0.0, lo
+    for s, e in intervals:
+        s, e = max(s, at), min(e, hi)
+        if e > s:
+            total += e - s
+            at = e
+    return total
+
+
+def breakdown(mpath, spath, request_s):
+    """Where each request's TTFT went, measured against simulated.
+
+    Measured, from the load generator's per-request records and the final
+    response's timings: wait (gateway receipt until the prefill compute
+    starts: routing, the decode worker's Reserve, the prefill worker's
+    queue), split into the part during which the prefill worker was computing
+    other prompts (their measured compute intervals) and the rest; compute;
+    and after (the first token's way back to the client). Simulated: wait
+    (TTFT minus the prefill step minus the path latency request_s) and the
+    prefill step. For the requests whose wait outside the prefill compute
+    exceeds 10 ms: how many of those waits ended within 5 ms of the decode
+    worker going idle (every earlier request's decode finished: measured by
+    the records' first-token and end times)."""
+    run = json.load(open(mpath))["runs"][0]
+    sim = {int(r["index"]): r for r in csv.DictReader(open(spath))}
+    recs = [r for r in run["requests"]
+            if r["outcome"] == "OK" and "server_ms" in r and "ttft_ms" in r]
+    computes = sorted((r["sent_s"] + r["server_ms"]["queue"] / 1e3,
+                       r["sent_s"] + (r["server_ms"]["queue"] + r["server_ms"]["prefill"]) / 1e3,
+                       r["index"]) for r in recs)
+    decoding = [(r["sent_s"] + r["ttft_ms"] / 1e3, r["sent_s"] + r["e2e_ms"] / 1e3)
+                for r in recs]
+
+    def decode_idle_after(t):
+        while True:
+            ends = [e for s, e in decoding if s <= t < e]
+            if not ends:
+                return t
+            t = max(ends)
+
+    out = {k: [] for k in ["wait", "busy", "other", "compute", "after", "swait", "scompute",
+                           "dwait", "dcompute", "dafter", "dttft"]}
+    stalls = at_idle = 0
+    for r in recs:
+        q, c = r["server_ms"]["queue"], r["server_ms"]["prefill"]
+        start = r["sent_s"] + q / 1e3
+        busy = 1e3 * covered([(s, e) for s, e, i in computes if i != r["index"]], r["sent_s"],
+                             start)
+        other = max(0.0, q - busy)
+        after = r["ttft_ms"] - q - c
+        sr = sim.get(r["index"])
+        if sr is None:
+            continue
+        sc = 1e3 * float(sr["prefill_s"])
+        sw = 1e3 * float(sr["ttft_s"]) - sc - 1e3 * request_s
+        for k, v in [("wait", q), ("busy", busy), ("other", other), ("compute", c),
+                     ("after", after), ("swait", sw), ("scompute", sc), ("dwait", q - sw),
+                     ("dcompute", c - sc), ("dafter", after - 1e3 * request_s),
+                     ("dttft", r["ttft_ms"] - 1e3 * float(sr["ttft_s"]))]:
+            out[k].append(v)
+        if other > 10:
+            stalls += 1
+            idle = decode_idle_after(r["sent_s"])
+            if abs(r["sent_s"] + other / 1e3 - idle) < 0.005:
+                at_idle += 1
+    out["stalls"], out["at_idle"], out["n"] = stalls, at_idle, len(recs)
+    return out
+
+
 SCALED_RATES = ["peak_flops", "hbm_bytes_per_s"]
 SCALED_COSTS = ["prefill_step_s", "prefill_token_s", "decode_step_s", "decode_seq_s"]
 
@@ -120,7 +191,12 @@ def main():
     ap.add_argument("loads", nargs="+")
     a = ap.parse_args()
     profile = open(a.profile).read()
-    rows, misses, detail = [], [], []
+    request_s = 0.0
+    for line in profile.splitlines():
+        parts = line.split("#")[0].split()
+        if len(parts) == 2 and parts[0] == "request_s":
+            request_s = float(parts[1])  # the last one (fidelity.sh appends the probe's)
+    rows, misses, detail, where = [], [], [], []
     for item in a.loads:
         (rate, n, mpath, spath, apath, factor, before, after, dbefore, dafter,
          ppath) = item.split(",")
@@ -147,6 +223,14 @@ def main():
             f"{statistics.median(m['prefill']) if m['prefill'] else float('nan'):.1f} | "
             f"{percentile(m['queue'], 50):.1f} / {percentile(m['queue'], 90):.1f} | "
             f"{m['replays_on_decode']} | {dcell} | {errors} | {before} -> {after} |")
+        b = breakdown(mpath, spath, request_s)
+        pp = lambda k: f"{percentile(b[k], 50):.1f} / {percentile(b[k], 90):.1f}"
+        mean = lambda k: statistics.mean(b[k]) if b[k] else float("nan")
+        where.append(
+            f"| {rate}/s | {pp('wait')} | {pp('busy')} | {pp('other')} | {pp('swait')} | "
+            f"{pp('compute')} | {pp('scompute')} | {pp('after')} | "
+            f"{mean('dttft'):+.1f} = {mean('dwait'):+.1f} {mean('dcompute'):+.1f} "
+            f"{mean('dafter'):+.1f} | {b['stalls']} of {b['n']} ({b['at_idle']}) |")
 
     out = []
     w = out.append
@@ -209,15 +293,35 @@ def main():
     w("")
     w("Per load: requests issued, completed (measured / simulated), the prefill worker's "
       "compute per request (median, ms; the simulator's is the profile's prefill step), "
-      "the gateway's queue time p50 / p90 (ms), replays placed on the decode worker, the "
+      "the wait before compute p50 / p90 (ms: gateway receipt to prefill start), replays placed on the decode worker, the "
       "decode worker's steps / mean step time (ms) / mean batch over the run (its "
       "`ced_decode_step_seconds` and `ced_decode_batch_size` histograms), errors, "
       "and the load average before -> after the run.")
     w("")
-    w("| load | issued | completed (meas. / sim.) | prefill compute p50 | queue p50 / p90 | "
+    w("| load | issued | completed (meas. / sim.) | prefill compute p50 | wait p50 / p90 | "
       "replays on decode | decode steps / step ms / batch | errors | load average |")
     w("|---|---:|---|---:|---|---:|---|---|---|")
     for d in detail:
+        w(d)
+    w("")
+    w("## Where the TTFT goes")
+    w("")
+    w("Per request, then p50 / p90 over the requests (ms). Measured: *wait* from the "
+      "gateway's receipt until the prefill compute starts (routing, the decode worker's "
+      "`Reserve`, the prefill worker's queue: the final response's `queue_ms`), split into "
+      "the part while the prefill worker was computing other prompts (their measured compute "
+      "intervals) and the *rest*; *compute*, the prefill worker's; *after*, TTFT minus both "
+      "(the first token's way to the client; the simulator's is the probe's path latency "
+      "`request_s`). Simulated: wait = TTFT - prefill step - `request_s`. *Excess*: the mean "
+      "over requests of measured minus simulated TTFT, = wait + compute + after excesses. "
+      "*Stalls*: requests whose wait outside the prefill compute exceeded 10 ms (in "
+      "parentheses, those whose stall ended within 5 ms of the decode worker going idle, "
+      "i.e. the last running sequence finishing).")
+    w("")
+    w("| load | wait | of it, prefill busy | rest | simulated wait | compute | simulated "
+      "compute | after | excess: TTFT = wait + compute + after | stalls (at decode idle) |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
+    for d in where:
         w(d)
     w("")
     w("## Device profile")

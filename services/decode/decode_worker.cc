@@ -1,5 +1,4 @@
 #include "services/decode/decode_worker.h"
-#include "services/common/worker_util.h"
 
 #include <chrono>
 #include <cstdio>
@@ -7,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
+#include "services/common/worker_util.h"
 #include "services/decode/request.h"
 
 namespace ced::services {
@@ -23,10 +23,6 @@ uint64_t RandomToken() {
   uint64_t t = 0;
   while (t == 0) t = rng();
   return t;
-}
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
 }
 
 }  // namespace
@@ -59,26 +55,52 @@ absl::Status DecodeWorker::Init() {
   auto hist = [&](const char* name, const char* help, std::vector<double> b) {
     return metrics::AddUnlabelledHistogram(registry_, name, help, std::move(b));
   };
-  ASSIGN_OR_RETURN(m_->running, gauge("ced_decode_running_sequences", "Sequences in the decode batch."));
-  ASSIGN_OR_RETURN(m_->waiting, gauge("ced_decode_waiting_sequences", "Reserved sequences waiting for K/V or a batch slot."));
-  ASSIGN_OR_RETURN(m_->kv_used, gauge("ced_kv_blocks_used", "Global KV cache blocks in use (reserved)."));
+  ASSIGN_OR_RETURN(m_->running,
+                   gauge("ced_decode_running_sequences", "Sequences in the decode batch."));
+  ASSIGN_OR_RETURN(m_->waiting, gauge("ced_decode_waiting_sequences",
+                                      "Reserved sequences waiting for K/V or a batch slot."));
+  ASSIGN_OR_RETURN(m_->kv_used,
+                   gauge("ced_kv_blocks_used", "Global KV cache blocks in use (reserved)."));
   ASSIGN_OR_RETURN(m_->kv_free, gauge("ced_kv_blocks_free", "Global KV cache blocks free."));
-  ASSIGN_OR_RETURN(m_->weights_bytes, gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
+  ASSIGN_OR_RETURN(m_->weights_bytes,
+                   gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
   ASSIGN_OR_RETURN(m_->steps, counter("ced_decode_steps_total", "Batched decode steps."));
   ASSIGN_OR_RETURN(m_->generated, counter("ced_generated_tokens_total", "Tokens generated."));
-  ASSIGN_OR_RETURN(auto* transfer_bytes, registry_.AddCounter("ced_kv_transfer_bytes_total", "K/V bytes moved over the data plane.", {"direction"}));
+  ASSIGN_OR_RETURN(auto* transfer_bytes,
+                   registry_.AddCounter("ced_kv_transfer_bytes_total",
+                                        "K/V bytes moved over the data plane.", {"direction"}));
   m_->transfer_bytes = &transfer_bytes->WithLabels({{"direction", "in"}});
-  ASSIGN_OR_RETURN(m_->replays, registry_.AddCounter("ced_replays_total", "Replays by where they ran.", {"placement"}));
-  ASSIGN_OR_RETURN(m_->requests, registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
-  ASSIGN_OR_RETURN(m_->admission_rejected, registry_.AddCounter("ced_decode_admission_rejected_total", "Reservations refused with RESOURCE_EXHAUSTED, by the bound that refused them.", {"reason"}));
-  for (const char* reason : {"queue_requests", "queue_tokens", "kv_blocks"}) m_->admission_rejected->WithLabelValues({reason});
-  ASSIGN_OR_RETURN(m_->kv_rejected, registry_.AddCounter("ced_kv_rejected_messages_total", "K/V messages refused before a byte landed, by reason.", {"reason"}));
+  ASSIGN_OR_RETURN(m_->replays, registry_.AddCounter("ced_replays_total",
+                                                     "Replays by where they ran.", {"placement"}));
+  ASSIGN_OR_RETURN(m_->requests,
+                   registry_.AddCounter("ced_requests_total", "Requests by outcome.", {"outcome"}));
+  ASSIGN_OR_RETURN(
+      m_->admission_rejected,
+      registry_.AddCounter(
+          "ced_decode_admission_rejected_total",
+          "Reservations refused with RESOURCE_EXHAUSTED, by the bound that refused them.",
+          {"reason"}));
+  for (const char* reason : {"queue_requests", "queue_tokens", "kv_blocks"})
+    m_->admission_rejected->WithLabelValues({reason});
+  ASSIGN_OR_RETURN(
+      m_->kv_rejected,
+      registry_.AddCounter("ced_kv_rejected_messages_total",
+                           "K/V messages refused before a byte landed, by reason.", {"reason"}));
   for (const char* reason : kKvRejectReasons) m_->kv_rejected->WithLabelValues({reason});
-  ASSIGN_OR_RETURN(m_->step_seconds, hist("ced_decode_step_seconds", "Time of one batched decode step.", metrics::LatencySecondsBuckets()));
-  ASSIGN_OR_RETURN(m_->transfer_seconds, hist("ced_kv_transfer_seconds", "Reservation to all K/V landed.", metrics::LatencySecondsBuckets()));
-  ASSIGN_OR_RETURN(m_->ttft_seconds, hist("ced_decode_time_to_first_token_seconds", "Reservation to first token on this worker.", metrics::LatencySecondsBuckets()));
-  ASSIGN_OR_RETURN(m_->itl_seconds, hist("ced_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", metrics::LatencySecondsBuckets()));
-  ASSIGN_OR_RETURN(m_->batch_size, hist("ced_decode_batch_size", "Sequences per decode step.", metrics::TokenCountBuckets()));
+  ASSIGN_OR_RETURN(m_->step_seconds,
+                   hist("ced_decode_step_seconds", "Time of one batched decode step.",
+                        metrics::LatencySecondsBuckets()));
+  ASSIGN_OR_RETURN(m_->transfer_seconds,
+                   hist("ced_kv_transfer_seconds", "Reservation to all K/V landed.",
+                        metrics::LatencySecondsBuckets()));
+  ASSIGN_OR_RETURN(m_->ttft_seconds, hist("ced_decode_time_to_first_token_seconds",
+                                          "Reservation to first token on this worker.",
+                                          metrics::LatencySecondsBuckets()));
+  ASSIGN_OR_RETURN(m_->itl_seconds, hist("ced_inter_token_latency_seconds",
+                                         "Time between consecutive tokens of a sequence.",
+                                         metrics::LatencySecondsBuckets()));
+  ASSIGN_OR_RETURN(m_->batch_size, hist("ced_decode_batch_size", "Sequences per decode step.",
+                                        metrics::TokenCountBuckets()));
   m_->weights_bytes->Set(static_cast<double>(engine_->weights().resident_bytes()));
   registry_.AddCollectHook([this] {
     ced::internal::LoadReport unused;
@@ -161,7 +183,9 @@ void DecodeWorker::Shutdown() {
     if (stop_ && !scheduler_.joinable()) return;
     stop_ = true;
     for (auto& [id, r] : requests_) {
-      if (r->stream) r->stream->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker shutting down"));
+      if (r->stream)
+        r->stream->Close(
+            grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker shutting down"));
     }
   }
   cv_.notify_all();
@@ -237,8 +261,11 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
     }
     ~Admitting() {
       if (done) return;
-      std::lock_guard<std::mutex> lock(w->mu_);
-      Done();
+      {
+        std::lock_guard<std::mutex> lock(w->mu_);
+        Done();
+      }
+      w->cv_.notify_all();  // the scheduler may wait for admissions to finish
     }
   } admitting{this, static_cast<int64_t>(r->prompt.size())};
   {
@@ -281,9 +308,8 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   return absl::AlreadyExistsError(absl::StrCat("request_id '", r->id, "' is already reserved"));
 }
 
-void DecodeWorker::AttachStream(
-    const std::string& request_id,
-    std::shared_ptr<StreamWriter<TokenChunk>::Handle> stream) {
+void DecodeWorker::AttachStream(const std::string& request_id,
+                                std::shared_ptr<StreamWriter<TokenChunk>::Handle> stream) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = requests_.find(request_id);
   if (it == requests_.end()) {

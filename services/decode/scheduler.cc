@@ -24,7 +24,9 @@ void DecodeWorker::Finish(Request* r, FinishReason reason, const std::string& de
   // mu_ held by the caller.
   if (r->finished) return;
   r->finished = true;
-  const char* outcome = status.ok() ? "ok" : (status.error_code() == grpc::StatusCode::CANCELLED ? "cancelled" : "error");
+  const char* outcome =
+      status.ok() ? "ok"
+                  : (status.error_code() == grpc::StatusCode::CANCELLED ? "cancelled" : "error");
   m_->requests->WithLabels({{"outcome", outcome}}).Increment();
   if (status.ok()) {
     TokenChunk last;
@@ -40,11 +42,15 @@ void DecodeWorker::Finish(Request* r, FinishReason reason, const std::string& de
     t->set_prefill_ms(r->prefill_ms);
     t->set_replay_ms(r->replay_ms);
     if (r->t_first.time_since_epoch().count() != 0) t->set_decode_ms(Ms(r->t_first, Clock::now()));
-    if (r->stream) r->stream->Push(std::move(last));
-    else r->pending.push_back(std::move(last));
+    if (r->stream)
+      r->stream->Push(std::move(last));
+    else
+      r->pending.push_back(std::move(last));
   }
-  if (r->stream) r->stream->Close(status);
-  else r->final_status = status;
+  if (r->stream)
+    r->stream->Close(status);
+  else
+    r->final_status = status;
 }
 
 void DecodeWorker::Emit(Request* r, int32_t token) {
@@ -60,17 +66,24 @@ void DecodeWorker::Emit(Request* r, int32_t token) {
   TokenChunk chunk;
   chunk.add_token_ids(token);
   chunk.set_start_step(r->generated);
-  if (r->stream) r->stream->Push(std::move(chunk));
-  else r->pending.push_back(std::move(chunk));
+  if (r->stream)
+    r->stream->Push(std::move(chunk));
+  else
+    r->pending.push_back(std::move(chunk));
   r->generated += 1;
   r->last_token = token;
   m_->generated->Increment();
   const StopConditions& stop = r->stop;
   FinishReason reason = FinishReason::FINISH_REASON_UNSPECIFIED;
   switch (CheckStop(stop, token, r->generated)) {
-    case ced::FinishReason::kLength: reason = ced::internal::FINISH_REASON_LENGTH; break;
-    case ced::FinishReason::kStop: reason = ced::internal::FINISH_REASON_STOP; break;
-    case ced::FinishReason::kNone: break;
+    case ced::FinishReason::kLength:
+      reason = ced::internal::FINISH_REASON_LENGTH;
+      break;
+    case ced::FinishReason::kStop:
+      reason = ced::internal::FINISH_REASON_STOP;
+      break;
+    case ced::FinishReason::kNone:
+      break;
   }
   if (reason != FinishReason::FINISH_REASON_UNSPECIFIED) Finish(r, reason, "", grpc::Status::OK);
 }
@@ -121,8 +134,7 @@ void DecodeWorker::StartRequest(Request* r) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!status.ok()) {
-    Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(status.message()),
-           ToGrpc(status));
+    Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(status.message()), ToGrpc(status));
     return;
   }
   if (first < 0) first = SampleToken(logits.data(), c.vocab_size, r->sampling, 0);
@@ -153,7 +165,8 @@ void DecodeWorker::SchedulerLoop() {
                  grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                               "the reservation was not streamed in time"));
         } else if (!r->finished && r->state != Request::kRunning &&
-                   now - r->t_reserve > std::chrono::milliseconds(options_.reservation_timeout_ms)) {
+                   now - r->t_reserve >
+                       std::chrono::milliseconds(options_.reservation_timeout_ms)) {
           Finish(r, ced::internal::FINISH_REASON_ERROR, "reservation timed out",
                  grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                               "K/V did not arrive within the reservation timeout"));
@@ -170,7 +183,8 @@ void DecodeWorker::SchedulerLoop() {
           continue;
         }
         if (!r->finished) {
-          if (r->state == Request::kReady || (r->state == Request::kReserved && r->local_prefill && r->stream)) {
+          if (r->state == Request::kReady ||
+              (r->state == Request::kReserved && r->local_prefill && r->stream)) {
             to_start.push_back(r);
           } else if (r->state == Request::kRunning) {
             running.push_back(r);
@@ -184,6 +198,11 @@ void DecodeWorker::SchedulerLoop() {
         continue;
       }
       if (stop_) return;
+      // Reserve calls in progress take the engine first: std::mutex is not
+      // fair, and this loop re-takes engine_mu_ microseconds after each step,
+      // so a waiting Reserve (and the prompts queued behind its prefill) would
+      // otherwise wait until the running sequences finish. Bounded: 5 ms.
+      cv_.wait_for(lock, std::chrono::milliseconds(5), [this] { return admitting_ == 0 || stop_; });
     }
     std::lock_guard<std::mutex> elock(engine_mu_);
     for (auto& r : to_release) (void)engine_->ReleaseSequence(r->seq);
@@ -197,7 +216,8 @@ void DecodeWorker::SchedulerLoop() {
       StartRequest(r);
       ++started;
     }
-    if (running.size() > static_cast<size_t>(options_.max_batch)) running.resize(options_.max_batch);
+    if (running.size() > static_cast<size_t>(options_.max_batch))
+      running.resize(options_.max_batch);
     if (running.empty()) continue;
     std::vector<DecodeInput> inputs;
     for (Request* r : running) inputs.push_back({r->seq, r->last_token});

@@ -1,5 +1,6 @@
 #include "services/prefill/prefill_worker.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -8,6 +9,7 @@
 #include "engine/sampling/sampler.h"
 #include "services/common/grpc_util.h"
 #include "services/common/worker_util.h"
+#include "services/kv_transport/checksum.h"
 
 namespace ced::services {
 
@@ -25,7 +27,7 @@ struct PrefillWorker::Metrics {
   metrics::Family<metrics::Counter>* requests;
   // Prefill refused by a queue bound: reason = queue_requests | queue_tokens.
   metrics::Family<metrics::Counter>* admission_rejected;
-  metrics::Histogram *prefill_seconds, *ttft_seconds, *transfer_seconds;
+  metrics::Histogram *queue_seconds, *prefill_seconds, *ttft_seconds, *transfer_seconds;
 };
 
 struct PrefillWorker::Job {
@@ -37,8 +39,17 @@ struct PrefillWorker::Job {
   const PrefillFaultRule* fault = nullptr;  // test only: options_.faults rule that applies
   std::shared_ptr<StreamWriter<PrefillResponse>::Handle> stream;
   Clock::time_point t_received;
+  // Written by the compute thread before `computed` is set; read by whichever
+  // thread completes the job.
+  SeqId seq = 0;
+  absl::Status status;  // the compute's outcome
+  double queue_ms = 0, compute_s = 0;
+  Clock::time_point t_computed;
+  bool replayed = false;
+  std::vector<uint8_t> tail_bytes;  // the tail message's payload
   // Guarded by the worker's mu_.
   bool cancelled = false;
+  bool computed = false;  // compute over, every message queued
   int pending_sends = 0;
   absl::Status send_error;
   int64_t sent_bytes = 0;
@@ -48,7 +59,7 @@ struct PrefillWorker::SendTask {
   std::shared_ptr<Job> job;
   KvMessageHeader header;
   std::vector<ConstSpan> payload;
-  std::vector<uint8_t> owned;  // the tail's bytes
+  bool checksum_given = false;  // header.payload_checksum computed by the compute thread
 };
 
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
@@ -96,6 +107,8 @@ absl::Status PrefillWorker::Init() {
           {"reason"}));
   for (const char* reason : {"queue_requests", "queue_tokens"})
     m_->admission_rejected->WithLabelValues({reason});
+  ASSIGN_OR_RETURN(m_->queue_seconds,
+                   hist("ced_prefill_queue_seconds", "Receipt to the start of its prefill."));
   ASSIGN_OR_RETURN(m_->prefill_seconds,
                    hist("ced_prefill_seconds", "Compute time of one prefill."));
   ASSIGN_OR_RETURN(m_->ttft_seconds,
@@ -175,7 +188,7 @@ void PrefillWorker::Drain() {
   while (Clock::now() < until) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty() && current_ == nullptr && sends_.empty()) break;
+      if (queue_.empty() && current_ == nullptr && sends_.empty() && in_transfer_.empty()) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -192,6 +205,7 @@ void PrefillWorker::Shutdown() {
     }
     queue_.clear();
     if (current_) current_->cancelled = true;
+    for (auto& j : in_transfer_) j->cancelled = true;
   }
   cv_.notify_all();
   send_cv_.notify_all();
@@ -235,15 +249,22 @@ bool PrefillWorker::Cancel(const std::string& request_id) {
     current_->cancelled = true;
     found = true;
   }
+  for (auto& j : in_transfer_) {
+    if (j->req.request_id() == request_id) {
+      j->cancelled = true;
+      found = true;
+    }
+  }
   return found;
 }
 
 void PrefillWorker::QueueSend(const std::shared_ptr<Job>& job, KvMessageHeader h,
-                              std::vector<ConstSpan> payload) {
+                              std::vector<ConstSpan> payload, bool checksum_given) {
   auto task = std::make_unique<SendTask>();
   task->job = job;
   task->header = h;
   task->payload = std::move(payload);
+  task->checksum_given = checksum_given;
   std::lock_guard<std::mutex> lock(mu_);
   ++job->pending_sends;
   sends_.push_back(std::move(task));
@@ -276,10 +297,13 @@ void PrefillWorker::SenderLoop() {
     if (!skip) {
       kv_transport::KvTransport* transport =
           fault != nullptr && fault->corrupt_checksum ? corrupt_transport_.get() : transport_.get();
-      status = transport->Send(job.req.decode_kv_address(), task->header, task->payload);
+      status =
+          task->checksum_given
+              ? transport->SendChecksummed(job.req.decode_kv_address(), task->header, task->payload)
+              : transport->Send(job.req.decode_kv_address(), task->header, task->payload);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (!skip) {
       m_->transfer_seconds->Observe(secs);
       if (status.ok()) {
@@ -291,18 +315,41 @@ void PrefillWorker::SenderLoop() {
             absl::StrCat("sending K/V to ", job.req.decode_kv_address(), ": ", status.message()));
       }
     }
-    --job.pending_sends;
+    const bool last = --job.pending_sends == 0 && job.computed;
+    lock.unlock();
     cv_.notify_all();
+    if (last) Complete(task->job);
   }
+}
+
+void PrefillWorker::ReleaseCompleted() {
+  std::vector<SeqId> seqs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seqs.swap(release_);
+  }
+  for (SeqId seq : seqs) (void)engine_->ReleaseSequence(seq);
+}
+
+bool PrefillWorker::WaitForRelease() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return stop_ || !release_.empty() || in_transfer_.empty(); });
+    if (release_.empty()) return false;
+  }
+  ReleaseCompleted();
+  return true;
 }
 
 void PrefillWorker::ComputeLoop() {
   while (true) {
+    ReleaseCompleted();
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty() || !release_.empty(); });
       if (stop_) return;
+      if (queue_.empty()) continue;  // sequences to release first
       job = queue_.front();
       queue_.pop_front();
       current_ = job;
@@ -319,6 +366,13 @@ void PrefillWorker::ComputeLoop() {
 
 namespace ced::services {
 
+void PrefillWorker::Fail(Job& job, const absl::Status& s) {
+  m_->requests
+      ->WithLabels({{"outcome", s.code() == absl::StatusCode::kCancelled ? "cancelled" : "error"}})
+      .Increment();
+  job.stream->Close(ToGrpc(s));
+}
+
 void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
   Job& job = *jp;
   const ModelConfig& c = engine_->config();
@@ -328,21 +382,21 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     std::lock_guard<std::mutex> lock(mu_);
     return (job.cancelled && !deaf) || !job.send_error.ok();
   };
-  auto fail = [&](const absl::Status& s) {
-    m_->requests
-        ->WithLabels(
-            {{"outcome", s.code() == absl::StatusCode::kCancelled ? "cancelled" : "error"}})
-        .Increment();
-    job.stream->Close(ToGrpc(s));
-  };
+  auto fail = [&](const absl::Status& s) { Fail(job, s); };
   if (is_cancelled()) return fail(absl::CancelledError("prefill cancelled before it started"));
   const int n = static_cast<int>(job.tokens.size());
   SeqId seq;
   {
+    // Room held by earlier jobs whose K/V is still in flight comes back when
+    // their last message is acknowledged.
     auto s = engine_->CreateSequence(n);
+    while (absl::IsResourceExhausted(s.status()) && WaitForRelease()) {
+      s = engine_->CreateSequence(n);
+    }
     if (!s.ok()) return fail(s.status());
     seq = *s;
   }
+  job.seq = seq;
   KvMessageHeader base;
   base.request_id = job.id_hash;
   base.transfer_token = job.req.transfer_token();
@@ -372,24 +426,32 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     h.token_begin = static_cast<uint32_t>(skip);
     h.token_end = static_cast<uint32_t>(end);
     std::vector<ConstSpan> payload;
+    // The chunk's K/V was just written by this thread: checksum it while it is
+    // still in this core's cache, so the transport need not read it again
+    // (host memory only; a device cache is checksummed by its transport).
+    const bool checksum_here = options_.engine.device == "cpu";
     for (const ByteRegion& r : *regions) {
       payload.push_back({r.data, r.size});
       h.payload_bytes += r.size;
+      if (checksum_here)
+        h.payload_checksum = kv_transport::Crc32c(h.payload_checksum, r.data, r.size);
     }
-    QueueSend(jp, h, std::move(payload));
+    QueueSend(jp, h, std::move(payload), checksum_here);
   };
   const auto t0 = Clock::now();
+  job.queue_ms = std::chrono::duration<double, std::milli>(t0 - job.t_received).count();
+  m_->queue_seconds->Observe(job.queue_ms / 1000.0);
   auto pre = engine_->Prefill(seq, job.tokens, po);
   // From here until the last message is acknowledged: the transfer time not
   // hidden behind the prefill compute.
-  const auto t_wait = Clock::now();
-  const double compute_s = std::chrono::duration<double>(t_wait - t0).count();
+  job.t_computed = Clock::now();
+  job.compute_s = std::chrono::duration<double>(job.t_computed - t0).count();
   absl::Status status = pre.status();
   int32_t first = -1;
-  std::vector<uint8_t> tail_bytes;
   if (status.ok()) {
-    m_->prefill_seconds->Observe(compute_s);
+    m_->prefill_seconds->Observe(job.compute_s);
     m_->prompt_tokens->Increment(n);
+    job.replayed = pre->replay_done && !c.IsDecoderOnly();
     if (pre->replay_done) {
       first = SampleToken(pre->logits.data(), c.vocab_size, FromProto(job.req.sampling()), 0);
       if (!c.IsDecoderOnly()) m_->replays->Increment();
@@ -403,7 +465,7 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     }
     auto tail = engine_->ExportTail(seq, first);
     status = tail.status();
-    if (tail.ok()) tail_bytes = EncodeTail(*tail);
+    if (tail.ok()) job.tail_bytes = EncodeTail(*tail);
   }
   if (status.ok()) {
     KvMessageHeader h = base;
@@ -411,34 +473,60 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     h.token_begin = 0;
     h.token_end = static_cast<uint32_t>(n);
     h.flags = kv_transport::kKvFlagFinal;
-    h.payload_bytes = tail_bytes.size();
-    QueueSend(jp, h, {{tail_bytes.data(), tail_bytes.size()}});
+    h.payload_bytes = job.tail_bytes.size();
+    QueueSend(jp, h, {{job.tail_bytes.data(), job.tail_bytes.size()}});
   }
-  // Wait for every message of this job (the cache and tail bytes must outlive them).
+  // The compute thread moves on; the job completes when its last message is
+  // acknowledged (here, when none is still in flight).
+  bool last;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return job.pending_sends == 0; });
-    if (status.ok() && !job.send_error.ok()) status = job.send_error;
+    std::lock_guard<std::mutex> lock(mu_);
+    job.status = status;
+    job.computed = true;
+    in_transfer_.push_back(jp);
+    last = job.pending_sends == 0;
+  }
+  if (last) Complete(jp);
+}
+
+void PrefillWorker::Complete(const std::shared_ptr<Job>& jp) {
+  Job& job = *jp;
+  const bool deaf = job.fault != nullptr && job.fault->ignore_cancel;
+  absl::Status status = job.status;
+  absl::Status send_error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    send_error = job.send_error;
+    if (status.ok() && !send_error.ok()) status = send_error;
     if (status.ok() && job.cancelled && !deaf) status = absl::CancelledError("prefill cancelled");
   }
-  (void)engine_->ReleaseSequence(seq);
-  if (!status.ok()) {
-    if (status.code() != absl::StatusCode::kCancelled && job.send_error.ok()) {
-      // Tell the decode worker to stop waiting for this transfer.
-      KvMessageHeader h = base;
-      h.kind = KvMessageKind::kAbort;
-      (void)transport_->Send(job.req.decode_kv_address(), h, {});
-    }
-    return fail(status);
+  const double transfer_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - job.t_computed).count();
+  if (!status.ok() && status.code() != absl::StatusCode::kCancelled && send_error.ok()) {
+    // Tell the decode worker to stop waiting for this transfer.
+    KvMessageHeader h;
+    h.request_id = job.id_hash;
+    h.transfer_token = job.req.transfer_token();
+    h.format = engine_->kv_format();
+    h.kind = KvMessageKind::kAbort;
+    (void)transport_->Send(job.req.decode_kv_address(), h, {});
   }
+  // Every message is acknowledged: the cache (and the tail's bytes) may go.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_.push_back(job.seq);
+    in_transfer_.erase(std::find(in_transfer_.begin(), in_transfer_.end(), jp));
+  }
+  cv_.notify_all();
+  if (!status.ok()) return Fail(job, status);
   ced::internal::PrefillResponse done;
   auto* d = done.mutable_done();
-  d->set_prompt_tokens(n);
+  d->set_prompt_tokens(static_cast<int32_t>(job.tokens.size()));
   d->set_transferred_bytes(job.sent_bytes);
-  d->set_replayed(pre->replay_done && !c.IsDecoderOnly());
-  d->mutable_timings()->set_prefill_ms(compute_s * 1000.0);
-  d->mutable_timings()->set_transfer_ms(
-      std::chrono::duration<double, std::milli>(Clock::now() - t_wait).count());
+  d->set_replayed(job.replayed);
+  d->mutable_timings()->set_queue_ms(job.queue_ms);
+  d->mutable_timings()->set_prefill_ms(job.compute_s * 1000.0);
+  d->mutable_timings()->set_transfer_ms(transfer_ms);
   job.stream->Push(std::move(done));
   job.stream->Close(grpc::Status::OK);
   m_->requests->WithLabels({{"outcome", "ok"}}).Increment();

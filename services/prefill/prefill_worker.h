@@ -4,7 +4,14 @@
 // to the decode worker while the next chunk computes.
 //
 // Threads: gRPC threads enqueue jobs; one compute thread runs the engine; one
-// sender thread moves K/V over the transport.
+// sender thread moves K/V over the transport. The two are pipelined: once a
+// prompt's compute ends (its last messages queued), the compute thread takes
+// the next prompt while the sender drains the previous one's K/V. A job's
+// cache stays allocated until its last message is acknowledged; whichever
+// thread sees the job's compute and sends both done answers the Prefill RPC
+// (`done` or the error), and the compute thread releases the cache (the
+// engine is driven from that thread only) before its next prompt, or when a
+// new prompt finds no room.
 #pragma once
 
 #include <atomic>
@@ -14,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ced/internal/prefill_worker.grpc.pb.h"
 #include "engine/runtime/engine.h"
@@ -32,7 +40,7 @@ struct PrefillWorkerOptions {
   std::string grpc_address = "127.0.0.1:0";
   std::string metrics_address = "127.0.0.1:0";
   std::string kv_transport = "ucx";
-  std::string router_address;  // empty: do not register
+  std::string router_address;     // empty: do not register
   std::string advertise_address;  // registered gRPC address (default: bound one)
   int default_chunk_tokens = 256;
   int max_queued_requests = 256;
@@ -63,9 +71,19 @@ class PrefillWorker {
   void ComputeLoop();
   void SenderLoop();
   void RunJob(const std::shared_ptr<Job>& job);
+  // The job's compute and every message are done: answers the RPC and hands
+  // its sequence to the compute thread for release. Called without mu_.
+  void Complete(const std::shared_ptr<Job>& job);
+  void Fail(Job& job, const absl::Status& status);
+  // Compute thread: releases the sequences of completed jobs.
+  void ReleaseCompleted();
+  // Compute thread: waits until a job in transfer completes and releases its
+  // sequence; false when none is in transfer (no room will come back).
+  bool WaitForRelease();
   // Queues one message for the sender; the job's completion waits for it.
+  // `checksum_given`: h.payload_checksum already holds the payload's CRC32C.
   void QueueSend(const std::shared_ptr<Job>& job, kv_transport::KvMessageHeader h,
-                 std::vector<kv_transport::ConstSpan> payload);
+                 std::vector<kv_transport::ConstSpan> payload, bool checksum_given = false);
   void FillLoad(ced::internal::LoadReport* report);
 
   PrefillWorkerOptions options_;
@@ -85,6 +103,9 @@ class PrefillWorker {
   std::deque<std::shared_ptr<Job>> queue_;
   std::shared_ptr<Job> current_;
   int64_t current_remaining_tokens_ = 0;
+  // Computed jobs whose messages are still in flight (cancellable).
+  std::vector<std::shared_ptr<Job>> in_transfer_;
+  std::vector<SeqId> release_;  // completed jobs' sequences, for the compute thread
   struct SendTask;
   std::deque<std::unique_ptr<SendTask>> sends_;
   std::condition_variable send_cv_;

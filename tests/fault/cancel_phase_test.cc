@@ -156,7 +156,7 @@ TEST_F(FaultCancelTest, LateKvForACancelledRequestIsDiscarded) {
       WaitUntil([&] { return Prefill("ced_prompt_tokens_total") > computed0; }, Ms(30000), Ms(20)));
   CancelAndCheck(late, "late_kv");
   // The next request reserves while the late K/V is still being sent (its
-  // prefill waits behind the cancelled one on the single prefill worker).
+  // K/V queues behind the cancelled one's on the single prefill worker).
   const auto prompt = Prompt(kPrompt, 6);
   const GenResult r = Generate(c_->gateway().grpc(), FaultRequest(prompt, 40, "next-1"));
   EXPECT_TRUE(r.status.ok()) << r.status.error_message();
