@@ -306,7 +306,10 @@ void UcxTransport::ExpireSends() {
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
     const uint64_t id = deadlines_.begin()->second;
     deadlines_.erase(deadlines_.begin());
-    if (auto it = sends_.find(id); it != sends_.end()) AbortSend(it->second);
+    if (auto it = sends_.find(id); it != sends_.end()) {
+      const std::shared_ptr<SendOp> op = it->second;  // AbortSend may erase the entry
+      AbortSend(op);
+    }
   }
 }
 
