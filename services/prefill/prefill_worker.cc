@@ -9,7 +9,7 @@
 #include "engine/sampling/sampler.h"
 #include "services/common/grpc_util.h"
 #include "services/common/worker_util.h"
-#include "services/kv_transport/checksum.h"
+#include "services/kv_transport/payload.h"
 
 namespace ced::services {
 
@@ -426,16 +426,15 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     h.token_begin = static_cast<uint32_t>(skip);
     h.token_end = static_cast<uint32_t>(end);
     std::vector<ConstSpan> payload;
+    for (const ByteRegion& r : *regions) {
+      payload.push_back({r.data, r.size});
+      h.payload_bytes += r.size;
+    }
     // The chunk's K/V was just written by this thread: checksum it while it is
     // still in this core's cache, so the transport need not read it again
     // (host memory only; a device cache is checksummed by its transport).
     const bool checksum_here = options_.engine.device == "cpu";
-    for (const ByteRegion& r : *regions) {
-      payload.push_back({r.data, r.size});
-      h.payload_bytes += r.size;
-      if (checksum_here)
-        h.payload_checksum = kv_transport::Crc32c(h.payload_checksum, r.data, r.size);
-    }
+    if (checksum_here) h.payload_checksum = kv_transport::ChecksumSpans(payload);
     QueueSend(jp, h, std::move(payload), checksum_here);
   };
   const auto t0 = Clock::now();
