@@ -70,6 +70,7 @@ struct Flags {
   int sink_slot_bytes = 0;
   int sink_slots = 1;
   int verifier_threads = -1;
+  int fused_receive = -1;
 };
 
 absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& text) {
@@ -196,6 +197,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
     o.perftest_test = f.perftest_test;
     o.perftest_peer = f.perftest_peer;
     o.verifier_threads = f.verifier_threads;
+    o.fused_receive = f.fused_receive;
     o.scratch_dir = scratch;
     ASSIGN_OR_RETURN(report.transport, RunTransportBench(o, progress));
   }
@@ -289,6 +291,9 @@ int main(int argc, char** argv) {
   flags.Int(
       "verifier_threads", &f.verifier_threads,
       "transport: the receiver's verifier threads (-1: the transport's default, by CPU count)");
+  flags.Int("fused_receive", &f.fused_receive,
+            "transport: the receiver copies and checksums each fragment in one pass (1), UCX "
+            "lands the payload and the receiver reads it again (0); -1: by the lanes");
   flags.String("ttft_preset", &f.ttft_preset, "ttft: model preset");
   flags.Int("ttft_prompt_tokens", &f.ttft_prompt_tokens, "ttft: prompt length");
   flags.Int("ttft_max_tokens", &f.ttft_max_tokens, "ttft: tokens generated");
@@ -326,7 +331,7 @@ int main(int argc, char** argv) {
   }
   if (f.role == "kv_sink") {
     return ced::bench::RunKvSinkRole(f.sink_tls, static_cast<uint64_t>(f.sink_slot_bytes),
-                                     f.sink_slots, f.verifier_threads);
+                                     f.sink_slots, f.verifier_threads, f.fused_receive);
   }
   if (!f.role.empty()) {
     std::fprintf(stderr, "ced_services_bench: --role: unknown role '%s'\n", f.role.c_str());

@@ -53,6 +53,7 @@ json Transport(const TransportReport& t) {
           {"lanes", lanes},
           {"crc32c_gbps", J(t.crc32c_gbps)},
           {"memcpy_gbps", J(t.memcpy_gbps)},
+          {"copy_crc32c_gbps", J(t.copy_crc32c_gbps)},
           {"perftest_test", o.perftest_test},
           {"threads_in_flight", o.threads},
           {"bytes_per_sample", o.bytes_per_sample},

@@ -75,7 +75,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> StartEndpoint(const TransportBenchOpti
              "--sink_tls=" + tls,
              absl::StrCat("--sink_slot_bytes=", slot_bytes),
              absl::StrCat("--sink_slots=", o.threads),
-             absl::StrCat("--verifier_threads=", o.verifier_threads)};
+             absl::StrCat("--verifier_threads=", o.verifier_threads),
+             absl::StrCat("--fused_receive=", o.fused_receive)};
   co.pipe_stdin = true;
   co.pipe_stdout = true;
   co.log_path = o.scratch_dir + "/kv_sink_" + tls + ".log";
@@ -188,10 +189,11 @@ int ItersFor(const TransportBenchOptions& o, uint64_t size, int divisor) {
   return static_cast<int>(std::max<uint64_t>(n, static_cast<uint64_t>(o.min_iters)));
 }
 
-// Median-of-5 single-thread rates of CRC32C and memcpy over `bytes`.
+// Median-of-5 single-thread rates of CRC32C, memcpy and the fused copy +
+// CRC32C (the receiver's landing pass) over `bytes`.
 void MeasureCpuRates(uint64_t bytes, TransportReport* report) {
   std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
-  std::vector<double> crc, copy;
+  std::vector<double> crc, copy, copy_crc;
   volatile uint32_t sink = 0;
   for (int i = 0; i < 5; ++i) {
     double t0 = NowSeconds();
@@ -200,20 +202,26 @@ void MeasureCpuRates(uint64_t bytes, TransportReport* report) {
     t0 = NowSeconds();
     std::memcpy(b.data(), a.data(), bytes);
     copy.push_back(static_cast<double>(bytes) / (NowSeconds() - t0) / 1e9);
+    t0 = NowSeconds();
+    sink = sink + kv_transport::CopyCrc32c(0, b.data(), a.data(), bytes);
+    copy_crc.push_back(static_cast<double>(bytes) / (NowSeconds() - t0) / 1e9);
     a[i] = b[bytes - 1 - i];
   }
   report->crc32c_gbps = Summarize(crc);
   report->memcpy_gbps = Summarize(copy);
+  report->copy_crc32c_gbps = Summarize(copy_crc);
 }
 
 }  // namespace
 
-int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots, int verifier_threads) {
+int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots, int verifier_threads,
+                  int fused_receive) {
   SlotSink sink(slot_bytes, std::max(slots, 1));
   kv_transport::TransportOptions to;
   to.kind = "ucx";
   to.ucx_tls = tls;
   to.verifier_threads = verifier_threads;
+  to.fused_receive = fused_receive;
   auto transport = kv_transport::CreateKvTransport(to);
   if (!transport.ok()) {
     std::fprintf(stderr, "kv sink: %s\n", transport.status().ToString().c_str());

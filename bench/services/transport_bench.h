@@ -43,6 +43,8 @@ struct TransportBenchOptions {
   bool perftest_peer = true;
   // The receiver's TransportOptions::verifier_threads (-1: the transport's default).
   int verifier_threads = -1;
+  // The receiver's TransportOptions::fused_receive (-1: by the connection's lanes).
+  int fused_receive = -1;
   std::string self_exe;  // this binary (for the kv_sink role)
   std::string perftest = "ucx_perftest";
   std::string perftest_test = "ucp_am_bw";
@@ -81,7 +83,7 @@ struct TransportReport {
   // Single-thread CPU rates on a buffer of the largest message size, 1e9 B/s:
   // the transport's CRC32C (run once by the sender, once by the receiver per
   // message) and memcpy (one copy is what a shared-memory transfer costs).
-  Summary crc32c_gbps, memcpy_gbps;
+  Summary crc32c_gbps, memcpy_gbps, copy_crc32c_gbps;  // copy_crc32c: CopyCrc32c
 };
 
 using Progress = std::function<void(const std::string&)>;
@@ -92,6 +94,7 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
 // The kv_sink role: listens on 127.0.0.1:0 with transports `tls`, prints
 // "ADDR host:port" on stdout, lands messages in `slots` slots of `slot_bytes`
 // (slot = request_id % slots) and exits when stdin closes. Returns the exit code.
-int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots, int verifier_threads);
+int RunKvSinkRole(const std::string& tls, uint64_t slot_bytes, int slots, int verifier_threads,
+                  int fused_receive);
 
 }  // namespace ced::bench

@@ -107,13 +107,20 @@ log "path latency $REQUEST_MS ms"
 # step differ): the TPOT of a probe of prompts of the mean length, one at a
 # time (so the two workers never overlap: a separate seed and a fixed shape,
 # not the measured runs), minus the simulator's for the same probe. The
-# decode worker's mean step over the probe is noted too.
-scrape "$WORK/decode_probe_before.prom"
-"$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests 10 --duration-s 0 \
-  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
-  --json-out "$WORK/probe_decode.json" --json-requests >/dev/null 2>"$WORK/probe_decode.log"
-scrape "$WORK/decode_probe_after.prom"
-PROBE_STEP_MS=$($PY - "$WORK/decode_probe_before.prom" "$WORK/decode_probe_after.prom" <<'PYEOF'
+# decode worker's mean step over the probe is noted too. It runs right before
+# each load, so that the speed this shared machine has at the time (it drifts
+# by 10-20% over minutes) is the one the load's prediction starts from; load
+# i's profile is profile_load_i.txt, and profile.txt records each addition.
+cp "$WORK/profile.txt" "$WORK/profile_base.txt"
+decode_probe() {
+  local i=$1 label=$2
+  scrape "$WORK/decode_probe_before_$i.prom"
+  "$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests 10 --duration-s 0 \
+    --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
+    --json-out "$WORK/probe_decode_$i.json" --json-requests >/dev/null 2>"$WORK/probe_decode_$i.log"
+  scrape "$WORK/decode_probe_after_$i.prom"
+  local step_ms
+  step_ms=$($PY - "$WORK/decode_probe_before_$i.prom" "$WORK/decode_probe_after_$i.prom" <<'PYEOF'
 import re, sys
 def sums(path):
     out = {}
@@ -128,11 +135,12 @@ s = a.get("ced_decode_step_seconds_sum", 0) - b.get("ced_decode_step_seconds_sum
 print("%.4f" % (1e3 * s / n) if n > 0 else "nan")
 PYEOF
 )
-"$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2 \
-  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --colocated --rate 0.01 --requests 10 \
-  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
-  --ttft-slo-ms 1000 --requests-out "$WORK/probe_sim.csv" >/dev/null
-STEP_S=$($PY - "$WORK/probe_decode.json" "$WORK/probe_sim.csv" "$WORK/profile.txt" <<'PYEOF'
+  "$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile_base.txt" --instances 2 \
+    --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --colocated --rate 0.01 --requests 10 \
+    --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
+    --ttft-slo-ms 1000 --requests-out "$WORK/probe_sim_$i.csv" >/dev/null
+  local out
+  out=$($PY - "$WORK/probe_decode_$i.json" "$WORK/probe_sim_$i.csv" "$WORK/profile_base.txt" <<'PYEOF'
 import csv, json, sys, statistics
 recs = json.load(open(sys.argv[1]))["runs"][0]["requests"][2:]
 meas = statistics.median(r["tpot_ms"] for r in recs if r["outcome"] == "OK" and "tpot_ms" in r)
@@ -145,9 +153,14 @@ for line in open(sys.argv[3]):
 print("%.9g %.4f %.4f" % (base + max(0.0, meas - sim) / 1e3, meas, sim))
 PYEOF
 )
-read -r DECODE_STEP_S PROBE_TPOT_MS PROBE_SIM_TPOT_MS <<<"$STEP_S"
-echo "decode_step_s $DECODE_STEP_S  # + probe TPOT $PROBE_TPOT_MS ms - simulated $PROBE_SIM_TPOT_MS ms (${INPUT_MEAN}-token prompts; the worker's mean step $PROBE_STEP_MS ms), appended by fidelity.sh" >>"$WORK/profile.txt"
-log "decode loop: probe TPOT $PROBE_TPOT_MS ms, simulated $PROBE_SIM_TPOT_MS ms, worker step $PROBE_STEP_MS ms"
+  local step_s tpot_ms sim_ms
+  read -r step_s tpot_ms sim_ms <<<"$out"
+  local note="+ probe TPOT $tpot_ms ms - simulated $sim_ms ms (${INPUT_MEAN}-token prompts; the worker's mean step $step_ms ms)"
+  cp "$WORK/profile_base.txt" "$WORK/profile_load_$i.txt"
+  echo "decode_step_s $step_s  # $note, appended by fidelity.sh" >>"$WORK/profile_load_$i.txt"
+  echo "# before the $label load: decode_step_s $step_s  # $note" >>"$WORK/profile.txt"
+  log "decode loop before the $label load: probe TPOT $tpot_ms ms, simulated $sim_ms ms, worker step $step_ms ms"
+}
 
 SIM_COMMON=(--preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2
   --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --ced-replay-on auto
@@ -157,6 +170,9 @@ SIM_COMMON=(--preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 
 LOADS=()
 for i in "${!RATES[@]}"; do
   rate=${RATES[$i]}; n=${REQUESTS[$i]}
+  decode_probe "$i" "$rate req/s"
+  sim_load=("${SIM_COMMON[@]}")
+  sim_load[3]="$WORK/profile_load_$i.txt"
   before=$(loadavg)
   scrape "$WORK/decode_before_$i.prom"
   log "load $rate req/s, $n requests (load average $before)"
@@ -166,18 +182,18 @@ for i in "${!RATES[@]}"; do
     --json-out "$WORK/measured_$i.json" --json-requests >/dev/null 2>"$WORK/loadgen_$i.log"
   after=$(loadavg)
   scrape "$WORK/decode_after_$i.prom"
-  "$BIN/ced-sim" "${SIM_COMMON[@]}" --rate "$rate" --requests "$n" \
+  "$BIN/ced-sim" "${sim_load[@]}" --rate "$rate" --requests "$n" \
     --requests-out "$WORK/sim_$i.csv" >"$WORK/sim_$i.txt"
   # Diagnostic: the same with the profile slowed by the run's measured slowdown.
   factor=$($PY bench/sim/fidelity_report.py scale "$WORK/measured_$i.json" "$WORK/sim_$i.csv" \
-    "$WORK/profile.txt" "$WORK/profile_$i.txt")
+    "$WORK/profile_load_$i.txt" "$WORK/profile_$i.txt")
   sim_adj=("${SIM_COMMON[@]}")
   sim_adj[3]="$WORK/profile_$i.txt"
   "$BIN/ced-sim" "${sim_adj[@]}" --rate "$rate" --requests "$n" \
     --requests-out "$WORK/sim_adj_$i.csv" >"$WORK/sim_adj_$i.txt"
   # Diagnostic: the same without colocation (two instances apart).
   sim_apart=()
-  for x in "${SIM_COMMON[@]}"; do [[ $x == --colocated ]] || sim_apart+=("$x"); done
+  for x in "${sim_load[@]}"; do [[ $x == --colocated ]] || sim_apart+=("$x"); done
   "$BIN/ced-sim" "${sim_apart[@]}" --rate "$rate" --requests "$n" \
     --requests-out "$WORK/sim_apart_$i.csv" >"$WORK/sim_apart_$i.txt"
   log "slowdown f = $factor"

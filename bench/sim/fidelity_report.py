@@ -339,14 +339,16 @@ def main():
       "and an addition to `decode_step_s`: the TPOT of a second probe, 10 prompts of the mean "
       "length (16 output tokens each, one at a time, so the workers never overlap), minus the "
       "simulator's for the same probe: the real decode loop's cost per step beyond the "
-      "engine's step as calibrated in-process (both appended at the end of the profile, with "
-      "the decode worker's own mean step over that probe).")
+      "engine's step as calibrated in-process. That probe runs right before each load (this "
+      "shared machine's speed drifts by 10-20% over minutes), and each load is simulated with "
+      "its own addition (the lines at the end of the profile, with the decode worker's own "
+      "mean step over that probe).")
     w("")
     w("```")
     w(profile.rstrip())
     w("```")
     w("")
-    w("Simulator command per load (PROFILE = the file above):")
+    w("Simulator command per load (PROFILE = the file above, with its load's `decode_step_s`):")
     w("")
     w("```")
     w(a.sim_command + " --rate RATE --requests N")

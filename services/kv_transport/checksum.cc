@@ -232,27 +232,37 @@ inline __m512i Fold(__m512i x, __m512i k) {
                           _mm512_clmulepi64_epi128(x, k, 0x11));
 }
 
-// Raw register after feeding `size` (a multiple of 64, >= 256) bytes at `p` to `c`.
-uint32_t FoldBlocks(uint32_t c, const uint8_t* p, size_t size) {
+// Loads 64 bytes at `p`; with kCopy also stores them at `dst`.
+template <bool kCopy>
+inline __m512i LoadBlock(const uint8_t* p, uint8_t* dst) {
+  const __m512i v = _mm512_loadu_si512(p);
+  if constexpr (kCopy) _mm512_storeu_si512(dst, v);
+  return v;
+}
+
+// Raw register after feeding `size` (a multiple of 64, >= 256) bytes at `p` to
+// `c`; with kCopy the bytes are also copied to `dst` on the way (one pass).
+template <bool kCopy>
+uint32_t FoldBlocks(uint32_t c, const uint8_t* p, size_t size, uint8_t* dst) {
   static const FoldConstants k;
   // The register enters as the first four message bytes XORed with it.
-  __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p),
+  __m512i x0 = _mm512_xor_si512(LoadBlock<kCopy>(p, dst),
                                 _mm512_castsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
-  __m512i x1 = _mm512_loadu_si512(p + 64);
-  __m512i x2 = _mm512_loadu_si512(p + 128);
-  __m512i x3 = _mm512_loadu_si512(p + 192);
+  __m512i x1 = LoadBlock<kCopy>(p + 64, dst + 64);
+  __m512i x2 = LoadBlock<kCopy>(p + 128, dst + 128);
+  __m512i x3 = LoadBlock<kCopy>(p + 192, dst + 192);
   size_t i = 256;
   for (; i + 256 <= size; i += 256) {
-    x0 = _mm512_xor_si512(Fold(x0, k.d256), _mm512_loadu_si512(p + i));
-    x1 = _mm512_xor_si512(Fold(x1, k.d256), _mm512_loadu_si512(p + i + 64));
-    x2 = _mm512_xor_si512(Fold(x2, k.d256), _mm512_loadu_si512(p + i + 128));
-    x3 = _mm512_xor_si512(Fold(x3, k.d256), _mm512_loadu_si512(p + i + 192));
+    x0 = _mm512_xor_si512(Fold(x0, k.d256), LoadBlock<kCopy>(p + i, dst + i));
+    x1 = _mm512_xor_si512(Fold(x1, k.d256), LoadBlock<kCopy>(p + i + 64, dst + i + 64));
+    x2 = _mm512_xor_si512(Fold(x2, k.d256), LoadBlock<kCopy>(p + i + 128, dst + i + 128));
+    x3 = _mm512_xor_si512(Fold(x3, k.d256), LoadBlock<kCopy>(p + i + 192, dst + i + 192));
   }
   // x0..x3 hold 256 consecutive bytes: fold them onto the last 64.
   __m512i x = _mm512_xor_si512(Fold(x0, k.d64), x1);
   x = _mm512_xor_si512(Fold(x, k.d64), x2);
   x = _mm512_xor_si512(Fold(x, k.d64), x3);
-  for (; i < size; i += 64) x = _mm512_xor_si512(Fold(x, k.d64), _mm512_loadu_si512(p + i));
+  for (; i < size; i += 64) x = _mm512_xor_si512(Fold(x, k.d64), LoadBlock<kCopy>(p + i, dst + i));
   // Four lanes onto the last one (lane 3 passes through the zero constant as 0;
   // add it back), then the 16 remaining bytes through the crc32 instruction.
   const __m512i moved = Fold(x, k.to_last);
@@ -275,7 +285,7 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t size) {
 #ifdef CED_HAVE_CLMUL_FOLD
   if (size >= 1024) {
     const size_t n = size & ~size_t{63};
-    c = FoldBlocks(c, p, n);
+    c = FoldBlocks<false>(c, p, n, nullptr);
     p += n;
     size -= n;
   }
@@ -300,6 +310,73 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t size) {
 #else
   return Crc32cPortable(crc, data, size);
 #endif
+}
+
+uint32_t CopyCrc32c(uint32_t crc, void* dst, const void* src, size_t size) {
+#ifdef CED_HAVE_CLMUL_FOLD
+  if (size >= 1024) {
+    const size_t n = size & ~size_t{63};
+    auto* d = static_cast<uint8_t*>(dst);
+    const auto* p = static_cast<const uint8_t*>(src);
+    crc = ~FoldBlocks<true>(~crc, p, n, d);
+    if (n == size) return crc;
+    std::memcpy(d + n, p + n, size - n);
+    return Crc32c(crc, d + n, size - n);
+  }
+#endif
+  if (size == 0) return crc;
+  std::memcpy(dst, src, size);
+  return Crc32c(crc, dst, size);  // the copy is in this core's cache
+}
+
+namespace {
+
+uint32_t Times(const uint32_t* mat, uint32_t vec) {
+  uint32_t sum = 0;
+  for (int i = 0; vec != 0; ++i, vec >>= 1) {
+    if (vec & 1u) sum ^= mat[i];
+  }
+  return sum;
+}
+
+void Square(uint32_t* square, const uint32_t* mat) {
+  for (int n = 0; n < 32; ++n) square[n] = Times(mat, mat[n]);
+}
+
+// crc_a advanced over len_b zero bytes (the register-level operator; the
+// pre/post inversions of CRC32C cancel out in the combination).
+uint32_t ShiftOver(uint32_t crc_a, uint64_t len_b) {
+  if (len_b == 0) return crc_a;
+  uint32_t even[32], odd[32];
+  odd[0] = kPoly;  // one zero bit
+  uint32_t row = 1;
+  for (int n = 1; n < 32; ++n, row <<= 1) odd[n] = row;
+  Square(even, odd);  // two zero bits
+  Square(odd, even);  // four zero bits
+  do {
+    Square(even, odd);  // one zero byte, then 4, 16, ...
+    if (len_b & 1u) crc_a = Times(even, crc_a);
+    len_b >>= 1;
+    if (len_b == 0) break;
+    Square(odd, even);
+    if (len_b & 1u) crc_a = Times(odd, crc_a);
+    len_b >>= 1;
+  } while (len_b != 0);
+  return crc_a;
+}
+
+}  // namespace
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return ShiftOver(crc_a, len_b) ^ crc_b;
+}
+
+Crc32cFolder::Crc32cFolder(uint64_t len_b) {
+  for (int bit = 0; bit < 32; ++bit) shift_[bit] = ShiftOver(uint32_t{1} << bit, len_b);
+}
+
+uint32_t Crc32cFolder::Fold(uint32_t crc_a, uint32_t crc_b) const {
+  return Times(shift_.data(), crc_a) ^ crc_b;
 }
 
 }  // namespace ced::kv_transport

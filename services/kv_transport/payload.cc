@@ -69,4 +69,21 @@ void ScatterToSpans(const uint8_t* src, uint64_t size, const std::vector<MemSpan
   }
 }
 
+uint32_t CopyToSpansChecksummed(const std::vector<MemSpan>& spans, uint64_t offset,
+                                const uint8_t* src, uint64_t size, uint32_t crc) {
+  for (const MemSpan& s : spans) {
+    if (size == 0) break;
+    if (offset >= s.size) {
+      offset -= s.size;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(s.size - offset, size);
+    crc = CopyCrc32c(crc, s.data + offset, src, n);
+    offset = 0;
+    src += n;
+    size -= n;
+  }
+  return crc;
+}
+
 }  // namespace ced::kv_transport

@@ -24,4 +24,10 @@ absl::Status CheckSendSpans(const std::vector<ConstSpan>& spans, uint64_t payloa
 // Copies `size` contiguous bytes into `spans` in order (never more than either holds).
 void ScatterToSpans(const uint8_t* src, uint64_t size, const std::vector<MemSpan>& spans);
 
+// Copies `size` bytes to payload offset `offset` of `spans` (the payload laid
+// out over the spans in order; the caller keeps offset + size within them) and
+// returns `crc` extended over those bytes: CopyCrc32c over each piece.
+uint32_t CopyToSpansChecksummed(const std::vector<MemSpan>& spans, uint64_t offset,
+                                const uint8_t* src, uint64_t size, uint32_t crc);
+
 }  // namespace ced::kv_transport

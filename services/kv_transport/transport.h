@@ -72,6 +72,14 @@ struct TransportOptions {
   // run on at least 4 CPUs, else 0: with fewer, the verifier thread has no core
   // of its own and only adds wakeups.
   int verifier_threads = -1;
+  // How a UCX receiver lands a rendezvous payload. 1: through UCX's generic
+  // datatype, whose unpack copies each arriving fragment into the sink's spans
+  // and checksums it in the same pass (no separate verification read). 0: UCX
+  // writes the spans itself (zero-copy where its lanes can), then the payload is
+  // read once more to verify it (see verifier_threads). -1 picks 1 on connections
+  // whose rendezvous runs over active-message lanes (shared memory with peer
+  // error handling, tcp: UCX copies every fragment anyway) and 0 on RMA lanes.
+  int fused_receive = -1;
   // Log each connection (peer and the UCX lanes it uses) to stderr once it
   // carries its first message.
   bool log_connections = false;

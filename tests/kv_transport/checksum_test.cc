@@ -1,5 +1,6 @@
 #include "services/kv_transport/checksum.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -82,6 +83,54 @@ TEST(Crc32cLongTest, InterleavedStreamsMatchPortable) {
       ASSERT_EQ(Crc32c(0x12345678u, p, n), Crc32cPortable(0x12345678u, p, n)) << "n=" << n;
     }
   }
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+TEST(CopyCrc32cTest, CopiesAndChecksumsInOnePass) {
+  const auto data = RandomBytes((1 << 20) + 200, 5);
+  std::vector<uint8_t> dst(data.size() + 64);
+  for (size_t n : {0u, 1u, 63u, 1023u, 1024u, 1025u, 1087u, 8256u, 65536u, 100003u, 1u << 20}) {
+    for (size_t src_off : {0u, 5u}) {
+      for (size_t dst_off : {0u, 3u}) {
+        std::fill(dst.begin(), dst.end(), uint8_t{0xA5});
+        const uint8_t* p = data.data() + src_off;
+        const uint32_t got = CopyCrc32c(0x1234u, dst.data() + dst_off, p, n);
+        ASSERT_EQ(got, Crc32cPortable(0x1234u, p, n)) << "n=" << n;
+        ASSERT_EQ(std::memcmp(dst.data() + dst_off, p, n), 0) << "n=" << n;
+        // Nothing written around the destination.
+        for (size_t i = 0; i < dst_off; ++i) ASSERT_EQ(dst[i], 0xA5) << "n=" << n;
+        for (size_t i = dst_off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xA5) << "n=" << n;
+      }
+    }
+  }
+}
+
+TEST(Crc32cCombineTest, FoldsPiecesIntoTheWholeChecksum) {
+  const auto data = RandomBytes(10000, 1);
+  const uint32_t whole = Crc32c(0, data.data(), data.size());
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{7}, size_t{4096}, size_t{9999}, size_t{10000}}) {
+    const uint32_t a = Crc32c(0, data.data(), cut);
+    const uint32_t b = Crc32c(0, data.data() + cut, data.size() - cut);
+    EXPECT_EQ(Crc32cCombine(a, b, data.size() - cut), whole) << "cut " << cut;
+  }
+}
+
+TEST(Crc32cCombineTest, FolderEqualsCombineForItsLength) {
+  const auto data = RandomBytes(3 * 1000 + 17, 2);
+  const Crc32cFolder fold(1000);
+  uint32_t crc = Crc32c(0, data.data(), 1000);
+  for (size_t off = 1000; off + 1000 <= data.size(); off += 1000) {
+    crc = fold.Fold(crc, Crc32c(0, data.data() + off, 1000));
+  }
+  crc = Crc32cCombine(crc, Crc32c(0, data.data() + 3000, 17), 17);
+  EXPECT_EQ(crc, Crc32c(0, data.data(), data.size()));
+  EXPECT_NE(Crc32cCombine(crc, 0, 1), crc);  // the length matters
 }
 
 INSTANTIATE_TEST_SUITE_P(Implementations, Crc32cTest,

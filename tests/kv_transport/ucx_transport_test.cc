@@ -32,9 +32,11 @@ using testing::TestSink;
 constexpr int kTimeoutMs = 5000;
 
 std::unique_ptr<KvTransport> MakeUcx(const std::string& tls, bool corrupt = false,
-                                     int timeout_ms = kTimeoutMs, int verifier_threads = -1) {
+                                     int timeout_ms = kTimeoutMs, int verifier_threads = -1,
+                                     int fused_receive = -1) {
   TransportOptions options;
   options.verifier_threads = verifier_threads;
+  options.fused_receive = fused_receive;
   options.kind = "ucx";
   options.ucx_tls = tls;
   options.send_timeout_ms = timeout_ms;
@@ -184,13 +186,16 @@ TEST_P(UcxTransportTest, ChecksumMismatchIsDetected) {
 }
 
 // A checksum the producer computed (SendChecksummed) is what the receiver
-// verifies, whether it verifies on its progress thread or on a verifier thread:
-// right values land, a wrong one is DATA_LOSS to both ends.
-TEST_P(UcxTransportTest, ProducerChecksumIsVerifiedByReceiver) {
-  for (int verifiers : {0, 1}) {
-    SCOPED_TRACE(absl::StrCat("verifier_threads=", verifiers));
+// verifies, on every receive path: checksummed while landing (fused) or read
+// again after UCX landed it, on the progress thread or on a verifier thread.
+// Right values land byte-exact across the sink's spans, a wrong one is
+// DATA_LOSS to both ends.
+TEST_P(UcxTransportTest, ProducerChecksumIsVerifiedOnEveryReceivePath) {
+  for (const auto& [verifiers, fused] : {std::pair{0, 0}, {1, 0}, {0, 1}, {1, 1}}) {
+    SCOPED_TRACE(absl::StrCat("verifier_threads=", verifiers, " fused_receive=", fused));
     TestSink sink;
-    std::unique_ptr<KvTransport> receiver = MakeUcx(GetParam(), false, kTimeoutMs, verifiers);
+    std::unique_ptr<KvTransport> receiver =
+        MakeUcx(GetParam(), false, kTimeoutMs, verifiers, fused);
     ASSERT_NE(receiver, nullptr);
     absl::StatusOr<std::string> address = receiver->Listen("127.0.0.1:0", &sink);
     ASSERT_TRUE(address.ok()) << address.status();
@@ -201,7 +206,8 @@ TEST_P(UcxTransportTest, ProducerChecksumIsVerifiedByReceiver) {
       const std::vector<ConstSpan> pieces = SplitInto(data, {bytes / 3, bytes - bytes / 3});
       KvMessageHeader h = MakeHeader(42, ++token, bytes);
       h.payload_checksum = Crc32c(0, data.data(), data.size());
-      sink.Reserve(42, token, {bytes / 2, bytes - bytes / 2});
+      // Odd span sizes: fragments straddle the spans' borders.
+      sink.Reserve(42, token, {bytes / 2 + 7, 1, bytes - bytes / 2 - 8});
       absl::Status s = sender_->SendChecksummed(*address, h, pieces);
       ASSERT_TRUE(s.ok()) << s << " bytes=" << bytes;
       EXPECT_TRUE(sink.landed() == data) << "bytes=" << bytes;

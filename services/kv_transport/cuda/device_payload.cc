@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/crc32c.h"
 #include "services/kv_transport/checksum.h"
-#include "services/kv_transport/cuda/crc32c_combine.h"
 
 namespace ced::kv_transport::cuda {
 namespace {

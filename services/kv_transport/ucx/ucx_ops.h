@@ -35,6 +35,7 @@ struct UcxTransport::EpContext {
   bool connected = false;  // client endpoints: wireup finished (first flush completed)
   bool failed = false;
   bool described = false;         // its lanes were logged (TransportOptions::log_connections)
+  std::optional<bool> fused;      // accepted ones: receive through the fused datatype
   std::thread exchange;           // client endpoints: the address exchange (joined when done)
   uint64_t exchange_send_id = 0;  // the Send whose header the exchange presented
   std::vector<std::shared_ptr<SendOp>> waiting;  // Sends queued until connected
@@ -69,6 +70,16 @@ struct UcxTransport::RecvOp {
   uint64_t conn_id = 0;  // the accepted connection it came on (acknowledged there)
   std::vector<MemSpan> spans;
   std::vector<ucp_dt_iov_t> iov;
+  // Fused receives: the runs of the payload landed so far, each with the
+  // checksum of its bytes (one run when fragments arrive in order).
+  struct Landed {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+    uint32_t crc = 0;
+  };
+  bool fused = false;
+  std::vector<Landed> landed;
+  uint32_t landed_crc = 0;  // their checksum, when handed to the verifier thread
   bool abandoned = false;  // completed as CANCELLED at shutdown; UCX may still call back
   bool verifying = false;  // landed; its checksum is with the verifier thread
 };

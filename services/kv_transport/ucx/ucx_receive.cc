@@ -1,10 +1,12 @@
 // UcxTransport: the receiving side (data messages, acknowledgements). Progress
 // thread only.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "services/kv_transport/checksum.h"
 #include "services/kv_transport/payload.h"
 #include "services/kv_transport/ucx/ucx_ops.h"
 #include "services/kv_transport/ucx/ucx_transport.h"
@@ -87,27 +89,40 @@ ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void
     recvs_.erase(raw);
     return UCS_OK;
   }
+  raw->fused = FusedReceive(conn->second);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
-    ScatterToSpans(static_cast<const uint8_t*>(data), length, raw->spans);
+    // Eager: the payload is here; copy it into the spans, checksumming on the way.
+    raw->fused = true;
+    (void)FusedUnpack(raw, 0, data, length);
     FinishRecv(raw, UCS_OK);
     return UCS_OK;
-  }
-  // Rendezvous: land the payload directly in the sink's spans.
-  for (const MemSpan& s : raw->spans) {
-    if (s.size > 0) raw->iov.push_back({s.data, s.size});
   }
   ucp_request_param_t rp{};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   rp.cb.recv_am = &RecvCb;
   rp.user_data = raw;
-  void* buffer = raw->iov.empty() ? nullptr : raw->iov[0].buffer;
-  size_t count = raw->iov.empty() ? 0 : raw->iov[0].length;
-  rp.datatype = ucp_dt_make_contig(1);
-  if (raw->iov.size() > 1) {
-    rp.datatype = ucp_dt_make_iov();
-    buffer = raw->iov.data();
-    count = raw->iov.size();
+  void* buffer = nullptr;
+  size_t count = 0;
+  if (raw->fused) {
+    // Each fragment goes through FusedUnpack: copied into the spans and
+    // checksummed in one pass.
+    rp.datatype = fused_dt_;
+    buffer = raw;
+    count = raw->header.payload_bytes;
+  } else {
+    // Rendezvous on RMA lanes: UCX lands the payload directly in the sink's spans.
+    for (const MemSpan& s : raw->spans) {
+      if (s.size > 0) raw->iov.push_back({s.data, s.size});
+    }
+    buffer = raw->iov.empty() ? nullptr : raw->iov[0].buffer;
+    count = raw->iov.empty() ? 0 : raw->iov[0].length;
+    rp.datatype = ucp_dt_make_contig(1);
+    if (raw->iov.size() > 1) {
+      rp.datatype = ucp_dt_make_iov();
+      buffer = raw->iov.data();
+      count = raw->iov.size();
+    }
   }
   ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker_, data, buffer, count, &rp);
   if (request == nullptr) {
@@ -127,12 +142,82 @@ void UcxTransport::FinishRecv(RecvOp* op, ucs_status_t ucx_status) {
                      absl::StrCat("kv payload of request ", op->header.request_id), ucx_status));
     return;
   }
+  if (op->fused) {
+    // Checksummed while landing; the verdict waits for nothing queued ahead.
+    absl::StatusOr<uint32_t> checksum = FusedChecksum(op);
+    if (!checksum.ok()) {
+      ConcludeRecv(op, checksum.status());
+    } else if (verifying_ > 0) {
+      op->landed_crc = *checksum;
+      QueueVerify(op);  // the verifier passes it through in order (no second read)
+    } else {
+      OnVerified(op, *checksum);
+    }
+    return;
+  }
   // Inline only when nothing is queued ahead: verdicts keep the arrival order.
   if (verifier_.joinable() && (op->header.payload_bytes > kInlineVerifyBytes || verifying_ > 0)) {
     QueueVerify(op);
     return;
   }
   OnVerified(op, ChecksumSpans(op->spans));
+}
+
+bool UcxTransport::FusedReceive(EpContext* ctx) {
+  if (options_.fused_receive >= 0 || ctx->ep == nullptr) return options_.fused_receive != 0;
+  if (!ctx->fused.has_value()) ctx->fused = !DescribeLanes(ctx->ep).rndv_rma;
+  return *ctx->fused;
+}
+
+void* UcxTransport::FusedStartUnpack(void* /*context*/, void* buffer, size_t /*count*/) {
+  return buffer;  // the RecvOp
+}
+
+size_t UcxTransport::FusedPackedSize(void* state) {
+  return static_cast<RecvOp*>(state)->header.payload_bytes;
+}
+
+ucs_status_t UcxTransport::FusedUnpack(void* state, size_t offset, const void* src,
+                                       size_t length) {
+  auto* op = static_cast<RecvOp*>(state);
+  // An abandoned receive's spans are the sink's again: nothing more lands there.
+  if (op->abandoned || length == 0) return UCS_OK;
+  if (offset > op->header.payload_bytes || length > op->header.payload_bytes - offset) {
+    return UCS_ERR_MESSAGE_TRUNCATED;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  if (!op->landed.empty() && op->landed.back().end == offset) {
+    RecvOp::Landed& run = op->landed.back();
+    run.crc = CopyToSpansChecksummed(op->spans, offset, bytes, length, run.crc);
+    run.end += length;
+  } else {
+    op->landed.push_back(
+        {offset, offset + length, CopyToSpansChecksummed(op->spans, offset, bytes, length, 0)});
+  }
+  return UCS_OK;
+}
+
+void UcxTransport::FusedFinish(void* /*state*/) {}
+
+absl::StatusOr<uint32_t> UcxTransport::FusedChecksum(RecvOp* op) {
+  std::vector<RecvOp::Landed>& runs = op->landed;
+  if (runs.size() > 1) {
+    std::sort(runs.begin(), runs.end(),
+              [](const RecvOp::Landed& a, const RecvOp::Landed& b) { return a.begin < b.begin; });
+  }
+  uint32_t crc = 0;
+  uint64_t covered = 0;
+  for (const RecvOp::Landed& run : runs) {
+    if (run.begin != covered) break;  // a gap or an overlap
+    crc = covered == 0 ? run.crc : Crc32cCombine(crc, run.crc, run.end - run.begin);
+    covered = run.end;
+  }
+  if (covered != op->header.payload_bytes) {
+    return absl::DataLossError(absl::StrCat("kv payload of request ", op->header.request_id,
+                                            " landed incomplete (", covered, " of ",
+                                            op->header.payload_bytes, " bytes in order)"));
+  }
+  return crc;
 }
 
 void UcxTransport::QueueVerify(RecvOp* op) {
@@ -190,7 +275,7 @@ void UcxTransport::VerifierLoop() {
     }
     // The op and its spans stay valid: only OnVerified (or Shutdown, after
     // joining this thread) releases them.
-    const uint32_t checksum = ChecksumSpans(op->spans);
+    const uint32_t checksum = op->fused ? op->landed_crc : ChecksumSpans(op->spans);
     Post([this, op, checksum] { OnVerified(op, checksum); });
   }
 }

@@ -12,11 +12,14 @@
 // validates the header, asks the sink for destination spans, lands eager data by
 // copy and rendezvous data by ucp_am_recv_data_nbx straight into the spans,
 // verifies the checksum, calls Complete, and replies on its own endpoint to the
-// sender with a small acknowledgement AM carrying its verdict. Checksums of
-// large payloads are verified on a separate verifier thread, in arrival order,
-// so that the progress thread keeps moving the next payloads meanwhile; the
-// sender computes its checksum on the calling thread. Many Sends (each waiting
-// for its own verdict) may be in flight on one connection.
+// sender with a small acknowledgement AM carrying its verdict. Where the
+// rendezvous runs over active-message lanes (UCX copies each fragment out of
+// its own buffers), the payload is received through a generic datatype whose
+// unpack copies and checksums each fragment in one pass; on RMA lanes UCX lands
+// it zero-copy and it is verified afterwards, on the progress thread or, with 4
+// CPUs or more, on a verifier thread (in arrival order). The sender computes its
+// checksum on the calling thread unless the producer gave it. Many Sends (each
+// waiting for its own verdict) may be in flight on one connection.
 //
 // A Send that times out force-closes its connection (other Sends on it fail with
 // UNAVAILABLE) so that the payload is never referenced after Send returns.
@@ -118,6 +121,17 @@ class UcxTransport final : public KvTransport {
   // Logs a connection's lanes once, if TransportOptions::log_connections.
   void Describe(EpContext* ctx);
   void FinishRecv(RecvOp* op, ucs_status_t status);
+  // Whether payloads arriving on `ctx` are received through fused_dt_
+  // (TransportOptions::fused_receive; decided once per connection).
+  bool FusedReceive(EpContext* ctx);
+  // The generic datatype's callbacks: `state` is the RecvOp.
+  static void* FusedStartUnpack(void* context, void* buffer, size_t count);
+  static size_t FusedPackedSize(void* state);
+  static ucs_status_t FusedUnpack(void* state, size_t offset, const void* src, size_t length);
+  static void FusedFinish(void* state);
+  // The checksum of a fused receive's landed pieces, or DATA_LOSS if they do not
+  // cover the payload exactly.
+  static absl::StatusOr<uint32_t> FusedChecksum(RecvOp* op);
   // Hands `op`'s checksum to the verifier thread, which posts OnVerified back.
   void QueueVerify(RecvOp* op);
   void OnVerified(RecvOp* op, uint32_t checksum);
@@ -199,6 +213,8 @@ class UcxTransport final : public KvTransport {
   std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> recvs_;   // landing or being verified
   std::vector<std::shared_ptr<SendOp>> abandoned_sends_;         // kept until the worker dies
   size_t verifying_ = 0;  // received payloads handed to the verifier, not back yet
+  ucp_datatype_t fused_dt_ = 0;  // generic datatype: copy + checksum per fragment
+  bool have_fused_dt_ = false;
 
   // The verifier thread's queue (RecvOps stay owned by recvs_ meanwhile).
   std::thread verifier_;

@@ -130,6 +130,7 @@ EpLanes DescribeLanes(ucp_ep_h ep) {
   // Without RMA lanes UCX runs the rendezvous protocol over the bulk
   // active-message lanes.
   lanes.rndv = rndv.empty() ? absl::StrJoin(am_bw, " + ") : absl::StrJoin(rndv, " + ");
+  lanes.rndv_rma = !rndv.empty();
   return lanes;
 }
 

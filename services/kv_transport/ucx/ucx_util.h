@@ -45,6 +45,7 @@ bool MayUseSharedMemory(const std::string& tls);
 struct EpLanes {
   std::string am;
   std::string rndv;
+  bool rndv_rma = false;     // rndv names RMA lanes (zero-copy get/put), not AM lanes
   std::string am_protocols;  // "0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)"
 };
 EpLanes DescribeLanes(ucp_ep_h ep);
