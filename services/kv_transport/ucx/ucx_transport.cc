@@ -29,8 +29,9 @@ constexpr int kIdleWaitMs = 20;
 // sleep/wakeup between two of them costs more than the fragment. The spin
 // yields the core to other runnable threads on every idle round.
 constexpr auto kSpinAfterProgress = std::chrono::microseconds(500);
-// Idle spins between two looks at the clock.
+// Idle spins between two looks at the clock, and between two yields of the core.
 constexpr int kClockEvery = 32;
+constexpr int kYieldEvery = 32;
 // Progress calls between two looks at the command queue.
 constexpr int kProgressBatch = 64;
 // How long shutdown keeps progressing to let closes and cancelled operations finish.
@@ -199,6 +200,7 @@ bool UcxTransport::DrainCommands() {
 void UcxTransport::ProgressLoop() {
   // Idle iterations in a row, and when they began (read every kClockEvery of them).
   int idle = 0;
+  bool spin = false;  // from an activity until kSpinAfterProgress passed without one
   int since_expiry = 0;
   auto idle_since = std::chrono::steady_clock::now();
   while (true) {
@@ -216,17 +218,25 @@ void UcxTransport::ProgressLoop() {
     }
     if (had_commands || progressed || !to_close_.empty()) {
       idle = 0;
+      spin = true;
       continue;
     }
-    if (idle++ == 0) idle_since = std::chrono::steady_clock::now();
-    if (idle % kClockEvery != 0 ||
-        std::chrono::steady_clock::now() - idle_since < kSpinAfterProgress) {
-      // Spinning, but the core goes to any other runnable thread first (the
-      // engine's compute, on a machine without cores to spare): a transfer
-      // should overlap compute, not take its time.
-      sched_yield();
-      continue;
+    if (spin) {
+      if (idle++ == 0) idle_since = std::chrono::steady_clock::now();
+      if (idle % kClockEvery != 0 ||
+          std::chrono::steady_clock::now() - idle_since < kSpinAfterProgress) {
+        // Spinning, but the core goes to any other runnable thread first (the
+        // engine's compute, on a machine without cores to spare): a transfer
+        // should overlap compute, not take its time. Every kYieldEvery rounds
+        // only (a few microseconds apart): a system call costs ~1.5 us on a VM,
+        // some twenty idle rounds.
+        if (idle % kYieldEvery == 0) sched_yield();
+        continue;
+      }
     }
+    // Nothing happened for kSpinAfterProgress, or the last wait ended without
+    // an event: sleep (an idle transport does not spin after each timeout).
+    spin = false;
     idle = 0;
     ExpireSends();
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
