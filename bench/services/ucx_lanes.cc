@@ -84,7 +84,8 @@ absl::StatusOr<UcxLanes> ProbeUcxLanes(const std::string& tls, bool peer_error_h
                              Wait(ucp_ep_flush_nbx(server_ep, &rp), client, server, 10);
       if (connected) {
         const kv_transport::ucx::EpLanes lanes = kv_transport::ucx::DescribeLanes(client_ep);
-        result = UcxLanes{lanes.am, lanes.rndv, lanes.am_protocols};
+        result = UcxLanes{lanes.am, lanes.rndv + (lanes.rndv_rma ? " (RMA)" : " (AM)"),
+                          lanes.am_protocols};
       }
     }
   }

@@ -14,8 +14,9 @@ namespace ced::bench {
 
 struct UcxLanes {
   std::string am;            // transports carrying active messages ("sysv/memory", "tcp/lo", ...)
-  std::string rndv;          // transports carrying rendezvous (large) payloads
-                             // (RMA lanes, else the bulk active-message lanes)
+  std::string rndv;          // transports carrying rendezvous (large) payloads, then
+                             // "(RMA)" for RMA lanes or "(AM)" for the bulk
+                             // active-message lanes (used when there are no RMA lanes)
   std::string am_protocols;  // "0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)"
 };
 

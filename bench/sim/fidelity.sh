@@ -109,8 +109,10 @@ log "path latency $REQUEST_MS ms"
 # not the measured runs), minus the simulator's for the same probe. The
 # decode worker's mean step over the probe is noted too. It runs right before
 # each load, so that the speed this shared machine has at the time (it drifts
-# by 10-20% over minutes) is the one the load's prediction starts from; load
-# i's profile is profile_load_i.txt, and profile.txt records each addition.
+# by 10-20% over minutes) is the one the load's prediction starts from: the
+# probe's prefill compute over the profile's also scales the profile's prefill
+# rates for that load. Load i's profile is profile_load_i.txt, and profile.txt
+# records each addition.
 cp "$WORK/profile.txt" "$WORK/profile_base.txt"
 decode_probe() {
   local i=$1 label=$2
@@ -143,23 +145,33 @@ PYEOF
   out=$($PY - "$WORK/probe_decode_$i.json" "$WORK/probe_sim_$i.csv" "$WORK/profile_base.txt" <<'PYEOF'
 import csv, json, sys, statistics
 recs = json.load(open(sys.argv[1]))["runs"][0]["requests"][2:]
-meas = statistics.median(r["tpot_ms"] for r in recs if r["outcome"] == "OK" and "tpot_ms" in r)
-sim = statistics.median(1e3 * float(r["tpot_s"]) for r in csv.DictReader(open(sys.argv[2])))
+ok = [r for r in recs if r["outcome"] == "OK"]
+sims = list(csv.DictReader(open(sys.argv[2])))
+meas = statistics.median(r["tpot_ms"] for r in ok if "tpot_ms" in r)
+sim = statistics.median(1e3 * float(r["tpot_s"]) for r in sims)
+# The prefill worker's compute for these prompts (alone on the machine, as
+# when calibrated) over the simulator's prefill step: the machine's drift since.
+meas_pf = statistics.median(r["server_ms"]["prefill"] for r in ok if "server_ms" in r)
+sim_pf = statistics.median(1e3 * float(r["prefill_s"]) for r in sims)
 base = 0.0
 for line in open(sys.argv[3]):
     parts = line.split("#")[0].split()
     if len(parts) == 2 and parts[0] == "decode_step_s":
         base = float(parts[1])
-print("%.9g %.4f %.4f" % (base + max(0.0, meas - sim) / 1e3, meas, sim))
+print("%.9g %.4f %.4f %.4f %.4f %.4f" % (base + max(0.0, meas - sim) / 1e3, meas, sim,
+                                        meas_pf / sim_pf, meas_pf, sim_pf))
 PYEOF
 )
-  local step_s tpot_ms sim_ms
-  read -r step_s tpot_ms sim_ms <<<"$out"
+  local step_s tpot_ms sim_ms f_pre pf_ms sim_pf_ms
+  read -r step_s tpot_ms sim_ms f_pre pf_ms sim_pf_ms <<<"$out"
   local note="+ probe TPOT $tpot_ms ms - simulated $sim_ms ms (${INPUT_MEAN}-token prompts; the worker's mean step $step_ms ms)"
-  cp "$WORK/profile_base.txt" "$WORK/profile_load_$i.txt"
+  local pf_note="prefill rates / $f_pre: the probe's prefill compute $pf_ms ms vs the profile's $sim_pf_ms ms"
+  $PY bench/sim/fidelity_report.py scale-prefill "$WORK/profile_base.txt" \
+    "$WORK/profile_load_$i.txt" "$f_pre"
   echo "decode_step_s $step_s  # $note, appended by fidelity.sh" >>"$WORK/profile_load_$i.txt"
   echo "# before the $label load: decode_step_s $step_s  # $note" >>"$WORK/profile.txt"
-  log "decode loop before the $label load: probe TPOT $tpot_ms ms, simulated $sim_ms ms, worker step $step_ms ms"
+  echo "# before the $label load: $pf_note" >>"$WORK/profile.txt"
+  log "before the $label load: probe TPOT $tpot_ms ms, simulated $sim_ms ms, worker step $step_ms ms; $pf_note"
 }
 
 SIM_COMMON=(--preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2

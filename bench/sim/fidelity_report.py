@@ -173,11 +173,33 @@ def scale_profile(src, dst, f):
     open(dst, "w").write("\n".join(out) + "\n")
 
 
+PREFILL_RATES = ["peak_flops"]
+PREFILL_COSTS = ["prefill_step_s", "prefill_token_s"]
+
+
+def scale_prefill(src, dst, f):
+    """The profile with its prefill rates divided by f (its per-step prefill
+    costs multiplied by f): the machine's speed drift measured by a probe."""
+    out = [f"# prefill scaled by fidelity_report.py: rates / {f:.4f}, per-step costs x {f:.4f}"]
+    for line in open(src):
+        parts = line.split("#")[0].split()
+        if len(parts) == 2 and parts[0] in PREFILL_RATES:
+            line = f"{parts[0]} {float(parts[1]) / f:.9g}\n"
+        elif len(parts) == 2 and parts[0] in PREFILL_COSTS:
+            line = f"{parts[0]} {float(parts[1]) * f:.9g}\n"
+        out.append(line.rstrip("\n"))
+    open(dst, "w").write("\n".join(out) + "\n")
+
+
 def err(pred, meas):
     return (pred - meas) / meas if meas > 0 else float("nan")
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "scale-prefill":
+        # scale-prefill PROFILE_IN PROFILE_OUT F
+        scale_prefill(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "scale":
         # scale MEASURED_JSON SIM_CSV PROFILE_IN PROFILE_OUT: prints the factor.
         f = slowdown(sys.argv[2], sys.argv[3])
@@ -341,8 +363,9 @@ def main():
       "simulator's for the same probe: the real decode loop's cost per step beyond the "
       "engine's step as calibrated in-process. That probe runs right before each load (this "
       "shared machine's speed drifts by 10-20% over minutes), and each load is simulated with "
-      "its own addition (the lines at the end of the profile, with the decode worker's own "
-      "mean step over that probe).")
+      "its own addition and with the profile's prefill rates scaled by the probe's prefill "
+      "compute over the profile's for the same prompts (the lines at the end of the profile, "
+      "with the decode worker's own mean step over that probe).")
     w("")
     w("```")
     w(profile.rstrip())
