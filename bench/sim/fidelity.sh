@@ -111,7 +111,7 @@ log "path latency $REQUEST_MS ms"
 # each load, so that the speed this shared machine has at the time (it drifts
 # by 10-20% over minutes) is the one the load's prediction starts from: the
 # probe's prefill compute over the profile's also scales the profile's prefill
-# rates for that load. Load i's profile is profile_load_i.txt, and profile.txt
+# rates for that load, and a probe TPOT below the simulator's its decode rates. Load i's profile is profile_load_i.txt, and profile.txt
 # records each addition.
 cp "$WORK/profile.txt" "$WORK/profile_base.txt"
 decode_probe() {
@@ -158,20 +158,24 @@ for line in open(sys.argv[3]):
     parts = line.split("#")[0].split()
     if len(parts) == 2 and parts[0] == "decode_step_s":
         base = float(parts[1])
-print("%.9g %.4f %.4f %.4f %.4f %.4f" % (base + max(0.0, meas - sim) / 1e3, meas, sim,
-                                        meas_pf / sim_pf, meas_pf, sim_pf))
+# Above the simulator's: the loop's own cost per step, added to decode_step_s.
+# Below it: the machine runs faster than calibrated (the loop cannot beat the
+# engine step it runs), so the decode rates scale by the ratio instead.
+f_dec = min(1.0, meas / sim)
+print("%.9g %.4f %.4f %.4f %.4f %.4f %.4f" % (base * f_dec + max(0.0, meas - sim) / 1e3, meas,
+                                             sim, meas_pf / sim_pf, meas_pf, sim_pf, f_dec))
 PYEOF
 )
-  local step_s tpot_ms sim_ms f_pre pf_ms sim_pf_ms
-  read -r step_s tpot_ms sim_ms f_pre pf_ms sim_pf_ms <<<"$out"
+  local step_s tpot_ms sim_ms f_pre pf_ms sim_pf_ms f_dec
+  read -r step_s tpot_ms sim_ms f_pre pf_ms sim_pf_ms f_dec <<<"$out"
   local note="+ probe TPOT $tpot_ms ms - simulated $sim_ms ms (${INPUT_MEAN}-token prompts; the worker's mean step $step_ms ms)"
-  local pf_note="prefill rates / $f_pre: the probe's prefill compute $pf_ms ms vs the profile's $sim_pf_ms ms"
-  $PY bench/sim/fidelity_report.py scale-prefill "$WORK/profile_base.txt" \
-    "$WORK/profile_load_$i.txt" "$f_pre"
+  local drift_note="prefill rates / $f_pre (the probe's prefill compute $pf_ms ms vs the profile's $sim_pf_ms ms), decode rates / $f_dec"
+  $PY bench/sim/fidelity_report.py scale-drift "$WORK/profile_base.txt" \
+    "$WORK/profile_load_$i.txt" "$f_pre" "$f_dec"
   echo "decode_step_s $step_s  # $note, appended by fidelity.sh" >>"$WORK/profile_load_$i.txt"
   echo "# before the $label load: decode_step_s $step_s  # $note" >>"$WORK/profile.txt"
-  echo "# before the $label load: $pf_note" >>"$WORK/profile.txt"
-  log "before the $label load: probe TPOT $tpot_ms ms, simulated $sim_ms ms, worker step $step_ms ms; $pf_note"
+  echo "# before the $label load: $drift_note" >>"$WORK/profile.txt"
+  log "before the $label load: probe TPOT $tpot_ms ms, simulated $sim_ms ms, worker step $step_ms ms; $drift_note"
 }
 
 SIM_COMMON=(--preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2

@@ -173,20 +173,30 @@ def scale_profile(src, dst, f):
     open(dst, "w").write("\n".join(out) + "\n")
 
 
-PREFILL_RATES = ["peak_flops"]
-PREFILL_COSTS = ["prefill_step_s", "prefill_token_s"]
+DRIFT_KEYS = {  # key: (side, rate or cost)
+    "peak_flops": ("prefill", "rate"),
+    "prefill_step_s": ("prefill", "cost"),
+    "prefill_token_s": ("prefill", "cost"),
+    "hbm_bytes_per_s": ("decode", "rate"),
+    "decode_step_s": ("decode", "cost"),
+    "decode_seq_s": ("decode", "cost"),
+}
 
 
-def scale_prefill(src, dst, f):
-    """The profile with its prefill rates divided by f (its per-step prefill
-    costs multiplied by f): the machine's speed drift measured by a probe."""
-    out = [f"# prefill scaled by fidelity_report.py: rates / {f:.4f}, per-step costs x {f:.4f}"]
+def scale_drift(src, dst, f_prefill, f_decode):
+    """The profile with its prefill rates divided by f_prefill (per-step prefill
+    costs multiplied by it) and its decode ones by f_decode: the machine's speed
+    drift since calibration, as a probe measured it."""
+    f = {"prefill": f_prefill, "decode": f_decode}
+    out = [f"# drift applied by fidelity_report.py: prefill x {f_prefill:.4f}, "
+           f"decode x {f_decode:.4f} (rates divided, per-step costs multiplied)"]
     for line in open(src):
         parts = line.split("#")[0].split()
-        if len(parts) == 2 and parts[0] in PREFILL_RATES:
-            line = f"{parts[0]} {float(parts[1]) / f:.9g}\n"
-        elif len(parts) == 2 and parts[0] in PREFILL_COSTS:
-            line = f"{parts[0]} {float(parts[1]) * f:.9g}\n"
+        if len(parts) == 2 and parts[0] in DRIFT_KEYS:
+            side, kind = DRIFT_KEYS[parts[0]]
+            v = float(parts[1])
+            v = v / f[side] if kind == "rate" else v * f[side]
+            line = f"{parts[0]} {v:.9g}\n"
         out.append(line.rstrip("\n"))
     open(dst, "w").write("\n".join(out) + "\n")
 
@@ -196,9 +206,9 @@ def err(pred, meas):
 
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "scale-prefill":
-        # scale-prefill PROFILE_IN PROFILE_OUT F
-        scale_prefill(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    if len(sys.argv) > 1 and sys.argv[1] == "scale-drift":
+        # scale-drift PROFILE_IN PROFILE_OUT F_PREFILL F_DECODE
+        scale_drift(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "scale":
         # scale MEASURED_JSON SIM_CSV PROFILE_IN PROFILE_OUT: prints the factor.
@@ -363,9 +373,12 @@ def main():
       "simulator's for the same probe: the real decode loop's cost per step beyond the "
       "engine's step as calibrated in-process. That probe runs right before each load (this "
       "shared machine's speed drifts by 10-20% over minutes), and each load is simulated with "
-      "its own addition and with the profile's prefill rates scaled by the probe's prefill "
-      "compute over the profile's for the same prompts (the lines at the end of the profile, "
-      "with the decode worker's own mean step over that probe).")
+      "its own correction (the lines at the end of the profile, with the decode worker's own "
+      "mean step over that probe): the profile's prefill rates scaled by the probe's prefill "
+      "compute over the profile's for the same prompts; and when the probe's TPOT is below "
+      "the simulator's (the machine runs faster than when calibrated: the real decode loop "
+      "cannot beat the engine step it runs), its decode rates scaled by that ratio instead of "
+      "an addition to `decode_step_s`.")
     w("")
     w("```")
     w(profile.rstrip())
