@@ -1,11 +1,14 @@
 #include "bench/loadgen/runner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace ced::loadgen {
@@ -151,7 +154,11 @@ ced::v1::GenerateRequest MakeGenerateRequest(const PlannedRequest& planned,
   req.set_temperature(options.temperature);
   req.set_seed(planned.seed);
   req.set_replay_on(options.replay_on);
-  req.set_request_id(absl::StrCat("loadgen-", planned.index));
+  // Unique across load generators running at once against one gateway (an id
+  // already in flight there is refused): this process's id, then the index.
+  static const std::string run_tag =
+      absl::StrCat(getpid(), "-", absl::ToUnixMicros(absl::Now()) % 1000000);
+  req.set_request_id(absl::StrCat("loadgen-", run_tag, "-", planned.index));
   return req;
 }
 

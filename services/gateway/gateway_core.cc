@@ -86,6 +86,16 @@ void GatewayCore::WaitForCalls() {
       +[](int* running) { return *running == 0; }, &running_calls_));
 }
 
+bool GatewayCore::ClaimRequestId(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  return inflight_ids_.insert(id).second;
+}
+
+void GatewayCore::ReleaseRequestId(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  inflight_ids_.erase(id);
+}
+
 std::string GatewayCore::NewRequestId() {
   absl::MutexLock lock(&mu_);
   // splitmix64: distinct ids without a shared generator's locking subtleties.

@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ced/internal/router.grpc.pb.h"
@@ -76,6 +77,11 @@ class GatewayCore {
 
   // "gw-" + 16 random hex digits.
   std::string NewRequestId();
+  // Marks `id` in flight on this gateway; false if it already is (the workers
+  // key a request's sequence, transfer and cancellation by it, so a second one
+  // must never reach them). ReleaseRequestId when the call ends.
+  bool ClaimRequestId(const std::string& id);
+  void ReleaseRequestId(const std::string& id);
 
  private:
   const GatewaySettings settings_;
@@ -85,6 +91,7 @@ class GatewayCore {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> inflight_ids_ ABSL_GUARDED_BY(mu_);
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t inflight_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int running_calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/accounting/accounting.h"
 #include "services/common/grpc_util.h"
@@ -40,6 +41,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     return writer;
   }
   if (valid->request_id.empty()) valid->request_id = core_->NewRequestId();
+  if (!core_->ClaimRequestId(valid->request_id)) {
+    core_->Release(AdmissionTokens(*valid));
+    metrics.CountRequest("already_exists");
+    writer->handle()->Close(grpc::Status(
+        grpc::StatusCode::ALREADY_EXISTS,
+        absl::StrCat("request_id: '", valid->request_id,
+                     "' is already in flight on this gateway; use a new id per request")));
+    return writer;
+  }
   auto call = std::make_shared<GenerateCall>(core_, *std::move(valid), writer->handle(),
                                              context->deadline(), received);
   *slot = call;

@@ -120,9 +120,10 @@ void GenerateCall::Run() {
   } else {
     metrics.CountRequest(OutcomeLabel(status.error_code()));
   }
-  // Free the slot before the client learns the outcome: its next request
-  // must be admitted.
+  // Free the slot and the id before the client learns the outcome: its next
+  // request must be admitted.
   core_->Release(AdmissionTokens(request_));
+  core_->ReleaseRequestId(request_.request_id);
   out_->Close(status);
 }
 
@@ -131,7 +132,8 @@ void GenerateCall::SendWorkerCancels() {
   request.set_request_id(request_.request_id);
   ced::internal::CancelResponse response;
   const auto deadline = absl::ToChronoTime(absl::Now() + core_->settings().cancel_timeout);
-  if (decode_stub_ != nullptr && !decode_complete_) {  // a failed Reserve may have landed
+  // A failed Reserve may have landed, unless the worker refused the id as taken.
+  if (decode_stub_ != nullptr && !decode_complete_ && !reserve_refused_) {
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
     (void)decode_stub_->Cancel(&ctx, request, &response);
@@ -194,6 +196,9 @@ grpc::Status GenerateCall::Execute() {
   ced::internal::ReserveResponse reserved;
   reserve_ctx_.set_deadline(Bounded(settings.reserve_timeout));
   status = decode_stub_->Reserve(&reserve_ctx_, reserve, &reserved);
+  // The id is another request's on that worker (another gateway's client
+  // chose it too): nothing of ours landed there, and a Cancel would end theirs.
+  if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) reserve_refused_ = true;
   if (!status.ok()) return WithPrefix(absl::StrCat("decode worker ", decode_id, ": "), status);
   reserved_ = true;
   prefill_start_ = absl::Now();

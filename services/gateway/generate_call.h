@@ -84,6 +84,7 @@ class GenerateCall final {
   bool reserved_ = false;
   bool prefill_started_ = false;
   bool decode_complete_ = false;   // final chunk and OK status received
+  bool reserve_refused_ = false;   // Reserve: ALREADY_EXISTS (another request's id there)
   bool prefill_complete_ = false;  // OK status received
   absl::Time prefill_start_;       // Prefill called (or, locally, Reserve returned)
   ced::internal::TokenChunk final_chunk_;
