@@ -110,8 +110,11 @@ log "path latency $REQUEST_MS ms"
 # (medians of the rounds' ratios). Prefill
 # slowdown: the prompts' prefill compute together over alone (medians).
 # Decode slowdown: the stream's TPOT together over alone, the excess divided
-# by the share of its decode that overlapped a prefill compute. Both replace
-# the in-process measurements in the profile when larger (never below 1).
+# by the share of its decode that overlapped a prefill compute. The prefill's
+# replaces the in-process measurement in the profile when larger; the decode's
+# is only recorded: its estimate divides a TPOT difference of a few tenths of a
+# millisecond (the noise between two 300-token streams here) by an overlap of
+# about one half, and came out anywhere from 1.0 to 1.5 across runs.
 overlap_gen() {  # NAME SEED OUTPUT COUNT
   "$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests "$4" --duration-s 0 \
     --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean "$3" --output-cv 0 --seed "$2" \
@@ -148,21 +151,19 @@ print("%.4f %.4f %.2f %.2f %.3f %.3f %.2f" % (max(1.0, med[0]), max(1.0, med[1])
 PYEOF
 )
 read -r S_PRE S_DEC PF_ALONE PF_WITH TPOT_ALONE TPOT_WITH OVERLAP_SHARE <<<"$OVERLAP"
-$PY - "$WORK/profile.txt" "$S_PRE" "$S_DEC" <<'PYEOF'
+$PY - "$WORK/profile.txt" "$S_PRE" <<'PYEOF'
 import sys
-path, s_pre, s_dec = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+path, s_pre = sys.argv[1], float(sys.argv[2])
 lines = open(path).read().splitlines()
 out = []
 for line in lines:
     parts = line.split("#")[0].split()
     if len(parts) == 2 and parts[0] == "prefill_colocated_slowdown" and s_pre > float(parts[1]):
         line = f"prefill_colocated_slowdown {s_pre:.6g}  # in the cluster; in-process {parts[1]}"
-    if len(parts) == 2 and parts[0] == "decode_colocated_slowdown" and s_dec > float(parts[1]):
-        line = f"decode_colocated_slowdown {s_dec:.6g}  # in the cluster; in-process {parts[1]}"
     out.append(line)
 open(path, "w").write("\n".join(out) + "\n")
 PYEOF
-echo "# colocation in the cluster (medians of $OVERLAP_ROUNDS rounds): prefill $PF_ALONE ms alone, $PF_WITH ms beside a decode stream (x $S_PRE); stream TPOT $TPOT_ALONE ms alone, $TPOT_WITH ms with $OVERLAP_SHARE of its decode beside a prefill (x $S_DEC)" >>"$WORK/profile.txt"
+echo "# colocation in the cluster (medians of $OVERLAP_ROUNDS rounds): prefill $PF_ALONE ms alone, $PF_WITH ms beside a decode stream (x $S_PRE); stream TPOT $TPOT_ALONE ms alone, $TPOT_WITH ms with $OVERLAP_SHARE of its decode beside a prefill (x $S_DEC, recorded only)" >>"$WORK/profile.txt"
 log "colocation in the cluster: prefill x $S_PRE ($PF_ALONE -> $PF_WITH ms), decode x $S_DEC (TPOT $TPOT_ALONE -> $TPOT_WITH ms, overlap $OVERLAP_SHARE)"
 
 # The real decode loop's cost per step beyond the engine's step as calibrated
