@@ -8,17 +8,13 @@
 
 #include "kernels/cuda/crc32c.h"
 #include "services/kv_transport/checksum.h"
+#include "tests/kv_transport/test_sink.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace ced::kv_transport {
 namespace {
 
-std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
+using testing::RandomBytes;
 
 TEST(Crc32cCudaTest, ChunkChecksumsMatchTheHost) {
   CED_SKIP_WITHOUT_CUDA();

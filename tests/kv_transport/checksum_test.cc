@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/kv_transport/test_sink.h"
 
 namespace ced::kv_transport {
 namespace {
@@ -85,12 +86,7 @@ TEST(Crc32cLongTest, InterleavedStreamsMatchPortable) {
   }
 }
 
-std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(rng());
-  return v;
-}
+using testing::RandomBytes;
 
 TEST(CopyCrc32cTest, CopiesAndChecksumsInOnePass) {
   const auto data = RandomBytes((1 << 20) + 200, 5);
