@@ -1,7 +1,6 @@
 #include "services/kv_transport/payload.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "services/kv_transport/checksum.h"
@@ -57,16 +56,6 @@ absl::Status CheckSendSpans(const std::vector<ConstSpan>& spans, uint64_t payloa
                                                    payload_bytes));
   }
   return absl::OkStatus();
-}
-
-void ScatterToSpans(const uint8_t* src, uint64_t size, const std::vector<MemSpan>& spans) {
-  for (const MemSpan& s : spans) {
-    const uint64_t n = std::min<uint64_t>(s.size, size);
-    if (n == 0) continue;
-    std::memcpy(s.data, src, n);
-    src += n;
-    size -= n;
-  }
 }
 
 uint32_t CopyToSpansChecksummed(const std::vector<MemSpan>& spans, uint64_t offset,

@@ -21,9 +21,6 @@ absl::Status CheckSinkSpans(const std::vector<MemSpan>& spans, uint64_t payload_
 // Checks that a sender's spans sum to `payload_bytes`. INVALID_ARGUMENT otherwise.
 absl::Status CheckSendSpans(const std::vector<ConstSpan>& spans, uint64_t payload_bytes);
 
-// Copies `size` contiguous bytes into `spans` in order (never more than either holds).
-void ScatterToSpans(const uint8_t* src, uint64_t size, const std::vector<MemSpan>& spans);
-
 // Copies `size` bytes to payload offset `offset` of `spans` (the payload laid
 // out over the spans in order; the caller keeps offset + size within them) and
 // returns `crc` extended over those bytes: CopyCrc32c over each piece.

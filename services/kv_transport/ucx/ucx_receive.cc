@@ -89,7 +89,6 @@ ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void
     recvs_.erase(raw);
     return UCS_OK;
   }
-  raw->fused = FusedReceive(conn->second);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
     // Eager: the payload is here; copy it into the spans, checksumming on the way.
     raw->fused = true;
@@ -97,6 +96,7 @@ ucs_status_t UcxTransport::OnData(const void* header, size_t header_length, void
     FinishRecv(raw, UCS_OK);
     return UCS_OK;
   }
+  raw->fused = FusedReceive(conn->second);
   ucp_request_param_t rp{};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
