@@ -157,23 +157,8 @@ def breakdown(mpath, spath, request_s):
     return out
 
 
-SCALED_RATES = ["peak_flops", "hbm_bytes_per_s"]
-SCALED_COSTS = ["prefill_step_s", "prefill_token_s", "decode_step_s", "decode_seq_s"]
-
-
-def scale_profile(src, dst, f):
-    out = [f"# scaled by fidelity_report.py: rates / {f:.4f}, per-step costs x {f:.4f}"]
-    for line in open(src):
-        parts = line.split("#")[0].split()
-        if len(parts) == 2 and parts[0] in SCALED_RATES:
-            line = f"{parts[0]} {float(parts[1]) / f:.9g}\n"
-        elif len(parts) == 2 and parts[0] in SCALED_COSTS:
-            line = f"{parts[0]} {float(parts[1]) * f:.9g}\n"
-        out.append(line.rstrip("\n"))
-    open(dst, "w").write("\n".join(out) + "\n")
-
-
-DRIFT_KEYS = {  # key: (side, rate or cost)
+# The profile's speeds: key -> (side, rate or per-step cost).
+SPEED_KEYS = {
     "peak_flops": ("prefill", "rate"),
     "prefill_step_s": ("prefill", "cost"),
     "prefill_token_s": ("prefill", "cost"),
@@ -183,22 +168,33 @@ DRIFT_KEYS = {  # key: (side, rate or cost)
 }
 
 
-def scale_drift(src, dst, f_prefill, f_decode):
-    """The profile with its prefill rates divided by f_prefill (per-step prefill
-    costs multiplied by it) and its decode ones by f_decode: the machine's speed
-    drift since calibration, as a probe measured it."""
+def scale_speeds(src, dst, f_prefill, f_decode, header):
+    """The profile with its prefill rates divided by f_prefill (its per-step
+    prefill costs multiplied by it) and its decode ones by f_decode."""
     f = {"prefill": f_prefill, "decode": f_decode}
-    out = [f"# drift applied by fidelity_report.py: prefill x {f_prefill:.4f}, "
-           f"decode x {f_decode:.4f} (rates divided, per-step costs multiplied)"]
+    out = [header]
     for line in open(src):
         parts = line.split("#")[0].split()
-        if len(parts) == 2 and parts[0] in DRIFT_KEYS:
-            side, kind = DRIFT_KEYS[parts[0]]
+        if len(parts) == 2 and parts[0] in SPEED_KEYS:
+            side, kind = SPEED_KEYS[parts[0]]
             v = float(parts[1])
             v = v / f[side] if kind == "rate" else v * f[side]
             line = f"{parts[0]} {v:.9g}\n"
         out.append(line.rstrip("\n"))
     open(dst, "w").write("\n".join(out) + "\n")
+
+
+def scale_profile(src, dst, f):
+    """The run's slowdown f on every speed (the "slowed by f" diagnostic)."""
+    scale_speeds(src, dst, f, f,
+                 f"# scaled by fidelity_report.py: rates / {f:.4f}, per-step costs x {f:.4f}")
+
+
+def scale_drift(src, dst, f_prefill, f_decode):
+    """The machine's speed drift since calibration, as a probe measured it."""
+    scale_speeds(src, dst, f_prefill, f_decode,
+                 f"# drift applied by fidelity_report.py: prefill x {f_prefill:.4f}, "
+                 f"decode x {f_decode:.4f} (rates divided, per-step costs multiplied)")
 
 
 def err(pred, meas):

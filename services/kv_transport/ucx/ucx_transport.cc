@@ -27,7 +27,7 @@ constexpr int kIdleWaitMs = 20;
 // of fragments (shared memory, tcp) and messages come in trains (a receiver
 // idles between one message's end and the next one's start), and a
 // sleep/wakeup between two of them costs more than the fragment. The spin
-// yields the core to other runnable threads on every idle round.
+// yields the core to other runnable threads every kYieldEvery idle rounds.
 constexpr auto kSpinAfterProgress = std::chrono::microseconds(500);
 // Idle spins between two looks at the clock, and between two yields of the core.
 constexpr int kClockEvery = 32;
