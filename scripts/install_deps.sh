@@ -21,6 +21,8 @@ PACKAGES=(
   libssl-dev openssl
   # A second gRPC implementation for the gateway's client tests (Debian's python3).
   python3-grpcio python3-protobuf
+  # The independent NumPy reference forward (tests/reference), run by /usr/bin/python3.
+  python3-numpy
   # libFuzzer + ASan/UBSan runtimes for tests/fuzz (run_fuzzers.sh builds with clang++).
   clang libclang-rt-14-dev
 )

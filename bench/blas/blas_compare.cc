@@ -1,13 +1,18 @@
-// OpenBLAS vs oneDNN single-threaded sgemm on the engine's GEMM shapes.
+// The engine's packed GEMM/GEMV (every kernel variant this CPU supports)
+// against OpenBLAS and oneDNN sgemm on the engine's GEMM shapes.
 //
-// Both compute y[n, out] = x[n, in] * w[out, in]^T (row-major, NoTrans x
-// Trans, exactly like kernels::GemmCpu). Every repetition times OpenBLAS and
-// oneDNN back to back (alternating which goes first), so drifts of a shared
-// machine hit both alike; the report gives the median GFLOP/s of each and the
-// spread (min..max) of the repetitions. For n == 1 it also times cblas_sgemv,
-// which GemmCpu uses for single rows.
+// All compute y[n, out] = x[n, in] * w[out, in]^T (row-major, NoTrans x
+// Trans, like a linear layer). The engine's weights are packed once, as when
+// a model loads (kernels/cpu/gemm_packed.h); BLAS packs on every call, which
+// is the cost the engine avoids. Every repetition times all contenders back
+// to back (rotating the order), so drifts of a shared machine hit all alike;
+// cells are the median GFLOP/s of the repetitions with (min..max). Each
+// variant's cell also gives its share of that variant's FMA peak measured in
+// the same run on the same threads. For n == 1 it also times cblas_sgemv.
 //
-// Usage: blas_compare [--reps=N] [--ms=M]   (N >= 7 repetitions, ~M ms each)
+// Usage: blas_compare [--reps=N] [--ms=M] [--threads=T]
+//   N >= 7 repetitions of ~M ms each; T threads for every contender
+//   (default 1: per-core figures).
 #include <cblas.h>
 #include <omp.h>
 
@@ -18,9 +23,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "bench/engine/machine.h"
+#include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/isa.h"
 #include "oneapi/dnnl/dnnl.h"
 
 namespace {
@@ -82,21 +92,50 @@ int ParseIntFlag(int argc, char** argv, const char* name, int fallback) {
   return fallback;
 }
 
+// FMA peak of a variant on the current threads, GFLOP/s (0: none measured).
+double VariantPeak(ced::kernels::CpuIsa isa) {
+  using ced::bench::FmaIsa;
+  switch (isa) {
+    case ced::kernels::CpuIsa::kAvx512:
+      return ced::bench::MeasureFmaPeak(FmaIsa::kAvx512, 0.3).rate * 1e-9;
+    case ced::kernels::CpuIsa::kAvx2:
+      return ced::bench::MeasureFmaPeak(FmaIsa::kAvx2, 0.3).rate * 1e-9;
+    case ced::kernels::CpuIsa::kGeneric:
+      break;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  namespace k = ced::kernels;
+  if (const std::string err = k::ValidateCpuIsaEnv(); !err.empty()) {
+    std::fprintf(stderr, "error: %s\n", err.c_str());
+    return 2;
+  }
   const int reps = std::max(7, ParseIntFlag(argc, argv, "--reps", 9));
   const double target_s = std::max(1, ParseIntFlag(argc, argv, "--ms", 20)) * 1e-3;
-  // The engine splits output columns over its own OpenMP team and runs BLAS
-  // single-threaded inside each thread: measure exactly that.
-  openblas_set_num_threads(1);
-  omp_set_num_threads(1);  // oneDNN here is built on the OpenMP runtime
+  const int threads = std::max(1, ParseIntFlag(argc, argv, "--threads", 1));
+  openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);  // oneDNN here is built on the OpenMP runtime; so is the pool
+  const std::vector<k::CpuIsa> isas = k::SupportedCpuIsas();
+  std::vector<double> peaks;
+  for (k::CpuIsa isa : isas) peaks.push_back(VariantPeak(isa));
   const dnnl_version_t* v = dnnl_version();
-  std::printf("# OpenBLAS: %s\n# oneDNN: %d.%d.%d, 1 thread each, %d reps of ~%.0f ms\n",
-              openblas_get_config(), v->major, v->minor, v->patch, reps, target_s * 1e3);
-  std::printf("| n | in | out | OpenBLAS sgemm GFLOP/s (min..max) | oneDNN sgemm GFLOP/s (min..max) "
-              "| oneDNN/OpenBLAS | OpenBLAS sgemv GFLOP/s | max rel diff |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  const ced::bench::MachineInfo m = ced::bench::CollectMachineInfo();
+  std::printf("# CPU: %s\n# OpenBLAS: %s\n# oneDNN: %d.%d.%d\n# %d thread(s) each, %d reps of ~%.0f ms\n",
+              m.cpu_model.c_str(), openblas_get_config(), v->major, v->minor, v->patch, threads,
+              reps, target_s * 1e3);
+  std::printf("# FMA peak on %d thread(s):", threads);
+  for (size_t i = 0; i < isas.size(); ++i) {
+    if (peaks[i] > 0) std::printf(" %s %.1f GFLOP/s", std::string(k::CpuIsaName(isas[i])).c_str(), peaks[i]);
+  }
+  std::printf("\n\n| n | in | out | OpenBLAS sgemm | oneDNN sgemm |");
+  for (k::CpuIsa isa : isas) std::printf(" ced %s (%% of its peak) |", std::string(k::CpuIsaName(isa)).c_str());
+  std::printf(" best ced / OpenBLAS | OpenBLAS sgemv | max rel diff |\n|---|---|---|---|---|");
+  for (size_t i = 0; i < isas.size(); ++i) std::printf("---|");
+  std::printf("---|---|---|\n");
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   bool all_match = true;
@@ -119,35 +158,75 @@ int main(int argc, char** argv) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, s.out, s.in, 1.0f, w.data(), s.in, x.data(), 1,
                   0.0f, y_gemv.data(), 1);
     };
+    // The engine, one packed copy per variant (made under that variant).
+    std::vector<std::unique_ptr<k::PackedMatrix>> packed;
+    std::vector<std::vector<float>> y_ced(isas.size(), std::vector<float>(y_blas.size()));
+    for (k::CpuIsa isa : isas) {
+      k::SetActiveCpuIsa(isa);
+      packed.push_back(std::make_unique<k::PackedMatrix>(w.data(), s.out, s.in));
+    }
+    std::vector<std::function<void()>> ced;
+    for (size_t i = 0; i < isas.size(); ++i) {
+      ced.push_back([&, i] {
+        const k::PackedGemmTarget t = {packed[i].get(), y_ced[i].data(), false};
+        if (s.n == 1) {
+          k::GemvPackedMultiCpu(x.data(), s.in, &t, 1);
+        } else {
+          k::GemmPackedMultiCpu(x.data(), s.n, s.in, &t, 1);
+        }
+      });
+    }
+    // Contenders: 0 OpenBLAS, 1 oneDNN, 2.. the variants.
+    std::vector<std::function<void()>> all = {blas, dnnl};
+    for (auto& f : ced) all.push_back(f);
+    auto select = [&](size_t c) {
+      if (c >= 2) k::SetActiveCpuIsa(isas[c - 2]);
+    };
     const double flops = 2.0 * s.n * s.in * s.out;
     // Warm up (JIT, page faults) and size the batches to ~target_s.
-    const double per_call = std::min(TimeCalls(blas, 3), TimeCalls(dnnl, 3));
+    double per_call = 1e9;
+    for (size_t c = 0; c < all.size(); ++c) {
+      select(c);
+      per_call = std::min(per_call, TimeCalls(all[c], 3));
+    }
     const int iters = std::max(3, static_cast<int>(target_s / std::max(per_call, 1e-9)));
-    std::vector<double> t_blas, t_dnnl, t_gemv;
+    std::vector<std::vector<double>> t(all.size());
+    std::vector<double> t_gemv;
     for (int r = 0; r < reps; ++r) {
-      if (r % 2 == 0) {
-        t_blas.push_back(TimeCalls(blas, iters));
-        t_dnnl.push_back(TimeCalls(dnnl, iters));
-      } else {
-        t_dnnl.push_back(TimeCalls(dnnl, iters));
-        t_blas.push_back(TimeCalls(blas, iters));
+      for (size_t j = 0; j < all.size(); ++j) {
+        const size_t c = (j + r) % all.size();
+        select(c);
+        t[c].push_back(TimeCalls(all[c], iters));
       }
       if (s.n == 1) t_gemv.push_back(TimeCalls(gemv, iters));
     }
     double diff = MaxRelDiff(y_blas, y_dnnl);
     if (s.n == 1) diff = std::max(diff, MaxRelDiff(y_blas, y_gemv));
+    for (const auto& y : y_ced) diff = std::max(diff, MaxRelDiff(y_blas, y));
     const bool match = dnnl_ok && diff <= 1e-4;
     all_match &= match;
-    const Stats b = ToGflops(t_blas, flops), d = ToGflops(t_dnnl, flops);
+    const Stats b = ToGflops(t[0], flops), d = ToGflops(t[1], flops);
+    std::printf("| %d | %d | %d | %.1f (%.1f..%.1f) | %.1f (%.1f..%.1f) |", s.n, s.in, s.out,
+                b.median, b.lo, b.hi, d.median, d.lo, d.hi);
+    double best = 0;
+    for (size_t i = 0; i < isas.size(); ++i) {
+      const Stats c = ToGflops(t[2 + i], flops);
+      best = std::max(best, c.median);
+      if (peaks[i] > 0) {
+        std::printf(" %.1f (%.1f..%.1f) %.0f%% |", c.median, c.lo, c.hi, 100 * c.median / peaks[i]);
+      } else {
+        std::printf(" %.1f (%.1f..%.1f) |", c.median, c.lo, c.hi);
+      }
+    }
     char gemv_cell[64] = "-";
     if (s.n == 1) {
       const Stats g = ToGflops(t_gemv, flops);
       std::snprintf(gemv_cell, sizeof(gemv_cell), "%.1f (%.1f..%.1f)", g.median, g.lo, g.hi);
     }
-    std::printf("| %d | %d | %d | %.1f (%.1f..%.1f) | %.1f (%.1f..%.1f) | %.2f | %s | %.1e%s |\n",
-                s.n, s.in, s.out, b.median, b.lo, b.hi, d.median, d.lo, d.hi, d.median / b.median,
-                gemv_cell, diff, match ? "" : " MISMATCH");
+    std::printf(" %.2f | %s | %.1e%s |\n", best / b.median, gemv_cell, diff,
+                match ? "" : " MISMATCH");
     std::fflush(stdout);
   }
+  k::SetActiveCpuIsa(k::BestCpuIsa());
   return all_match ? 0 : 1;
 }

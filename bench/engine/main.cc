@@ -23,6 +23,7 @@
 #include "bench/engine/report.h"
 #include "bench/engine/stats.h"
 #include "engine/common/status.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/kv_codec.h"
 
 namespace ced::bench {
@@ -46,6 +47,7 @@ struct Flags {
   int seed = 0;
   std::string scratch_dir;
   std::string compare_blas_core = "none";
+  std::string variants = "all";
   std::string markdown = "bench/results/engine.md";
   std::string json = "bench/results/engine.json";
 };
@@ -66,7 +68,7 @@ absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::s
 
 // Environment variables that change what the bench measures.
 constexpr const char* kRelevantEnv[] = {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
-                                        "OPENBLAS_CORETYPE"};
+                                        "OPENBLAS_CORETYPE", "CED_CPU_ISA"};
 
 // The command line as typed, preceded by the relevant environment, with an
 // absolute program path reduced to its file name (reports must not carry
@@ -123,6 +125,9 @@ absl::Status Validate(const Flags& f) {
     }
   }
   if (f.fma_seconds <= 0) return absl::InvalidArgumentError("--fma_seconds must be positive");
+  if (f.variants != "all" && f.variants != "active") {
+    return absl::InvalidArgumentError("--variants must be all or active");
+  }
   return absl::OkStatus();
 }
 
@@ -214,6 +219,38 @@ absl::Status Run(const Flags& f, const std::string& command) {
       report.replay.insert(report.replay.end(), rows.begin(), rows.end());
     }
   }
+  if (f.variants == "all" && (report.has_prefill || report.has_decode)) {
+    for (kernels::CpuIsa isa : kernels::SupportedCpuIsas()) {
+      if (isa == kernels::ActiveCpuIsa()) continue;
+      const std::string name(kernels::CpuIsaName(isa));
+      std::fprintf(stderr, "[variants] prefill and decode again with CED_CPU_ISA=%s\n",
+                   name.c_str());
+      std::vector<std::string> parts;
+      if (report.has_prefill) parts.push_back("prefill");
+      if (report.has_decode) parts.push_back("decode");
+      const std::string json = absl::StrCat(scratch, "/variant_", name, ".json");
+      const std::vector<std::string> args = {
+          "--sections=" + absl::StrJoin(parts, ","),
+          absl::StrCat("--prompt_tokens=", f.prompt_tokens),
+          absl::StrCat("--chunk_tokens=", f.chunk_tokens),
+          absl::StrCat("--prefill_reps=", f.prefill_reps),
+          absl::StrCat("--fma_seconds=", f.fma_seconds),
+          absl::StrCat("--decode_context=", f.decode_context),
+          "--decode_batches=" + f.decode_batches,
+          absl::StrCat("--decode_steps=", f.decode_steps),
+          absl::StrCat("--decode_reps=", f.decode_reps),
+          absl::StrCat("--bandwidth_mib=", f.bandwidth_mib),
+          absl::StrCat("--seed=", f.seed),
+          "--scratch_dir=" + scratch,
+          absl::StrCat("--markdown=", scratch, "/variant_", name, ".md"),
+          "--json=" + json,
+          "--compare_blas_core=none",
+          "--variants=active"};
+      auto child = RunChild(args, "CED_CPU_ISA=" + name, json);
+      if (!child.ok()) return child.status();
+      report.variant_reports.push_back(std::move(*child));
+    }
+  }
   const std::string alt = AltBlasCore(f.compare_blas_core, ctx.machine);
   if (report.has_prefill && !alt.empty()) {
     std::fprintf(stderr, "[blas] prefill again in a child process with OPENBLAS_CORETYPE=%s\n",
@@ -249,6 +286,10 @@ absl::Status Run(const Flags& f, const std::string& command) {
 
 int main(int argc, char** argv) {
   using ced::bench::Flags;
+  if (const std::string error = ced::kernels::ValidateCpuIsaEnv(); !error.empty()) {
+    std::fprintf(stderr, "ced_engine_bench: %s\n", error.c_str());
+    return 2;
+  }
   Flags f;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick" || std::string(argv[i]) == "--quick=true") {
@@ -282,6 +323,10 @@ int main(int argc, char** argv) {
                "rerun the prefill section in a child process with OPENBLAS_CORETYPE set to "
                "this; auto = on AVX-512 CPUs, the other ISA's kernels (Haswell <-> SkylakeX); "
                "none = off (the default: the engine's GEMMs no longer run on OpenBLAS)");
+  flags.String("variants", &f.variants,
+               "CPU kernel variants to measure: all = prefill and decode again in a child "
+               "process for every other variant this CPU supports (CED_CPU_ISA); active = only "
+               "the one this process runs");
   flags.String("markdown", &f.markdown, "markdown report path");
   flags.String("json", &f.json, "JSON report path");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {

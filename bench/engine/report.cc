@@ -31,7 +31,58 @@ std::string Range(const Json& j, const char* fmt, double scale = 1, const char* 
 
 std::string Percent(const Json& j) { return Range(j, "%.0f", 100, "%"); }
 
-std::string IsaName(const std::string& isa) { return isa == "avx512" ? "AVX-512" : "AVX2"; }
+std::string IsaName(const std::string& isa) {
+  return isa == "avx512" ? "AVX-512" : isa == "generic" ? "portable" : "AVX2";
+}
+
+// Section 5: one row per CPU kernel variant (this run and its children).
+void AppendVariants(const Json& d, std::string* md) {
+  absl::StrAppend(
+      md, "## 5. Every CPU kernel variant this CPU runs\n\n",
+      "The same prefill and decode sections once per kernel variant (`CED_CPU_ISA`), the "
+      "first row in this process, the others in child processes started right after with "
+      "the same flags. Each variant's prefill is divided by its own FMA peak measured in its "
+      "own process (AVX-512 FMAs for `avx512`; AVX2 FMAs for `avx2`, and for the portable "
+      "`generic` variant, which has none); decode by the memory roofline. Targets: prefill >= "
+      "60% of the peak, CED speedup >= 0.95 of the FLOP ratio, decode batch 1 >= 75% and "
+      "batch 16 >= 60% of the roofline.\n\n",
+      "| variant | CED prefill TTFT, s | CED GFLOP/s (% of peak) | decoder-only GFLOP/s (% of "
+      "peak) | speedup / FLOP ratio | decode b1 / roofline | decode b16 / roofline |\n"
+      "|---|---|---|---|---|---|---|\n");
+  for (const Json& v : d["kernel_variants"]) {
+    const std::string isa = v.value("isa", "");
+    std::string cells = "| `" + isa + "` |";
+    if (v.contains("prefill")) {
+      const Json& p = v["prefill"];
+      const std::string key =
+          isa == "avx512" ? "fraction_of_avx512_peak" : "fraction_of_avx2_peak";
+      const Json &ced = p["variants"][0], &dec = p["variants"][2];
+      const double ratio = p.value("flop_ratio_bounded", 0.0);
+      absl::StrAppend(
+          &cells,
+          absl::StrFormat(" %.3f | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2fx / %.2fx = %.2f |",
+                          Median(ced["ttft_s"]), Median(ced["flops_per_s"]) * 1e-9,
+                          100 * Median(ced[key]), Median(dec["flops_per_s"]) * 1e-9,
+                          100 * Median(dec[key]), Median(p["speedup_bounded"]), ratio,
+                          ratio > 0 ? Median(p["speedup_bounded"]) / ratio : 0.0));
+    } else {
+      absl::StrAppend(&cells, " - | - | - | - |");
+    }
+    for (int batch : {1, 16}) {
+      std::string cell = " - |";
+      if (v.contains("decode")) {
+        for (const Json& b : v["decode"]["batches"]) {
+          if (b.value("batch", 0) == batch) {
+            cell = absl::StrFormat(" %.0f%% |", 100 * Median(b["fraction_of_roofline"]));
+          }
+        }
+      }
+      absl::StrAppend(&cells, cell);
+    }
+    absl::StrAppend(md, cells, "\n");
+  }
+  absl::StrAppend(md, "\n");
+}
 
 void AppendHeader(const Json& d, std::string* md) {
   const Json& m = d["machine"];
@@ -120,7 +171,7 @@ void AppendSummary(const Json& d, std::string* md) {
   if (d.contains("alt_blas")) {
     const std::string core = d["alt_blas"].value("blas_core", "");
     AppendPrefillSummary(d["alt_blas"]["prefill"], absl::StrCat("OPENBLAS_CORETYPE=", core),
-                         m.value("kernel_isa", BlasIsa(core)), " (section 5)", md);
+                         m.value("kernel_isa", BlasIsa(core)), " (section 6)", md);
   }
   if (d.contains("decode")) {
     const Json& dec = d["decode"];
@@ -235,8 +286,9 @@ void AppendPeak(const Json& d, std::string* md) {
       Median(peaks["avx512"]) > 0 ? Range(peaks["avx512"], "%.1f", 1e-9) : "not available", " | ",
       absl::StrFormat("%.1f", Median(norm["avx512"]) * 1e-9), " |\n\n",
       "The per-variant fractions are in the table of section 1. The engine's GEMM and "
-      "attention kernels are compiled for this CPU and use ",
-      IsaName(d["machine"].value("kernel_isa", BlasIsa(core))), " FMAs, so the ",
+      "attention kernels are chosen at run time (section 5 runs every variant); this "
+      "process ran the ",
+      IsaName(d["machine"].value("kernel_isa", BlasIsa(core))), " kernels, so the ",
       IsaName(d["machine"].value("kernel_isa", BlasIsa(core))),
       " peak is the bound that applies.\n\n");
 }
@@ -285,11 +337,12 @@ std::string FormatMarkdown(const Json& d) {
   if (d.contains("decode")) AppendDecode(d["decode"], &md);
   if (d.contains("prefill")) AppendPeak(d, &md);
   if (d.contains("replay_error")) AppendReplay(d, &md);
+  if (d.contains("kernel_variants")) AppendVariants(d, &md);
   if (d.contains("alt_blas")) {
     const Json& alt = d["alt_blas"];
     const std::string core = alt.value("blas_core", "");
     AppendPrefill(
-        alt["prefill"], absl::StrCat("## 5. Prefill with OpenBLAS's `", core, "` kernels"),
+        alt["prefill"], absl::StrCat("## 6. Prefill with OpenBLAS's `", core, "` kernels"),
         absl::StrFormat(
             "Section 1 rerun right after, same flags, in a child process started with "
             "`OPENBLAS_CORETYPE=%s` (OpenBLAS reads it only when it loads); its GEMMs use %s "

@@ -41,12 +41,16 @@ struct BenchReport {
   // child's JSON document; null when not run.
   std::string alt_blas_core;
   nlohmann::ordered_json alt_report;
+  // Prefill and decode rerun in child processes, one per other CPU kernel
+  // variant this CPU supports (CED_CPU_ISA=<variant>): the children's JSON
+  // documents, in variant order.
+  std::vector<nlohmann::ordered_json> variant_reports;
 };
 
 // "avx512" for OpenBLAS kernel sets built on AVX-512 FMAs (SkylakeX,
 // Cooperlake, SapphireRapids), else "avx2".
 std::string BlasIsa(const std::string& blas_core);
-// "avx512" or "avx2": what the engine's own CPU kernels were compiled for.
+// "avx512", "avx2" or "generic": the CPU kernel variant this process runs.
 std::string KernelIsa();
 
 nlohmann::ordered_json BuildJson(const BenchReport& report);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/engine/report.h"
 #include "bench/engine/stats.h"
+#include "kernels/cpu/isa.h"
 
 namespace ced::bench {
 namespace {
@@ -144,13 +145,7 @@ std::string BlasIsa(const std::string& blas_core) {
 // The ISA the engine's CPU kernels were compiled for (they are built with the
 // same -march flags as this bench): their packed-panel GEMM and attention
 // kernels use 16-wide vectors, which become AVX-512 FMAs where AVX-512F is on.
-std::string KernelIsa() {
-#ifdef __AVX512F__
-  return "avx512";
-#else
-  return "avx2";
-#endif
-}
+std::string KernelIsa() { return std::string(kernels::CpuIsaName(kernels::ActiveCpuIsa())); }
 
 Json BuildJson(const BenchReport& report) {
   const RunContext& c = report.context;
@@ -197,6 +192,17 @@ Json BuildJson(const BenchReport& report) {
                                  {"exact_kl_max", row.exact_kl_max},
                                  {"exact_first_divergence", row.exact_first_divergence},
                                  {"full_forward_s", row.full_forward_s}});
+  }
+  // Every variant's prefill and decode, this run's first.
+  Json own = {{"isa", KernelIsa()}};
+  if (j.contains("prefill")) own["prefill"] = j["prefill"];
+  if (j.contains("decode")) own["decode"] = j["decode"];
+  j["kernel_variants"].push_back(own);
+  for (const Json& child : report.variant_reports) {
+    Json v = {{"isa", child["machine"].value("kernel_isa", "")}};
+    if (child.contains("prefill")) v["prefill"] = child["prefill"];
+    if (child.contains("decode")) v["decode"] = child["decode"];
+    j["kernel_variants"].push_back(v);
   }
   if (report.alt_report.is_object() && report.alt_report.contains("prefill")) {
     j["alt_blas"] = {{"blas_core", report.alt_report["machine"].value("blas_core", "")},

@@ -120,10 +120,21 @@ void Transport(const TransportReport& t, std::string* md) {
   absl::StrAppend(
       md, "\nSingle-thread CPU rates on a ",
       SizeName(o.sizes.empty() ? 0 : *std::max_element(o.sizes.begin(), o.sizes.end())),
-      " buffer, same run: CRC32C ", S(t.crc32c_gbps, "%.2f", " GB/s"),
+      " buffer, same run: CRC32C (", t.crc32c_impl, ") ", S(t.crc32c_gbps, "%.2f", " GB/s"),
       " (blocking Sends checksum on the sender); memcpy ", S(t.memcpy_gbps, "%.2f", " GB/s"),
       "; copy + CRC32C in one pass (the receiver's landing) ",
       S(t.copy_crc32c_gbps, "%.2f", " GB/s"), ".\n\n");
+  if (!t.crc32c_by_impl.empty()) {
+    absl::StrAppend(md,
+                    "CRC32C per implementation this CPU runs (chosen at run time; "
+                    "`CED_CPU_ISA` lowers it):\n\n| implementation | CRC32C | copy + CRC32C |\n"
+                    "|---|---|---|\n");
+    for (const auto& r : t.crc32c_by_impl) {
+      absl::StrAppend(md, "| ", r.impl, " | ", S(r.crc32c_gbps, "%.2f", " GB/s"), " | ",
+                      S(r.copy_crc32c_gbps, "%.2f", " GB/s"), " |\n");
+    }
+    absl::StrAppend(md, "\n");
+  }
 }
 
 void Ttft(const TtftReport& t, std::string* md) {

@@ -48,12 +48,20 @@ json Transport(const TransportReport& t) {
            {"rndv", l.perftest.rndv},
            {"am_protocols", l.perftest.am_protocols}}}});
   }
+  json crc_by_impl = json::array();
+  for (const auto& r : t.crc32c_by_impl) {
+    crc_by_impl.push_back({{"impl", r.impl},
+                           {"crc32c_gbps", J(r.crc32c_gbps)},
+                           {"copy_crc32c_gbps", J(r.copy_crc32c_gbps)}});
+  }
   const TransportBenchOptions& o = t.options;
   return {{"ucx_version", t.ucx_version},
           {"lanes", lanes},
           {"crc32c_gbps", J(t.crc32c_gbps)},
           {"memcpy_gbps", J(t.memcpy_gbps)},
           {"copy_crc32c_gbps", J(t.copy_crc32c_gbps)},
+          {"crc32c_impl", t.crc32c_impl},
+          {"crc32c_by_impl", crc_by_impl},
           {"perftest_test", o.perftest_test},
           {"threads_in_flight", o.threads},
           {"bytes_per_sample", o.bytes_per_sample},

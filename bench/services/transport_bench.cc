@@ -190,26 +190,44 @@ int ItersFor(const TransportBenchOptions& o, uint64_t size, int divisor) {
 }
 
 // Median-of-5 single-thread rates of CRC32C, memcpy and the fused copy +
-// CRC32C (the receiver's landing pass) over `bytes`.
+// CRC32C (the receiver's landing pass) over `bytes`: as the transport runs them
+// (the implementation chosen for this process), then per implementation.
 void MeasureCpuRates(uint64_t bytes, TransportReport* report) {
   std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
-  std::vector<double> crc, copy, copy_crc;
   volatile uint32_t sink = 0;
+  auto rate = [bytes](double t0) {
+    return static_cast<double>(bytes) / (NowSeconds() - t0) / 1e9;
+  };
+  std::vector<double> crc, copy, copy_crc;
   for (int i = 0; i < 5; ++i) {
     double t0 = NowSeconds();
     sink = sink + kv_transport::Crc32c(0, a.data(), a.size());
-    crc.push_back(static_cast<double>(bytes) / (NowSeconds() - t0) / 1e9);
+    crc.push_back(rate(t0));
     t0 = NowSeconds();
     std::memcpy(b.data(), a.data(), bytes);
-    copy.push_back(static_cast<double>(bytes) / (NowSeconds() - t0) / 1e9);
+    copy.push_back(rate(t0));
     t0 = NowSeconds();
     sink = sink + kv_transport::CopyCrc32c(0, b.data(), a.data(), bytes);
-    copy_crc.push_back(static_cast<double>(bytes) / (NowSeconds() - t0) / 1e9);
+    copy_crc.push_back(rate(t0));
     a[i] = b[bytes - 1 - i];
   }
   report->crc32c_gbps = Summarize(crc);
   report->memcpy_gbps = Summarize(copy);
   report->copy_crc32c_gbps = Summarize(copy_crc);
+  report->crc32c_impl = std::string(kv_transport::Crc32cImplementation());
+  for (kv_transport::Crc32cImpl impl : kv_transport::SupportedCrc32cImpls()) {
+    std::vector<double> impl_crc, impl_copy_crc;
+    for (int i = 0; i < 5; ++i) {
+      double t0 = NowSeconds();
+      sink = sink + kv_transport::Crc32cWith(impl, 0, a.data(), a.size());
+      impl_crc.push_back(rate(t0));
+      t0 = NowSeconds();
+      sink = sink + kv_transport::CopyCrc32cWith(impl, 0, b.data(), a.data(), bytes);
+      impl_copy_crc.push_back(rate(t0));
+    }
+    report->crc32c_by_impl.push_back({std::string(kv_transport::Crc32cImplName(impl)),
+                                      Summarize(impl_crc), Summarize(impl_copy_crc)});
+  }
 }
 
 }  // namespace
@@ -255,8 +273,13 @@ absl::StatusOr<TransportReport> RunTransportBench(const TransportBenchOptions& o
   }
   const std::vector<std::vector<uint8_t>> single_src(1, src[0]);
   MeasureCpuRates(max_size, &report);
-  progress(absl::StrFormat("transport: CRC32C %.2f GB/s, memcpy %.2f GB/s (one thread)",
-                           report.crc32c_gbps.median, report.memcpy_gbps.median));
+  progress(absl::StrFormat("transport: CRC32C %.2f GB/s (%s), memcpy %.2f GB/s (one thread)",
+                           report.crc32c_gbps.median, report.crc32c_impl,
+                           report.memcpy_gbps.median));
+  for (const auto& r : report.crc32c_by_impl) {
+    progress(absl::StrFormat("transport: CRC32C %s: %.2f GB/s, copy + CRC32C %.2f GB/s", r.impl,
+                             r.crc32c_gbps.median, r.copy_crc32c_gbps.median));
+  }
   for (const std::string& tls : o.tls) {
     LaneRow row;
     row.tls = tls;

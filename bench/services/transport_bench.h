@@ -84,6 +84,14 @@ struct TransportReport {
   // the transport's CRC32C (run once by the sender, once by the receiver per
   // message) and memcpy (one copy is what a shared-memory transfer costs).
   Summary crc32c_gbps, memcpy_gbps, copy_crc32c_gbps;  // copy_crc32c: CopyCrc32c
+  // The implementation those ran (kv_transport::Crc32cImplementation()), and
+  // the same two rates for every implementation this CPU supports.
+  struct Crc32cImplRates {
+    std::string impl;
+    Summary crc32c_gbps, copy_crc32c_gbps;
+  };
+  std::string crc32c_impl;
+  std::vector<Crc32cImplRates> crc32c_by_impl;
 };
 
 using Progress = std::function<void(const std::string&)>;

@@ -1,15 +1,18 @@
-#include "kernels/cpu/attention.h"
-
+// Attention of one kernel variant (compiled once per variant).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm_packed.h"
-#include "kernels/cpu/simd_math.h"
 #include "kernels/cpu/thread_pool.h"
+// Last: everything below is compiled for the variant.
+#include "kernels/cpu/gemm_panel.h"
+#include "kernels/cpu/variant_kernels.h"
 
-namespace ced::kernels {
+namespace ced::kernels::CED_VARIANT_NS {
 namespace {
 
 constexpr int kGemmMinRows = 16;
@@ -165,7 +168,7 @@ const float* LocalRow(const AttentionParams& p, const AttentionSegment& s, bool 
   const uint8_t* row =
       (value ? s.local_v_ring : s.local_k_ring) + static_cast<size_t>(pos % p.window) * RowBytes(p);
   if (p.format == KvFormat::kF32) return reinterpret_cast<const float*>(row) + g * D;
-  DecodeRowSlice(p.format, row, kv_dim, g * D, D, scratch);
+  CED_VARIANT_NS::DecodeRowSlice(p.format, row, kv_dim, g * D, D, scratch);
   return scratch;
 }
 
@@ -194,7 +197,7 @@ const float* GlobalHeadsTile(const AttentionParams& p, const uint8_t* block, int
   }
   const size_t row_bytes = RowBytes(p);
   for (int r = 0; r < rows; ++r) {
-    DecodeRowSlice(p.format, block + r * row_bytes, kv_dim, g0 * D, width, scratch + r * width);
+    CED_VARIANT_NS::DecodeRowSlice(p.format, block + r * row_bytes, kv_dim, g0 * D, width, scratch + r * width);
   }
   *stride = width;
   return scratch;
@@ -377,8 +380,7 @@ void PutValues(float* vp, int tpad, int k0, const float* src, size_t stride, int
     float* dst = vp + (static_cast<size_t>(p) * tpad + k0) * kPanel;
     for (int r = 0; r < rows; ++r) {
       const float* s = src + r * stride + p * kPanel;
-      StoreV16(dst + r * kPanel, LoadV16(s));
-      StoreV16(dst + r * kPanel + 16, LoadV16(s + 16));
+      for (int c = 0; c < kPanel; c += 16) StoreV16(dst + r * kPanel + c, LoadV16(s + c));
     }
   }
 }
@@ -499,7 +501,7 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
 
 }  // namespace
 
-void AttentionCpu(const AttentionParams& p, const std::vector<AttentionSegment>& segments) {
+void Attention(const AttentionParams& p, const std::vector<AttentionSegment>& segments) {
   std::vector<int> small;
   for (int si = 0; si < static_cast<int>(segments.size()); ++si) {
     if (segments[si].n == 0) continue;
@@ -534,4 +536,4 @@ void AttentionCpu(const AttentionParams& p, const std::vector<AttentionSegment>&
       parallel);
 }
 
-}  // namespace ced::kernels
+}  // namespace ced::kernels::CED_VARIANT_NS

@@ -3,9 +3,10 @@
 // BLAS packs the weight operand on every call; in a chunked prefill that is
 // every weight once per chunk and replay, a stream over all weights as large
 // as the product's own reads. Packing once (at the first product, kept for
-// the weights' lifetime) leaves only the arithmetic: panels of kPanel output
-// columns, each stored k-major ([in][kPanel]), read by an 8 x 32 register-
-// tiled AVX-512 kernel (two FMAs per broadcast x value).
+// the weights' lifetime) leaves only the arithmetic: panels of panel_width()
+// output columns, each stored k-major ([in][panel_width]), read by a
+// register-tiled kernel of the active variant (kernels/cpu/isa.h): 8 x 32
+// on AVX-512 (16 zmm accumulators), 6 x 16 on AVX2 (12 ymm), 3 x 16 portable.
 #pragma once
 
 #include <cstddef>
@@ -13,23 +14,30 @@
 
 namespace ced::kernels {
 
-constexpr int kPanel = 32;
+// Panel width of the active variant: what a PackedMatrix made now holds.
+int PackedPanelWidth();
 
 class PackedMatrix {
  public:
-  // Packs w [out, in] (row-major, like a linear layer).
+  // Packs w [out, in] (row-major, like a linear layer) for the active variant.
   PackedMatrix(const float* w, int out, int in);
   int out() const { return out_; }
   int in() const { return in_; }
   int panels() const { return panels_; }
-  // Panel p: [in][kPanel] floats, columns past `out` zero.
-  const float* panel(int p) const { return data_.get() + static_cast<size_t>(p) * in_ * kPanel; }
+  int panel_width() const { return panel_width_; }
+  // Panel p: [in][panel_width] floats, columns past `out` zero.
+  const float* panel(int p) const {
+    return data_.get() + static_cast<size_t>(p) * in_ * panel_width_;
+  }
+  // Whether the active variant reads this layout (false after SetActiveCpuIsa
+  // switched to a variant with another panel width: pack again).
+  bool MatchesActiveVariant() const { return panel_width_ == PackedPanelWidth(); }
 
  private:
   struct Free {
     void operator()(float* p) const;
   };
-  int out_, in_, panels_;
+  int out_, in_, panel_width_, panels_;
   std::unique_ptr<float, Free> data_;
 };
 
@@ -39,24 +47,13 @@ struct PackedGemmTarget {
   bool accumulate = false;
 };
 
-// y[n, cols] (+)= x[n, in] * B on one thread, B given as panels of kPanel
-// columns: panel p starts at b + p * panel_stride and holds rows [0, in) of
-// kPanel floats (columns past `cols` are read but not stored). x rows are
-// ldx floats apart, y rows ldy.
-void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t panel_stride,
-               int cols, float* y, size_t ldy, bool accumulate);
-
 // For every target: y (+)= x[n, in] * w^T. Panels of all targets are spread
-// over the worker pool.
+// over the worker pool. Every w must match the active variant.
 void GemmPackedMultiCpu(const float* x, int n, int in, const PackedGemmTarget* targets, int count);
 
 // Batch 1: y[out] (+)= x[in] * w^T for every target. Each panel is one
-// contiguous stream of in * kPanel floats, read once front to back (with
-// software prefetch); panels of all targets are spread over the worker pool.
+// contiguous stream of in * panel_width floats, read once front to back
+// (with software prefetch); panels of all targets are spread over the pool.
 void GemvPackedMultiCpu(const float* x, int in, const PackedGemmTarget* targets, int count);
-
-// One panel of the above on the calling thread: y[0, cols) (+)= x[in] * panel
-// (panel [in][kPanel], columns past `cols` are read but not stored).
-void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, bool accumulate);
 
 }  // namespace ced::kernels

@@ -5,13 +5,12 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/kernel_table.h"
+
 namespace ced::kernels {
 namespace {
 
 constexpr float kFp8Max = 448.0f;
-constexpr float kFp4Max = 6.0f;
-constexpr float kF32Max = std::numeric_limits<float>::max();
-constexpr uint16_t kBf16MaxBits = 0x7f7f;  // largest finite bf16, about 3.39e38
 // E2M1 magnitudes for codes 0..7; bit 3 is the sign.
 constexpr float kFp4Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
@@ -172,88 +171,12 @@ float Fp4E2M1ToFloat(uint8_t code) {
 }
 
 void EncodeRow(KvFormat f, const float* src, size_t n, uint8_t* dst) {
-  switch (f) {
-    case KvFormat::kF32:
-      for (size_t i = 0; i < n; ++i) {
-        float v = src[i];
-        if (std::isnan(v)) v = 0.0f;
-        v = std::clamp(v, -kF32Max, kF32Max);
-        std::memcpy(dst + 4 * i, &v, 4);
-      }
-      return;
-    case KvFormat::kBF16: {
-      // Clamp before rounding: values above the largest bf16 would round to inf.
-      const float bf16_max = Bf16ToFloat(kBf16MaxBits);
-      for (size_t i = 0; i < n; ++i) {
-        const float v = std::isnan(src[i]) ? 0.0f : std::clamp(src[i], -bf16_max, bf16_max);
-        const uint16_t h = FloatToBf16(v);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    }
-    case KvFormat::kFP8E4M3:
-      for (size_t i = 0; i < n; ++i) dst[i] = FloatToFp8E4M3(src[i]);
-      return;
-    case KvFormat::kFP4E2M1: {
-      uint8_t* scales = dst + n / 2;
-      for (size_t g = 0; g < n; g += kFp4GroupSize) {
-        size_t len = std::min<size_t>(kFp4GroupSize, n - g);
-        float amax = 0.0f;
-        for (size_t i = 0; i < len; ++i) {
-          float v = src[g + i];
-          if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
-          else if (std::isinf(v)) amax = kFp8Max * kFp4Max;
-        }
-        uint8_t scale_code = FloatToFp8E4M3(amax / kFp4Max);
-        float scale = Fp8E4M3ToFloat(scale_code);
-        // If rounding shrank the scale (possibly to 0 for a group of tiny
-        // values), step it up so no value saturates.
-        if (amax > 0 && !(amax <= kFp4Max * scale) && scale_code < 0x7e) {
-          ++scale_code;
-          scale = Fp8E4M3ToFloat(scale_code);
-        }
-        scales[g / kFp4GroupSize] = scale_code;
-        float inv = scale > 0 ? 1.0f / scale : 0.0f;
-        for (size_t i = 0; i < len; i += 2) {
-          uint8_t lo = FloatToFp4E2M1(std::clamp(src[g + i] * inv, -kFp4Max, kFp4Max));
-          uint8_t hi = i + 1 < len
-                           ? FloatToFp4E2M1(std::clamp(src[g + i + 1] * inv, -kFp4Max, kFp4Max))
-                           : 0;
-          dst[(g + i) / 2] = static_cast<uint8_t>(lo | (hi << 4));
-        }
-      }
-      return;
-    }
-  }
+  ActiveKernels().encode_row(f, src, n, dst);
 }
 
 void DecodeRowSlice(KvFormat f, const uint8_t* src, size_t n, size_t begin, size_t count,
                     float* dst) {
-  switch (f) {
-    case KvFormat::kF32:
-      std::memcpy(dst, src + 4 * begin, 4 * count);
-      return;
-    case KvFormat::kBF16:
-      for (size_t i = 0; i < count; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * (begin + i), 2);
-        dst[i] = Bf16ToFloat(h);
-      }
-      return;
-    case KvFormat::kFP8E4M3:
-      for (size_t i = 0; i < count; ++i) dst[i] = Fp8E4M3ToFloat(src[begin + i]);
-      return;
-    case KvFormat::kFP4E2M1: {
-      const uint8_t* scales = src + n / 2;
-      for (size_t i = 0; i < count; ++i) {
-        size_t idx = begin + i;
-        uint8_t byte = src[idx / 2];
-        uint8_t code = (idx & 1) ? (byte >> 4) : (byte & 0xf);
-        dst[i] = Fp4E2M1ToFloat(code) * Fp8E4M3ToFloat(scales[idx / kFp4GroupSize]);
-      }
-      return;
-    }
-  }
+  ActiveKernels().decode_row_slice(f, src, n, begin, count, dst);
 }
 
 void DecodeRow(KvFormat f, const uint8_t* src, size_t n, float* dst) {

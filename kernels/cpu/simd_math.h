@@ -1,16 +1,34 @@
-// Vectorizable scalar math for the CPU kernels: plain C++ the compiler turns
-// into SIMD inside `omp simd` loops, with no libm call.
+// Vector types and vectorizable math for the kernels of one variant
+// (kernels/cpu/variant.h, included first). GCC vector extensions: VF is one
+// native register of the variant; V16 is sixteen floats (one zmm register,
+// two ymm, four xmm) for code whose shape is 16 wide, e.g. 16 x 16 transposes.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-namespace ced::kernels {
+#include "kernels/cpu/variant.h"
 
-// Sixteen floats (one AVX-512 register; GCC vector extension) and unaligned
-// loads and stores of them.
+namespace ced::kernels::CED_VARIANT_NS {
+
+constexpr int kLanes = CED_VEC_FLOATS;
+typedef float VF __attribute__((vector_size(4 * CED_VEC_FLOATS)));
 typedef float V16 __attribute__((vector_size(64)));
+
+inline VF LoadVF(const float* p) {
+  VF v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreVF(float* p, VF v) { std::memcpy(p, &v, sizeof(v)); }
+inline VF BroadcastVF(float x) { return VF{} + x; }
+inline float SumVF(VF v) {
+  float s = 0.0f;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
 inline V16 LoadV16(const float* p) {
   V16 v;
   std::memcpy(&v, p, sizeof(v));
@@ -40,4 +58,4 @@ inline float ExpSimd(float x) {
   return y * scale;
 }
 
-}  // namespace ced::kernels
+}  // namespace ced::kernels::CED_VARIANT_NS

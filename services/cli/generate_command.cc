@@ -1,8 +1,11 @@
 // `ced generate`: prefill + decode of one prompt in this process.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "engine/runtime/engine.h"
 #include "engine/sampling/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -18,12 +21,61 @@ double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::ti
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// "1,2,3" -> ids; InvalidArgument naming the first piece that is not an integer.
+absl::Status ParsePromptIds(const std::string& text, std::vector<int32_t>* ids) {
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(piece, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt-ids: '", piece, "' is not an integer"));
+    }
+    ids->push_back(id);
+  }
+  if (ids->empty()) return absl::InvalidArgumentError("--prompt-ids: no ids");
+  return absl::OkStatus();
+}
+
+// Writes {"prompt_ids": [...], "tokens": [...], "logits": [[...], ...]}:
+// logits[i] (vocab_size floats, %.9g round-trips f32; null where not finite)
+// is the distribution tokens[i] was sampled from, i.e. the logits of position
+// prompt + i - 1.
+absl::Status WriteLogitsDump(const std::string& path, const std::vector<int32_t>& prompt,
+                             const std::vector<int>& tokens,
+                             const std::vector<std::vector<float>>& logits) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return absl::InternalError(absl::StrCat("cannot write ", path));
+  const auto ids = [f](const auto& v) {
+    for (size_t i = 0; i < v.size(); ++i) std::fprintf(f, i ? ",%d" : "%d", static_cast<int>(v[i]));
+  };
+  std::fputs("{\"prompt_ids\": [", f);
+  ids(prompt);
+  std::fputs("],\n \"tokens\": [", f);
+  ids(tokens);
+  std::fputs("],\n \"logits\": [", f);
+  for (size_t r = 0; r < logits.size(); ++r) {
+    std::fputs(r ? ",\n  [" : "\n  [", f);
+    for (size_t i = 0; i < logits[r].size(); ++i) {
+      if (i) std::fputc(',', f);
+      if (std::isfinite(logits[r][i])) {
+        std::fprintf(f, "%.9g", logits[r][i]);
+      } else {
+        std::fputs("null", f);
+      }
+    }
+    std::fputs("]", f);
+  }
+  std::fputs("]}\n", f);
+  if (std::fclose(f) != 0) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
 int Generate(const std::vector<std::string>& args) {
   const std::vector<FlagSpec> specs = {
       {"gateway", "", "send the request to a running gateway (HOST:PORT) instead of running "
                       "the model here"},
       {"model", "", "model directory (config.json + model.safetensors)"},
       {"prompt", "The quick brown fox", "prompt text (byte tokenizer)"},
+      {"prompt-ids", "", "prompt as token ids, e.g. 256,72,105 (instead of text; no BOS)"},
       {"max-tokens", "32", "tokens to generate at most"},
       {"temperature", "0", "0 = greedy"},
       {"top-k", "0", "0 = off"},
@@ -36,6 +88,9 @@ int Generate(const std::vector<std::string>& args) {
       {"chunk", "256", "prefill chunk size in tokens"},
       {"ignore-eos", "", "keep generating after EOS", true},
       {"quiet", "", "print only the generated text", true},
+      {"dump-logits", "",
+       "write JSON {prompt_ids, tokens, logits} to FILE: the logits each generated token was "
+       "sampled from (one row per token)"},
   };
   auto flags = Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(kWords, std::string(flags.status().message()), 2);
@@ -52,8 +107,15 @@ int Generate(const std::vector<std::string>& args) {
   const std::string prompt_text =
       flags->positional().empty() ? flags->Get("prompt") : flags->positional()[0];
   if (!flags->Get("gateway").empty()) {
-    std::vector<std::string> client = {"--gateway", flags->Get("gateway"), "--prompt",
-                                       prompt_text};
+    if (!flags->Get("dump-logits").empty()) {
+      return Fail(kWords, "--dump-logits needs --model (logits do not leave the cluster)", 2);
+    }
+    std::vector<std::string> client = {"--gateway", flags->Get("gateway")};
+    if (flags->Get("prompt-ids").empty()) {
+      client.insert(client.end(), {"--prompt", prompt_text});
+    } else {
+      client.insert(client.end(), {"--prompt-ids", flags->Get("prompt-ids")});
+    }
     for (const char* name : {"max-tokens", "temperature", "top-k", "top-p", "seed"}) {
       client.push_back(std::string("--") + name);
       client.push_back(flags->Get(name));
@@ -110,8 +172,22 @@ int Generate(const std::vector<std::string>& args) {
   const ModelConfig& config = (*engine)->config();
   auto tokenizer = CreateTokenizer(eo.model_dir, config.vocab_size);
   if (!tokenizer.ok()) return Fail(kWords, std::string(tokenizer.status().message()));
-  std::vector<int> ids = (*tokenizer)->Encode(prompt_text, /*add_bos=*/true);
-  std::vector<int32_t> prompt(ids.begin(), ids.end());
+  std::vector<int32_t> prompt;
+  if (!flags->Get("prompt-ids").empty()) {
+    if (absl::Status s = ParsePromptIds(flags->Get("prompt-ids"), &prompt); !s.ok()) {
+      return Fail(kWords, std::string(s.message()), 2);
+    }
+    if (absl::Status s = (*tokenizer)->ValidateIds(std::vector<int>(prompt.begin(), prompt.end()));
+        !s.ok()) {
+      return Fail(kWords, std::string(s.message()), 2);
+    }
+  } else {
+    std::vector<int> ids = (*tokenizer)->Encode(prompt_text, /*add_bos=*/true);
+    prompt.assign(ids.begin(), ids.end());
+  }
+  const std::string dump_path = flags->Get("dump-logits");
+  std::vector<int> dump_tokens;
+  std::vector<std::vector<float>> dump_logits;
   const int capacity = static_cast<int>(prompt.size() + *max_tokens);
   if (capacity > config.max_position) {
     return Fail(kWords, absl::StrCat("prompt + max-tokens = ", capacity,
@@ -138,6 +214,10 @@ int Generate(const std::vector<std::string>& args) {
   FinishReason finish = FinishReason::kNone;
   while (true) {
     const int token = SampleToken(logits.data(), config.vocab_size, sp, generated);
+    if (!dump_path.empty()) {
+      dump_tokens.push_back(token);
+      dump_logits.emplace_back(logits.begin(), logits.begin() + config.vocab_size);
+    }
     ++generated;
     std::fputs(text.Feed(token).c_str(), stdout);
     std::fflush(stdout);
@@ -152,6 +232,11 @@ int Generate(const std::vector<std::string>& args) {
   std::fputs("\n", stdout);
   const auto t_end = std::chrono::steady_clock::now();
   (void)(*engine)->ReleaseSequence(*seq);
+  if (!dump_path.empty()) {
+    if (absl::Status s = WriteLogitsDump(dump_path, prompt, dump_tokens, dump_logits); !s.ok()) {
+      return Fail(kWords, std::string(s.message()));
+    }
+  }
   if (!flags->GetBool("quiet")) {
     std::fprintf(stderr,
                  "[ced] model load %.0f ms | prompt %zu tokens (replay %s on %s, s=%d) | "

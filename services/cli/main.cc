@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/cpu/isa.h"
 #include "services/cli/commands.h"
 
 namespace ced::cli {
@@ -52,6 +53,12 @@ int main(int argc, char** argv) {
   // graph under a global lock, ~3x the cost of the lock itself. The unit tests,
   // which run the same services in-process, keep the checker on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // A CPU kernel variant this CPU cannot run is refused before anything
+  // starts (never an illegal instruction later).
+  if (const std::string error = ced::kernels::ValidateCpuIsaEnv(); !error.empty()) {
+    std::fprintf(stderr, "ced: %s\n", error.c_str());
+    return 2;
+  }
   std::vector<Command>& commands = ced::cli::AllCommands();
   AddModelCommands(&commands);
   AddGenerateCommand(&commands);

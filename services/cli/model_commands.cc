@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/accounting/accounting.h"
 #include "engine/model/presets.h"
+#include "kernels/cpu/isa.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
 
@@ -78,6 +79,8 @@ int ModelInfo(const std::vector<std::string>& args) {
   if (!config.ok()) return Fail("model info", std::string(config.status().message()));
   std::printf("model: %s\n%s", label.c_str(),
               FormatAccounting(*config, ComputeAccounting(*config)).c_str());
+  // The CPU kernels this process would run the model with (CED_CPU_ISA forces one).
+  std::printf("cpu kernels: %s\n", kernels::CpuIsaSummary().c_str());
   return 0;
 }
 

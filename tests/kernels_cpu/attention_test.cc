@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/kv_codec.h"
 
 namespace ced::kernels {
@@ -205,13 +206,17 @@ class Batch {
   std::vector<uint8_t> pool_k_, pool_v_;
 };
 
-class AttentionCpuTest : public ::testing::TestWithParam<std::tuple<KvFormat, int>> {
+class AttentionCpuTest : public ::testing::TestWithParam<std::tuple<KvFormat, int, CpuIsa>> {
  protected:
   void SetUp() override {
     saved_threads_ = omp_get_max_threads();
     omp_set_num_threads(std::get<1>(GetParam()));
+    ASSERT_TRUE(SetActiveCpuIsa(std::get<2>(GetParam())));
   }
-  void TearDown() override { omp_set_num_threads(saved_threads_); }
+  void TearDown() override {
+    omp_set_num_threads(saved_threads_);
+    SetActiveCpuIsa(BestCpuIsa());
+  }
 
   double Check(int window, const std::vector<SegmentSpec>& specs, uint32_t seed) {
     Batch batch(std::get<0>(GetParam()), window, specs, seed);
@@ -258,16 +263,18 @@ TEST_P(AttentionCpuTest, MixedPrefillShortAndDecode) {
   EXPECT_LE(Check(16, specs, 8), kTolerance);
 }
 
-std::string ParamName(const ::testing::TestParamInfo<std::tuple<KvFormat, int>>& info) {
+std::string ParamName(const ::testing::TestParamInfo<std::tuple<KvFormat, int, CpuIsa>>& info) {
   return std::string(KvFormatName(std::get<0>(info.param))) + "_threads" +
-         std::to_string(std::get<1>(info.param));
+         std::to_string(std::get<1>(info.param)) + "_" +
+         std::string(CpuIsaName(std::get<2>(info.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(FormatsAndThreads, AttentionCpuTest,
                          ::testing::Combine(::testing::Values(KvFormat::kF32, KvFormat::kBF16,
                                                               KvFormat::kFP8E4M3,
                                                               KvFormat::kFP4E2M1),
-                                            ::testing::Values(1, 2)),
+                                            ::testing::Values(1, 2),
+                                            ::testing::ValuesIn(SupportedCpuIsas())),
                          ParamName);
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/kernels_cpu/isa_param.h"
 
 namespace ced::kernels {
 namespace {
@@ -38,7 +39,12 @@ std::vector<float> RoundTrip(KvFormat f, const std::vector<float>& src,
   return out;
 }
 
-TEST(KvCodecTest, RowBytesAndNames) {
+// Every test runs once per kernel variant the CPU supports: EncodeRow and
+// DecodeRow(Slice) are the variant's; the scalar conversions are one
+// portable reference written differently (frexp/ldexp, a search over codes).
+class KvCodecTest : public IsaTest {};
+
+TEST_P(KvCodecTest, RowBytesAndNames) {
   EXPECT_EQ(KvRowBytes(KvFormat::kFP4E2M1, 512), 288u);  // 256 + 32
   EXPECT_EQ(KvRowBytes(KvFormat::kFP4E2M1, 64), 36u);
   EXPECT_EQ(KvRowBytes(KvFormat::kFP8E4M3, 512), 512u);
@@ -54,7 +60,7 @@ TEST(KvCodecTest, RowBytesAndNames) {
   EXPECT_FALSE(ParseKvFormat("fp16", &parsed));
 }
 
-TEST(KvCodecTest, F32IsExact) {
+TEST_P(KvCodecTest, F32IsExact) {
   std::mt19937 rng(1);
   std::vector<float> row = RandomRow(256, &rng);
   row[3] = -0.0f;
@@ -64,7 +70,7 @@ TEST(KvCodecTest, F32IsExact) {
   EXPECT_EQ(std::memcmp(row.data(), out.data(), row.size() * 4), 0);
 }
 
-TEST(KvCodecTest, Bf16RelativeError) {
+TEST_P(KvCodecTest, Bf16RelativeError) {
   std::mt19937 rng(2);
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<float> row = RandomRow(512, &rng);
@@ -75,7 +81,7 @@ TEST(KvCodecTest, Bf16RelativeError) {
   }
 }
 
-TEST(KvCodecTest, Bf16RoundsToNearestEven) {
+TEST_P(KvCodecTest, Bf16RoundsToNearestEven) {
   EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
   EXPECT_EQ(FloatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);      // tie -> even
   EXPECT_EQ(FloatToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // tie -> even
@@ -84,7 +90,7 @@ TEST(KvCodecTest, Bf16RoundsToNearestEven) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(-kInf)), -kInf);
 }
 
-TEST(KvCodecTest, Fp8RelativeErrorInNormalRange) {
+TEST_P(KvCodecTest, Fp8RelativeErrorInNormalRange) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> exponent(-6.0f, std::log2(448.0f));
   for (int i = 0; i < 20000; ++i) {
@@ -98,7 +104,7 @@ TEST(KvCodecTest, Fp8RelativeErrorInNormalRange) {
   }
 }
 
-TEST(KvCodecTest, Fp8SpecialValues) {
+TEST_P(KvCodecTest, Fp8SpecialValues) {
   EXPECT_EQ(FloatToFp8E4M3(0.0f), 0x00);
   EXPECT_EQ(FloatToFp8E4M3(-0.0f), 0x80);
   EXPECT_EQ(FloatToFp8E4M3(1.0f), 0x38);
@@ -121,7 +127,7 @@ TEST(KvCodecTest, Fp8SpecialValues) {
   }
 }
 
-TEST(KvCodecTest, Fp4ScalarCodes) {
+TEST_P(KvCodecTest, Fp4ScalarCodes) {
   const float values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   for (int c = 0; c < 8; ++c) {
     EXPECT_EQ(Fp4E2M1ToFloat(static_cast<uint8_t>(c)), values[c]);
@@ -143,7 +149,7 @@ TEST(KvCodecTest, Fp4ScalarCodes) {
 // 1 on [2, 4] and 2 on [4, 6]: the rounding error is at most max(|v|, s) / 4,
 // which for a group whose scale is a normal E4M3 (s within 2^-3 above amax/6)
 // is at most amax / 4.
-TEST(KvCodecTest, Fp4GroupErrorBound) {
+TEST_P(KvCodecTest, Fp4GroupErrorBound) {
   std::mt19937 rng(4);
   for (int trial = 0; trial < 50; ++trial) {
     std::vector<float> row = RandomRow(512, &rng);
@@ -165,7 +171,7 @@ TEST(KvCodecTest, Fp4GroupErrorBound) {
   }
 }
 
-TEST(KvCodecTest, Fp4SmallGroupsKeepPrecision) {
+TEST_P(KvCodecTest, Fp4SmallGroupsKeepPrecision) {
   // amax / 6 is below the smallest E4M3 subnormal: the scale must not round to 0.
   std::vector<float> row(32);
   for (size_t i = 0; i < row.size(); ++i) row[i] = 1e-3f * (static_cast<float>(i % 7) - 3.0f);
@@ -176,7 +182,7 @@ TEST(KvCodecTest, Fp4SmallGroupsKeepPrecision) {
   EXPECT_NE(out[0], 0.0f);
 }
 
-TEST(KvCodecTest, NonFiniteInputs) {
+TEST_P(KvCodecTest, NonFiniteInputs) {
   const float kNan = std::nanf("");
   std::vector<float> row(32, 1.0f);
   row[0] = kNan;
@@ -203,7 +209,7 @@ TEST(KvCodecTest, NonFiniteInputs) {
   }
 }
 
-TEST(KvCodecTest, Fp16Conversions) {
+TEST_P(KvCodecTest, Fp16Conversions) {
   EXPECT_EQ(FloatToFp16(1.0f), 0x3c00);
   EXPECT_EQ(FloatToFp16(-2.0f), 0xc000);
   EXPECT_EQ(FloatToFp16(65504.0f), 0x7bff);
@@ -232,7 +238,7 @@ TEST(KvCodecTest, Fp16Conversions) {
   }
 }
 
-TEST(KvCodecTest, DecodeRowSliceMatchesDecodeRow) {
+TEST_P(KvCodecTest, DecodeRowSliceMatchesDecodeRow) {
   std::mt19937 rng(6);
   const size_t n = 256;
   for (KvFormat f : kAllFormats) {
@@ -251,6 +257,75 @@ TEST(KvCodecTest, DecodeRowSliceMatchesDecodeRow) {
     }
   }
 }
+
+TEST_P(KvCodecTest, RowCodecsEqualTheScalarConversionsBitForBit) {
+  // Every fp8 code decodes like the scalar decoder (through a row of all 256).
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  std::vector<float> decoded(256);
+  DecodeRow(KvFormat::kFP8E4M3, codes.data(), 256, decoded.data());
+  for (int c = 0; c < 256; ++c) {
+    const float want = Fp8E4M3ToFloat(static_cast<uint8_t>(c));
+    ASSERT_EQ(std::memcmp(&decoded[c], &want, 4), 0) << "code " << c << ": " << decoded[c];
+  }
+  // Values: random over many magnitudes, every fp8 value and the midpoints
+  // between neighbours (rounding ties), fp8 subnormals, signed zeros,
+  // saturation, infinities and NaN.
+  std::mt19937 rng(11);
+  std::vector<float> values;
+  for (int c = 0; c < 127; ++c) {
+    const float v = Fp8E4M3ToFloat(static_cast<uint8_t>(c));
+    const float next = Fp8E4M3ToFloat(static_cast<uint8_t>(c + 1));
+    for (float x : {v, (v + next) / 2, std::nextafter((v + next) / 2, 0.0f),
+                    std::nextafter((v + next) / 2, 1e9f)}) {
+      values.push_back(x);
+      values.push_back(-x);
+    }
+  }
+  for (float x : {0.0f, -0.0f, 448.0f, 464.0f, 479.9f, 480.0f, 1e30f, kInf, -kInf,
+                  std::numeric_limits<float>::quiet_NaN(), 0.25f, 0.75f, 1.25f, 1.75f, 2.5f,
+                  3.5f, 5.0f, 6.0f, 1e-40f, std::numeric_limits<float>::max()}) {
+    values.push_back(x);
+    values.push_back(-x);
+  }
+  std::uniform_real_distribution<float> exponent(-30.0f, 12.0f);
+  std::uniform_int_distribution<int> sign(0, 1);
+  while (values.size() % kFp4GroupSize != 0 || values.size() < 20000) {
+    values.push_back((sign(rng) ? -1.0f : 1.0f) * std::exp2(exponent(rng)));
+  }
+  const size_t n = values.size();
+  std::vector<uint8_t> bytes(KvRowBytes(KvFormat::kFP8E4M3, n));
+  EncodeRow(KvFormat::kFP8E4M3, values.data(), n, bytes.data());
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(bytes[i], FloatToFp8E4M3(values[i])) << "value " << values[i];
+  }
+  bytes.assign(KvRowBytes(KvFormat::kBF16, n), 0);
+  EncodeRow(KvFormat::kBF16, values.data(), n, bytes.data());
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, &bytes[2 * i], 2);
+    const float v = values[i];
+    const float clamped = std::isnan(v) ? 0.0f : std::clamp(v, -3.3895314e38f, 3.3895314e38f);
+    ASSERT_EQ(h, FloatToBf16(clamped)) << "value " << v;
+  }
+  // fp4: each group's scale and codes against the scalar functions.
+  bytes.assign(KvRowBytes(KvFormat::kFP4E2M1, n), 0);
+  EncodeRow(KvFormat::kFP4E2M1, values.data(), n, bytes.data());
+  std::vector<float> out(n);
+  DecodeRow(KvFormat::kFP4E2M1, bytes.data(), n, out.data());
+  for (size_t g = 0; g < n; g += kFp4GroupSize) {
+    const float scale = Fp8E4M3ToFloat(bytes[n / 2 + g / kFp4GroupSize]);
+    for (size_t i = g; i < g + kFp4GroupSize; ++i) {
+      const uint8_t code = (bytes[i / 2] >> (4 * (i & 1))) & 0xf;
+      const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+      ASSERT_EQ(code, FloatToFp4E2M1(std::clamp(values[i] * inv, -6.0f, 6.0f)))
+          << "value " << values[i] << " scale " << scale;
+      ASSERT_EQ(out[i], Fp4E2M1ToFloat(code) * scale) << "value " << values[i];
+    }
+  }
+}
+
+CED_INSTANTIATE_FOR_EVERY_ISA(KvCodecTest);
 
 }  // namespace
 }  // namespace ced::kernels

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/kernels_cpu/isa_param.h"
 
 namespace ced::kernels {
 namespace {
@@ -72,7 +73,9 @@ TEST(MathTest, PoolServesConcurrentAndNestedCallers) {
   }
 }
 
-TEST(MathTest, GemmMultiMatchesReference) {
+class MathIsaTest : public IsaTest {};
+
+TEST_P(MathIsaTest, GemmMultiMatchesReference) {
   // Batch 1 takes the GEMV path, larger batches BLAS; odd sizes hit the tails.
   for (int n : {1, 3, 64}) {
     for (int in : {64, 200, 512}) {
@@ -102,12 +105,12 @@ TEST(MathTest, GemmMultiMatchesReference) {
   }
 }
 
-TEST(MathTest, PackedGemmMatchesReference) {
-  // Row counts around the 8-row tile, columns around the 32-column panel,
-  // depths below and above the 256-deep pass.
-  for (int n : {2, 5, 8, 17, 64}) {
+TEST_P(MathIsaTest, PackedGemmMatchesReference) {
+  // Row counts around every variant's row tile (8, 6, 3), columns around
+  // the 16- and 32-column panels, depths below and above the 256-deep pass.
+  for (int n : {2, 3, 5, 6, 7, 8, 13, 17, 64}) {
     for (int in : {64, 200, 600}) {
-      const std::vector<int> outs = {32, 37, 300};
+      const std::vector<int> outs = {32, 37, 300, 16, 9};
       const std::vector<float> x = Random(static_cast<size_t>(n) * in, 3 + n + in);
       std::vector<std::vector<float>> w, y;
       std::vector<std::unique_ptr<PackedMatrix>> packed;
@@ -134,12 +137,12 @@ TEST(MathTest, PackedGemmMatchesReference) {
   }
 }
 
-TEST(MathTest, PackedGemvMatchesReference) {
+TEST_P(MathIsaTest, PackedGemvMatchesReference) {
   // Batch 1 on the packed panels: depths around the 4-row step (tails),
   // columns around the 32-column panel, enough bytes to split across the
   // pool and too few.
   for (int in : {1, 3, 64, 203, 1536}) {
-    const std::vector<int> outs = {32, 37, 300, 5};
+    const std::vector<int> outs = {32, 37, 300, 5, 16, 17};
     const std::vector<float> x = Random(in, 11 + in);
     std::vector<std::vector<float>> w, y;
     std::vector<std::unique_ptr<PackedMatrix>> packed;
@@ -165,7 +168,25 @@ TEST(MathTest, PackedGemvMatchesReference) {
   }
 }
 
-TEST(MathTest, RopeTableMatchesDirectRope) {
+TEST_P(MathIsaTest, PackedMatrixUsesTheVariantsPanelWidth) {
+  const std::vector<float> w = Random(40 * 24, 12);
+  const PackedMatrix p(w.data(), 40, 24);
+  EXPECT_EQ(p.panel_width(), PackedPanelWidth());
+  EXPECT_EQ(p.panel_width(), GetParam() == CpuIsa::kAvx512 ? 32 : 16);
+  EXPECT_TRUE(p.MatchesActiveVariant());
+  EXPECT_EQ(p.panels(), (40 + p.panel_width() - 1) / p.panel_width());
+  // Panel layout: panel q, row k, column j holds w[q * width + j][k], zero past `out`.
+  for (int q = 0; q < p.panels(); ++q) {
+    for (int k = 0; k < 24; ++k) {
+      for (int j = 0; j < p.panel_width(); ++j) {
+        const int o = q * p.panel_width() + j;
+        ASSERT_EQ(p.panel(q)[k * p.panel_width() + j], o < 40 ? w[o * 24 + k] : 0.0f);
+      }
+    }
+  }
+}
+
+TEST_P(MathIsaTest, RopeTableMatchesDirectRope) {
   const int n = 40, heads = 3, head_dim = 64;
   std::vector<int32_t> pos(n);
   for (int i = 0; i < n; ++i) pos[i] = (i * 37) % 3000;
@@ -178,7 +199,7 @@ TEST(MathTest, RopeTableMatchesDirectRope) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
 }
 
-TEST(MathTest, RmsNormAndSiluMul) {
+TEST_P(MathIsaTest, RmsNormAndSiluMul) {
   const int n = 70, d = 96;
   const std::vector<float> x = Random(static_cast<size_t>(n) * d, 7), w = Random(d, 8);
   std::vector<float> out(x.size());
@@ -197,6 +218,8 @@ TEST(MathTest, RmsNormAndSiluMul) {
     ASSERT_NEAR(gate[i], g / (1 + std::exp(-g)) * up[i], 1e-5) << i;
   }
 }
+
+CED_INSTANTIATE_FOR_EVERY_ISA(MathIsaTest);
 
 }  // namespace
 }  // namespace ced::kernels

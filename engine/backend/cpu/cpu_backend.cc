@@ -131,7 +131,8 @@ class CpuBackend final : public Backend {
   // is not inside an uploaded weight tensor.
   const kernels::PackedMatrix* Packed(const float* w, int out, int in) {
     auto it = packed_.find(w);
-    if (it != packed_.end() && it->second->out() == out && it->second->in() == in) {
+    if (it != packed_.end() && it->second->out() == out && it->second->in() == in &&
+        it->second->MatchesActiveVariant()) {
       return it->second.get();
     }
     auto r = weight_ranges_.upper_bound(w);
