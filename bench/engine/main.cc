@@ -3,6 +3,7 @@
 // roofline, prefill against the FMA peak, and bounded-replay error.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -48,6 +49,7 @@ struct Flags {
   std::string scratch_dir;
   std::string compare_blas_core = "none";
   std::string variants = "all";
+  std::string peers = "auto";
   std::string markdown = "bench/results/engine.md";
   std::string json = "bench/results/engine.json";
 };
@@ -125,10 +127,36 @@ absl::Status Validate(const Flags& f) {
     }
   }
   if (f.fma_seconds <= 0) return absl::InvalidArgumentError("--fma_seconds must be positive");
+  if (f.peers != "auto" && f.peers != "on" && f.peers != "off") {
+    return absl::InvalidArgumentError("--peers must be auto, on or off");
+  }
   if (f.variants != "all" && f.variants != "active") {
     return absl::InvalidArgumentError("--variants must be all or active");
   }
   return absl::OkStatus();
+}
+
+// Flags of a child run of this bench: the same measurement flags, sections
+// `sections`, reports <scratch>/<name>.md and .json, and no children of its own.
+std::vector<std::string> ChildArgs(const Flags& f, const std::string& sections,
+                                   const std::string& scratch, const std::string& name) {
+  return {"--sections=" + sections,
+          absl::StrCat("--prompt_tokens=", f.prompt_tokens),
+          absl::StrCat("--chunk_tokens=", f.chunk_tokens),
+          absl::StrCat("--prefill_reps=", f.prefill_reps),
+          absl::StrCat("--fma_seconds=", f.fma_seconds),
+          absl::StrCat("--decode_context=", f.decode_context),
+          "--decode_batches=" + f.decode_batches,
+          absl::StrCat("--decode_steps=", f.decode_steps),
+          absl::StrCat("--decode_reps=", f.decode_reps),
+          absl::StrCat("--bandwidth_mib=", f.bandwidth_mib),
+          absl::StrCat("--seed=", f.seed),
+          "--scratch_dir=" + scratch,
+          absl::StrCat("--markdown=", scratch, "/", name, ".md"),
+          absl::StrCat("--json=", scratch, "/", name, ".json"),
+          "--compare_blas_core=none",
+          "--variants=active",
+          "--peers=off"};
 }
 
 absl::Status Run(const Flags& f, const std::string& command) {
@@ -228,44 +256,50 @@ absl::Status Run(const Flags& f, const std::string& command) {
       std::vector<std::string> parts;
       if (report.has_prefill) parts.push_back("prefill");
       if (report.has_decode) parts.push_back("decode");
-      const std::string json = absl::StrCat(scratch, "/variant_", name, ".json");
-      const std::vector<std::string> args = {
-          "--sections=" + absl::StrJoin(parts, ","),
-          absl::StrCat("--prompt_tokens=", f.prompt_tokens),
-          absl::StrCat("--chunk_tokens=", f.chunk_tokens),
-          absl::StrCat("--prefill_reps=", f.prefill_reps),
-          absl::StrCat("--fma_seconds=", f.fma_seconds),
-          absl::StrCat("--decode_context=", f.decode_context),
-          "--decode_batches=" + f.decode_batches,
-          absl::StrCat("--decode_steps=", f.decode_steps),
-          absl::StrCat("--decode_reps=", f.decode_reps),
-          absl::StrCat("--bandwidth_mib=", f.bandwidth_mib),
-          absl::StrCat("--seed=", f.seed),
-          "--scratch_dir=" + scratch,
-          absl::StrCat("--markdown=", scratch, "/variant_", name, ".md"),
-          "--json=" + json,
-          "--compare_blas_core=none",
-          "--variants=active"};
+      const std::string json = absl::StrCat(scratch, "/variant_", name, ".json");  // ChildArgs'
+      const std::vector<std::string> args =
+          ChildArgs(f, absl::StrJoin(parts, ","), scratch, absl::StrCat("variant_", name));
       auto child = RunChild(args, "CED_CPU_ISA=" + name, json);
       if (!child.ok()) return child.status();
       report.variant_reports.push_back(std::move(*child));
+    }
+  }
+  if (f.peers != "off" && report.has_prefill) {
+    const std::string exe =
+        (std::filesystem::path(std::filesystem::read_symlink("/proc/self/exe")).parent_path() /
+         "blas_compare")
+            .string();
+    if (!std::filesystem::exists(exe)) {
+      if (f.peers == "on") {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--peers=on: ", exe, " is not built (it needs oneDNN, libdnnl-dev)"));
+      }
+      std::fprintf(stderr, "[peers] %s not built (oneDNN missing): section 6 skipped\n",
+                   exe.c_str());
+    } else {
+      const std::string args = absl::StrCat("--threads=", ctx.machine.omp_threads, " --reps=",
+                                            std::max(7, f.prefill_reps));
+      std::fprintf(stderr, "[peers] blas_compare %s\n", args.c_str());
+      FILE* pipe = popen(absl::StrCat("'", exe, "' ", args).c_str(), "r");
+      if (pipe == nullptr) return absl::InternalError("cannot start blas_compare");
+      std::string out;
+      char buf[4096];
+      for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+      const int rc = pclose(pipe);
+      if (rc != 0) {
+        return absl::InternalError(
+            absl::StrCat("blas_compare failed (status ", rc, "); its output:\n", out));
+      }
+      report.peer_gemm_command = absl::StrCat("blas_compare ", args);
+      report.peer_gemm_table = out;
     }
   }
   const std::string alt = AltBlasCore(f.compare_blas_core, ctx.machine);
   if (report.has_prefill && !alt.empty()) {
     std::fprintf(stderr, "[blas] prefill again in a child process with OPENBLAS_CORETYPE=%s\n",
                  alt.c_str());
-    const std::string json = scratch + "/blas_child.json";
-    const std::vector<std::string> args = {"--sections=prefill",
-                                           absl::StrCat("--prompt_tokens=", f.prompt_tokens),
-                                           absl::StrCat("--chunk_tokens=", f.chunk_tokens),
-                                           absl::StrCat("--prefill_reps=", f.prefill_reps),
-                                           absl::StrCat("--fma_seconds=", f.fma_seconds),
-                                           absl::StrCat("--seed=", f.seed),
-                                           "--scratch_dir=" + scratch,
-                                           "--markdown=" + scratch + "/blas_child.md",
-                                           "--json=" + json,
-                                           "--compare_blas_core=none"};
+    const std::string json = scratch + "/blas_child.json";  // ChildArgs' --json
+    const std::vector<std::string> args = ChildArgs(f, "prefill", scratch, "blas_child");
     auto child = RunChild(args, "OPENBLAS_CORETYPE=" + alt, json);
     if (!child.ok()) return child.status();
     report.alt_blas_core = alt;
@@ -327,6 +361,10 @@ int main(int argc, char** argv) {
                "CPU kernel variants to measure: all = prefill and decode again in a child "
                "process for every other variant this CPU supports (CED_CPU_ISA); active = only "
                "the one this process runs");
+  flags.String("peers", &f.peers,
+               "run blas_compare (built next to this binary; needs oneDNN) after the prefill "
+               "section: the engine's GEMM per variant vs OpenBLAS and oneDNN sgemm on the same "
+               "shapes; auto = when built, on = required, off");
   flags.String("markdown", &f.markdown, "markdown report path");
   flags.String("json", &f.json, "JSON report path");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {

@@ -171,7 +171,7 @@ void AppendSummary(const Json& d, std::string* md) {
   if (d.contains("alt_blas")) {
     const std::string core = d["alt_blas"].value("blas_core", "");
     AppendPrefillSummary(d["alt_blas"]["prefill"], absl::StrCat("OPENBLAS_CORETYPE=", core),
-                         m.value("kernel_isa", BlasIsa(core)), " (section 6)", md);
+                         m.value("kernel_isa", BlasIsa(core)), " (section 7)", md);
   }
   if (d.contains("decode")) {
     const Json& dec = d["decode"];
@@ -338,11 +338,22 @@ std::string FormatMarkdown(const Json& d) {
   if (d.contains("prefill")) AppendPeak(d, &md);
   if (d.contains("replay_error")) AppendReplay(d, &md);
   if (d.contains("kernel_variants")) AppendVariants(d, &md);
+  if (d.contains("peer_gemm")) {
+    absl::StrAppend(&md, "## 6. The engine's GEMM against OpenBLAS and oneDNN\n\n",
+                    "`", d["peer_gemm"].value("command", ""),
+                    "`, run by this bench right after the sections above: the packed GEMM "
+                    "(n > 1) or GEMV (n = 1) of every kernel variant, OpenBLAS `cblas_sgemm` "
+                    "and oneDNN `dnnl_sgemm` on the engine's projection shapes of `small` "
+                    "(n = 256 prefill chunk, n = 1 and 16 decode), on the bench's threads, "
+                    "repetitions interleaved; GFLOP/s median (min..max), each variant also "
+                    "against its own FMA peak.\n\n",
+                    d["peer_gemm"].value("table", ""), "\n");
+  }
   if (d.contains("alt_blas")) {
     const Json& alt = d["alt_blas"];
     const std::string core = alt.value("blas_core", "");
     AppendPrefill(
-        alt["prefill"], absl::StrCat("## 6. Prefill with OpenBLAS's `", core, "` kernels"),
+        alt["prefill"], absl::StrCat("## 7. Prefill with OpenBLAS's `", core, "` kernels"),
         absl::StrFormat(
             "Section 1 rerun right after, same flags, in a child process started with "
             "`OPENBLAS_CORETYPE=%s` (OpenBLAS reads it only when it loads); its GEMMs use %s "

@@ -45,6 +45,10 @@ struct BenchReport {
   // variant this CPU supports (CED_CPU_ISA=<variant>): the children's JSON
   // documents, in variant order.
   std::vector<nlohmann::ordered_json> variant_reports;
+  // blas_compare's output (the engine's GEMM per variant vs OpenBLAS and
+  // oneDNN on the same shapes), run as a child process; empty when not run.
+  std::string peer_gemm_command;
+  std::string peer_gemm_table;
 };
 
 // "avx512" for OpenBLAS kernel sets built on AVX-512 FMAs (SkylakeX,

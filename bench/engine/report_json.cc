@@ -204,6 +204,9 @@ Json BuildJson(const BenchReport& report) {
     if (child.contains("decode")) v["decode"] = child["decode"];
     j["kernel_variants"].push_back(v);
   }
+  if (!report.peer_gemm_table.empty()) {
+    j["peer_gemm"] = {{"command", report.peer_gemm_command}, {"table", report.peer_gemm_table}};
+  }
   if (report.alt_report.is_object() && report.alt_report.contains("prefill")) {
     j["alt_blas"] = {{"blas_core", report.alt_report["machine"].value("blas_core", "")},
                      {"requested", report.alt_blas_core},
