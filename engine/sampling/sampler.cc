@@ -178,7 +178,7 @@ int SampleToken(const float* logits, int vocab_size, const SamplingParams& p, ui
   for (int i = 0; i < vocab_size; ++i) {
     if (kept(i)) total += w[i];
   }
-  const double target = SamplingUniform(p.seed, step) * total;
+  const double target = SamplingUniform(p.seed, p.step_offset + step) * total;
   double cum = 0;
   int last = best;
   for (int i = 0; i < vocab_size; ++i) {

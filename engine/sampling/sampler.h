@@ -19,6 +19,10 @@ struct SamplingParams {
   int top_k = 0;             // 0 = off
   float top_p = 1.0f;        // nucleus mass, in (0, 1]; 1 = off
   uint64_t seed = 0;
+  // Added to every step index: a request continued on another worker after k
+  // tokens (migration) sets k, so its step j draws as step k + j of the
+  // original request.
+  uint64_t step_offset = 0;
 };
 
 // InvalidArgument naming the field: temperature negative or not finite,
@@ -30,7 +34,7 @@ absl::Status ValidateSamplingParams(const SamplingParams& params);
 // top_k == 1) returns the argmax, ties to the lowest id. Otherwise: divide
 // by temperature, softmax, keep the top_k most probable (ties to lower ids),
 // then the smallest most-probable prefix with mass >= top_p, and pick one with
-// a single uniform draw from hash(seed, step). NaN logits are never chosen
+// a single uniform draw from hash(seed, step_offset + step). NaN logits are never chosen
 // (unless every logit is NaN or -inf: then id 0). `params` must be valid.
 int SampleToken(const float* logits, int vocab_size, const SamplingParams& params, uint64_t step);
 

@@ -20,8 +20,9 @@ constexpr int kVecs = kPanel / kLanes;  // registers per tile row
 constexpr int kDepth = 256;
 
 // y[MR, kPanel] (+)= x[MR, kc] * panel[kc, kPanel]; only `cols` columns are
-// stored. Also prefetches pf_lines cache lines from pf (into L2), one every
-// fourth k.
+// stored. Also prefetches pf_lines cache lines from pf (into L2), one per k
+// from the first: with few row tiles (a decode batch) each tile has a large
+// share of the next slice to fetch.
 template <int MR>
 void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size_t ldy, int cols,
           bool add, const char* pf, int pf_lines) {
@@ -32,7 +33,7 @@ void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size
     for (int v = 0; v < kVecs; ++v) acc[r][v] = VF{};
   }
   for (int k = 0; k < kc; ++k) {
-    if ((k & 3) == 0 && pf_lines > 0) {
+    if (pf_lines > 0) {
       __builtin_prefetch(pf, 0, 2);
       pf += 64;
       --pf_lines;

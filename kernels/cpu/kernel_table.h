@@ -27,6 +27,11 @@ struct KernelTable {
   void (*rope_row)(float* x, int heads, int head_dim, const float* cos, const float* sin);
   void (*silu_mul)(float* gate, const float* up, size_t count);
   void (*add)(float* x, const float* y, size_t count);
+};
+
+// The K/V row codecs apart (kv_codec_rows.cc, kv_codec.cc): code that only
+// encodes and decodes rows links them without the rest of the kernels.
+struct KvCodecTable {
   void (*encode_row)(KvFormat f, const float* src, size_t n, uint8_t* dst);
   void (*decode_row_slice)(KvFormat f, const uint8_t* src, size_t n, size_t begin, size_t count,
                            float* dst);
@@ -34,12 +39,15 @@ struct KernelTable {
 
 namespace generic {
 extern const KernelTable kTable;
+extern const KvCodecTable kCodecTable;
 }
 namespace avx2 {
 extern const KernelTable kTable;
+extern const KvCodecTable kCodecTable;
 }
 namespace avx512 {
 extern const KernelTable kTable;
+extern const KvCodecTable kCodecTable;
 }
 
 // The table of `isa` (which this build always has; the caller checks that

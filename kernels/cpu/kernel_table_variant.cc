@@ -15,8 +15,7 @@ constexpr CpuIsa kIsa = static_cast<CpuIsa>(CED_KERNEL_VARIANT);
 
 extern const KernelTable kTable;
 const KernelTable kTable = {
-    kIsa,      kPanel,     GemmPacked, GemvPacked, GemvRows,  Attention,
-    RmsNormRow, RopeRow,   SiluMul,    Add,        EncodeRow, DecodeRowSlice,
+    kIsa, kPanel, GemmPacked, GemvPacked, GemvRows, Attention, RmsNormRow, RopeRow, SiluMul, Add,
 };
 
 }  // namespace ced::kernels::CED_VARIANT_NS

@@ -170,13 +170,26 @@ float Fp4E2M1ToFloat(uint8_t code) {
   return (code & 8) ? -v : v;
 }
 
+namespace {
+
+const KvCodecTable& ActiveCodecs() {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAvx512: return avx512::kCodecTable;
+    case CpuIsa::kAvx2: return avx2::kCodecTable;
+    case CpuIsa::kGeneric: break;
+  }
+  return generic::kCodecTable;
+}
+
+}  // namespace
+
 void EncodeRow(KvFormat f, const float* src, size_t n, uint8_t* dst) {
-  ActiveKernels().encode_row(f, src, n, dst);
+  ActiveCodecs().encode_row(f, src, n, dst);
 }
 
 void DecodeRowSlice(KvFormat f, const uint8_t* src, size_t n, size_t begin, size_t count,
                     float* dst) {
-  ActiveKernels().decode_row_slice(f, src, n, begin, count, dst);
+  ActiveCodecs().decode_row_slice(f, src, n, begin, count, dst);
 }
 
 void DecodeRow(KvFormat f, const uint8_t* src, size_t n, float* dst) {

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kv_codec.h"
 // Last: everything below is compiled for the variant.
 #include "kernels/cpu/variant_kernels.h"
@@ -185,5 +186,8 @@ void DecodeRowSlice(KvFormat f, const uint8_t* src, size_t n, size_t begin, size
     }
   }
 }
+
+extern const KvCodecTable kCodecTable;
+const KvCodecTable kCodecTable = {EncodeRow, DecodeRowSlice};
 
 }  // namespace ced::kernels::CED_VARIANT_NS

@@ -13,6 +13,8 @@
 #error "kernels/cpu/variant.h: compile this source through ced_add_kernel_variants()"
 #endif
 
+// The project builds with GCC. Clang (the fuzz build, tests/fuzz) ignores
+// these pragmas: its variants are portable code, correct on every CPU.
 #if CED_KERNEL_VARIANT == 2
 #pragma GCC target("avx,avx2,fma,f16c,bmi,bmi2,popcnt,avx512f,avx512bw,avx512vl,avx512dq")
 #define CED_VARIANT_NS avx512

@@ -182,6 +182,7 @@ int RunCluster(const std::vector<std::string>& args) {
       {"ready-file", "", "write the addresses of every service here once ready"},
       {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
       {"public-bind", "127.0.0.1", "interface of the gateway's public gRPC listener"},
+      {"migration-limit", "3", "gateway: moves of a request off a dead decode worker (0: off)"},
   };
   // TLS / auth flags go to the roles (security_flags.h); this process is a
   // client of the router with the same identity.
@@ -284,7 +285,8 @@ int RunCluster(const std::vector<std::string>& args) {
   if (s.ok()) {
     std::vector<std::string> a = {"--role=gateway", "--listen", host_port(public_bind, Port(base, 0)),
                                   "--metrics-listen", host_port(bind, Port(mbase, 0)),
-                                  "--router", router, "--model", model};
+                                  "--router", router, "--model", model,
+                                  "--migration-limit", f->Get("migration-limit")};
     a.insert(a.end(), gateway_security.begin(), gateway_security.end());
     s = start("gateway", a);
   }

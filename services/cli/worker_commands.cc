@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/isa.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
 #include "services/cli/service_commands.h"
@@ -58,16 +59,21 @@ int ServeDecode(const std::vector<std::string>& args) {
   specs.push_back({"kv-listen", "127.0.0.1:50080", "KV data plane listen address"});
   specs.push_back({"advertise-kv-address", "", "KV address registered with the router (default: the bound one)"});
   specs.push_back({"max-batch", "64", "sequences per decode step"});
-  specs.push_back({"reservation-timeout-ms", "30000", "release reservations whose K/V never arrives"});
+  specs.push_back({"reservation-timeout-ms", "30000",
+                   "inactivity timeout: release a reservation once no K/V of it (chunk, tail or "
+                   "prefill progress notice) has landed for this long; the client deadline "
+                   "bounds the whole request"});
   specs.push_back({"max-queued", "256", "reservations waiting for K/V or a batch slot before RESOURCE_EXHAUSTED"});
   specs.push_back({"max-queued-tokens", "1048576", "prompt tokens of waiting reservations before RESOURCE_EXHAUSTED"});
+  const std::vector<FlagSpec> shown = specs;  // the test-only flag stays out of --help
+  specs.push_back({"step-delay-ms-for-testing", "0", "sleep before each decode step (tests only)"});
   auto f = Flags::Parse(specs, args);
   if (!f.ok()) return Fail("serve --role=decode", std::string(f.status().message()), 2);
   if (f->help()) {
     std::printf("%s", FormatHelp("ced serve --role=decode --model DIR [flags]",
                                  "Decode worker: full model, continuous batching; receives K/V "
                                  "from prefill workers over the KV data plane.",
-                                 specs).c_str());
+                                 shown).c_str());
     return 0;
   }
   services::DecodeWorkerOptions o;
@@ -86,6 +92,11 @@ int ServeDecode(const std::vector<std::string>& args) {
   auto rt = f->GetInt("reservation-timeout-ms");
   auto dt = f->GetInt("drain-timeout-ms");
   if (!mb.ok() || !rt.ok() || !dt.ok()) return Fail("serve --role=decode", "bad integer flag", 2);
+  auto sd = f->GetInt("step-delay-ms-for-testing");
+  if (!sd.ok() || *sd < 0 || *sd > 60000) {
+    return Fail("serve --role=decode", "--step-delay-ms-for-testing must be in [0, 60000]", 2);
+  }
+  o.step_delay_ms_for_testing = static_cast<int>(*sd);
   auto dq = f->GetInt("max-queued");
   auto dqt = f->GetInt("max-queued-tokens");
   if (!dq.ok() || !dqt.ok() || *dq < 1 || *dq > (1 << 20) || *dqt < 1) {
@@ -99,6 +110,7 @@ int ServeDecode(const std::vector<std::string>& args) {
   services::InstallShutdownSignals();
   auto w = services::DecodeWorker::Start(o);
   if (!w.ok()) return Fail("serve --role=decode", std::string(w.status().message()));
+  std::printf("decode cpu kernels: %s\n", kernels::CpuIsaSummary().c_str());
   std::printf("decode listening on %s (metrics %s, kv %s)\n", (*w)->grpc_address().c_str(),
               (*w)->metrics_address().c_str(), (*w)->kv_address().c_str());
   std::fflush(stdout);
@@ -159,6 +171,7 @@ int ServePrefill(const std::vector<std::string>& args) {
   services::InstallShutdownSignals();
   auto w = services::PrefillWorker::Start(o);
   if (!w.ok()) return Fail("serve --role=prefill", std::string(w.status().message()));
+  std::printf("prefill cpu kernels: %s\n", kernels::CpuIsaSummary().c_str());
   std::printf("prefill listening on %s (metrics %s)\n", (*w)->grpc_address().c_str(),
               (*w)->metrics_address().c_str());
   std::fflush(stdout);

@@ -37,6 +37,7 @@ SamplingParams FromProto(const ced::internal::SamplingParams& p) {
   s.top_k = p.top_k();
   s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
   s.seed = p.seed();
+  s.step_offset = p.step_offset();
   return s;
 }
 
@@ -45,6 +46,7 @@ void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out) {
   out->set_top_k(p.top_k);
   out->set_top_p(p.top_p);
   out->set_seed(p.seed);
+  out->set_step_offset(p.step_offset);
 }
 
 ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string& worker_id,

@@ -8,6 +8,7 @@
 #include "engine/common/status.h"
 #include "services/common/worker_util.h"
 #include "services/decode/request.h"
+#include "services/metrics/kernel_info.h"
 
 namespace ced::services {
 
@@ -64,6 +65,7 @@ absl::Status DecodeWorker::Init() {
   ASSIGN_OR_RETURN(m_->kv_free, gauge("ced_kv_blocks_free", "Global KV cache blocks free."));
   ASSIGN_OR_RETURN(m_->weights_bytes,
                    gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
+  RETURN_IF_ERROR(metrics::RegisterCpuKernelInfo(&registry_));
   ASSIGN_OR_RETURN(m_->steps, counter("ced_decode_steps_total", "Batched decode steps."));
   ASSIGN_OR_RETURN(m_->generated, counter("ced_generated_tokens_total", "Tokens generated."));
   ASSIGN_OR_RETURN(auto* transfer_bytes,
@@ -215,8 +217,10 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
                                                                            : ReplayMode::kBounded;
   r->replay_window = req.replay().replay_window();
   r->local_prefill = req.local_prefill();
+  r->prefill_worker_id = req.prefill_worker_id();
   r->received.assign(r->prompt.size(), 0);
   r->t_reserve = Clock::now();
+  r->t_progress = r->t_reserve;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (requests_.count(r->id)) {

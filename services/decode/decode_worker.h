@@ -43,9 +43,17 @@ struct DecodeWorkerOptions {
   // Reserve answers RESOURCE_EXHAUSTED at once. KV blocks bound the rest.
   int max_queued_requests = 256;
   int64_t max_queued_tokens = int64_t{1} << 20;
-  int reservation_timeout_ms = 30000;        // K/V never arrived
+  // An inactivity timeout: a reservation still waiting for K/V ends
+  // (DEADLINE_EXCEEDED, "no K/V progress ...") once no K/V message of its
+  // request (a chunk, the tail, or the prefill worker's progress notice) has
+  // landed for this long. Not a bound on the whole transfer: a slow prefill
+  // that keeps sending chunks runs on, and the client's deadline bounds it.
+  int reservation_timeout_ms = 30000;
   int stream_attach_timeout_ms = 10000;      // reserved but never streamed
   int drain_timeout_ms = 30000;              // SIGTERM: finish in-flight work for this long
+  // Test-only (hidden `--step-delay-ms-for-testing`): sleep this long before
+  // each decode step, so a test's streams are still running when it acts.
+  int step_delay_ms_for_testing = 0;
 };
 
 class DecodeWorker {

@@ -25,6 +25,7 @@ struct DecodeWorker::Request {
   ReplayMode replay_mode = ReplayMode::kBounded;
   int replay_window = 0;
   bool local_prefill = false;
+  std::string prefill_worker_id;  // who sends the K/V (empty with local prefill)
   SeqId seq = 0;
 
   // Guarded by DecodeWorker::mu_.
@@ -34,6 +35,9 @@ struct DecodeWorker::Request {
   bool tail_received = false;
   std::vector<uint8_t> tail_bytes;
   int inflight_messages = 0;   // accepted by the sink, not yet completed
+  // The reservation, or the last K/V message of this request accepted or
+  // landed (progress notices included): the reservation timeout counts from it.
+  Clock::time_point t_progress;
   bool cancelled = false;
   std::string cancel_reason;
   std::string transfer_error;  // a failed K/V message
@@ -55,7 +59,8 @@ struct DecodeWorker::Request {
 // request_mismatch: the token belongs to another request; inactive: the
 // request finished or was cancelled; unexpected: the request does not take
 // K/V now (local prefill, or already complete); format: not the cache
-// format; range: tokens outside the reserved prompt (or per-layer); length:
+// format; range: tokens outside the reserved prompt (or per-layer; an empty
+// range with no payload is a prefill worker's progress notice); length:
 // payload size does not match the range; duplicate: tokens or tail already
 // landed; kind: unknown message kind.
 inline constexpr const char* kKvRejectReasons[] = {

@@ -4,6 +4,7 @@
 // then runs one batched decode step over every running sequence.
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "services/decode/request.h"
@@ -164,12 +165,18 @@ void DecodeWorker::SchedulerLoop() {
           Finish(r, ced::internal::FINISH_REASON_ERROR, "never streamed",
                  grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                               "the reservation was not streamed in time"));
-        } else if (!r->finished && r->state != Request::kRunning &&
-                   now - r->t_reserve >
+        } else if (!r->finished && r->state == Request::kReserved && !r->local_prefill &&
+                   now - r->t_progress >
                        std::chrono::milliseconds(options_.reservation_timeout_ms)) {
-          Finish(r, ced::internal::FINISH_REASON_ERROR, "reservation timed out",
-                 grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                              "K/V did not arrive within the reservation timeout"));
+          // An inactivity timeout: every K/V message resets it, so a slow but
+          // progressing prefill is never cut off; the client's deadline (the
+          // gateway's) bounds the request as a whole.
+          const std::string why =
+              absl::StrCat("no K/V progress from prefill worker ", r->prefill_worker_id, " for ",
+                           options_.reservation_timeout_ms, " ms (--reservation-timeout-ms; ",
+                           r->received_tokens, " of ", r->prompt.size(), " prompt tokens landed)");
+          Finish(r, ced::internal::FINISH_REASON_ERROR, why,
+                 grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, why));
         }
         // Release only once no transfer can still land in the blocks and the
         // stream (if any) has the final status.
@@ -203,6 +210,9 @@ void DecodeWorker::SchedulerLoop() {
       // so a waiting Reserve (and the prompts queued behind its prefill) would
       // otherwise wait until the running sequences finish. Bounded: 5 ms.
       cv_.wait_for(lock, std::chrono::milliseconds(5), [this] { return admitting_ == 0 || stop_; });
+    }
+    if (options_.step_delay_ms_for_testing > 0 && !running.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_delay_ms_for_testing));
     }
     std::lock_guard<std::mutex> elock(engine_mu_);
     for (auto& r : to_release) (void)engine_->ReleaseSequence(r->seq);

@@ -56,6 +56,13 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
       case KvMessageKind::kGlobalRange: {
         const int b = static_cast<int>(h.token_begin), e = static_cast<int>(h.token_end);
         if (h.layer != -1) return Reject("range", absl::InvalidArgumentError("per-layer K/V messages unsupported"));
+        if (b == e && b <= n && h.payload_bytes == 0) {
+          // A progress notice (no tokens): the prefill worker is computing
+          // toward this request's K/V.
+          r->t_progress = Clock::now();
+          ++r->inflight_messages;
+          return std::vector<MemSpan>{};
+        }
         if (b >= e || e > n) {
           return Reject("range", absl::InvalidArgumentError(
               absl::StrCat("token range [", b, ", ", e, ") outside the prompt of ", n)));
@@ -74,6 +81,7 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
         std::vector<MemSpan> spans;
         for (const ByteRegion& reg : regions) spans.push_back({reg.data, reg.size});
         ++r->inflight_messages;
+        r->t_progress = Clock::now();
         return spans;
       }
       case KvMessageKind::kTail: {
@@ -98,10 +106,12 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
         }
         r->tail_bytes.resize(h.payload_bytes);
         ++r->inflight_messages;
+        r->t_progress = Clock::now();
         return std::vector<MemSpan>{{r->tail_bytes.data(), r->tail_bytes.size()}};
       }
       case KvMessageKind::kAbort:
-        r->transfer_error = "the prefill worker aborted the transfer";
+        r->transfer_error =
+            absl::StrCat("prefill worker ", r->prefill_worker_id, " aborted the transfer");
         w_->cv_.notify_all();
         return absl::CancelledError("transfer aborted");
     }
@@ -121,11 +131,17 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
     Request* r = it->second;
     --r->inflight_messages;
     if (!status.ok()) {
-      r->transfer_error = absl::StrCat("K/V transfer failed: ", status.message());
+      // UNAVAILABLE: the connection broke mid-message, i.e. the sender left.
+      r->transfer_error =
+          absl::IsUnavailable(status)
+              ? absl::StrCat("prefill worker ", r->prefill_worker_id,
+                             " gone: K/V transfer failed: ", status.message())
+              : absl::StrCat("K/V transfer failed: ", status.message());
       r->tail_bytes.clear();
       w_->cv_.notify_all();
       return;
     }
+    r->t_progress = Clock::now();
     w_->m_->transfer_bytes->Increment(static_cast<double>(h.payload_bytes));
     if (h.kind == KvMessageKind::kGlobalRange) {
       for (uint32_t t = h.token_begin; t < h.token_end; ++t) r->received[t] = 1;

@@ -32,6 +32,9 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"drain-timeout-ms", "30000", "SIGTERM: finish in-flight requests for at most this long"},
       {"replay-on", "", "default replay placement: prefill, decode, auto (empty: the router's)"},
       {"replay-mode", "", "default replay length: bounded, exact (empty: the router's)"},
+      {"migration-limit", "3",
+       "times a request may move to another decode worker when its own dies mid-stream "
+       "(0: off, the client gets UNAVAILABLE)"},
   };
   auto flags = cli::Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
@@ -80,6 +83,11 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
     return Fail("--drain-timeout-ms must be in [0, 3600000]", 2);
   }
   options.drain_timeout = absl::Milliseconds(*drain_timeout);
+  auto migration_limit = flags->GetInt("migration-limit");
+  if (!migration_limit.ok() || *migration_limit < 0 || *migration_limit > 16) {
+    return Fail("--migration-limit must be in [0, 16]", 2);
+  }
+  options.migration_limit = static_cast<int>(*migration_limit);
   const std::string replay_on = flags->Get("replay-on");
   if (replay_on == "prefill")
     options.default_replay_on = ced::internal::REPLAY_ON_PREFILL;

@@ -38,6 +38,11 @@ struct GatewaySettings {
   // For requests that leave them unspecified; UNSPECIFIED = the router's default.
   ced::internal::ReplayOn default_replay_on = ced::internal::REPLAY_ON_UNSPECIFIED;
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
+  // Request migration: a request whose decode worker dies mid-stream goes on
+  // on another one, at most this many times (the next death: UNAVAILABLE).
+  // With a limit > 0 a prefill worker that dies before the request's first
+  // decoded token is also replaced, once. 0 = off: UNAVAILABLE at once.
+  int migration_limit = 3;
 };
 
 // What a request costs against --max-inflight-tokens: its prompt plus the

@@ -40,6 +40,18 @@ absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registr
                                         "bound that refused them.",
                                         {"bound"}));
   for (const char* bound : {"requests", "tokens"}) m.rejected->WithLabelValues({bound});
+  ASSIGN_OR_RETURN(m.migrations,
+                   registry->AddCounter("ced_migrations_total",
+                                        "Requests moved off a decode worker that died "
+                                        "mid-stream, by outcome (ok, failed, limit).",
+                                        {"outcome"}));
+  for (const char* outcome : {"ok", "failed", "limit"}) m.migrations->WithLabelValues({outcome});
+  ASSIGN_OR_RETURN(m.prefill_retries,
+                   registry->AddCounter("ced_prefill_retries_total",
+                                        "Prefills placed again after their prefill worker died "
+                                        "before the first token, by outcome (ok, failed).",
+                                        {"outcome"}));
+  for (const char* outcome : {"ok", "failed"}) m.prefill_retries->WithLabelValues({outcome});
   m.inflight_tokens = &inflight_tokens->WithLabels({});
   m.ttft_seconds = &ttft->WithLabels({});
   m.inter_token_latency_seconds = &itl->WithLabels({});

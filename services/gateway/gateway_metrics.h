@@ -28,6 +28,13 @@ struct GatewayMetrics {
   // Requests refused by admission control, by the bound that refused them
   // ("requests": --max-inflight, "tokens": --max-inflight-tokens).
   metrics::Family<metrics::Counter>* rejected = nullptr;
+  // A request's decode worker died mid-stream (GenerateCall): outcome "ok"
+  // (the stream went on, on another decode worker), "failed" (no other
+  // worker took it) or "limit" (--migration-limit reached: UNAVAILABLE).
+  metrics::Family<metrics::Counter>* migrations = nullptr;
+  // A request's prefill worker died before its first token: outcome "ok"
+  // (the prefill was placed again) or "failed".
+  metrics::Family<metrics::Counter>* prefill_retries = nullptr;
 };
 
 }  // namespace ced::gateway

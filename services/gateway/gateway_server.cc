@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   settings.route_timeout = options.route_timeout;
   settings.default_replay_on = options.default_replay_on;
   settings.default_replay_mode = options.default_replay_mode;
+  settings.migration_limit = options.migration_limit;
 
   std::unique_ptr<GatewayServer> server(new GatewayServer());
   RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&server->registry_));

@@ -43,6 +43,8 @@ struct GatewayServerOptions {
   // Used for requests that leave them unspecified; UNSPECIFIED = the router's.
   ced::internal::ReplayOn default_replay_on = ced::internal::REPLAY_ON_UNSPECIFIED;
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
+  // Request migration (GatewaySettings::migration_limit); 0 = off.
+  int migration_limit = 3;
 };
 
 // Start() binds and serves; Shutdown() (or the destructor) cancels what is in

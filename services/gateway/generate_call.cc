@@ -1,8 +1,10 @@
 #include "services/gateway/generate_call.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "services/common/worker_util.h"
@@ -39,6 +41,28 @@ std::string OutcomeLabel(grpc::StatusCode code) {
   }
 }
 
+// A worker that does not answer a Cancel (connection refused or lost, or
+// silent until the deadline) is gone.
+bool Unreachable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// The replay window of a request continued after `k` generated tokens: the
+// replay starts where the original's did (s = max(0, N - R)), so the
+// continuation's decoder state equals the one the original built token by
+// token, in bounded mode too. 0 (derive from the mode) for a fresh request
+// and for decoder-only models, which have no replay.
+int ContinuationReplayWindow(const ModelConfig& model, ced::internal::ReplayMode mode,
+                             int prompt_tokens, int k) {
+  if (k == 0 || model.IsDecoderOnly()) return 0;
+  const int r =
+      mode == ced::internal::REPLAY_MODE_EXACT ? model.ExactReplayWindow() : model.replay_window;
+  const int s = std::max(0, prompt_tokens - r);
+  if (s == 0) return std::max({prompt_tokens + k, model.sliding_window, 1});
+  return prompt_tokens + k - s;
+}
+
 }  // namespace
 
 GenerateCall::GenerateCall(GatewayCore* core, ValidatedRequest request,
@@ -53,8 +77,10 @@ GenerateCall::GenerateCall(GatewayCore* core, ValidatedRequest request,
       assembler_(&core->tokenizer(), request_.stop, request_.max_tokens) {}
 
 GenerateCall::~GenerateCall() {
-  if (decode_thread_.joinable()) decode_thread_.join();
-  if (prefill_thread_.joinable()) prefill_thread_.join();
+  for (auto& a : attempts_) {
+    if (a->decode_thread.joinable()) a->decode_thread.join();
+    if (a->prefill_thread.joinable()) a->prefill_thread.join();
+  }
 }
 
 void GenerateCall::Launch(std::shared_ptr<GenerateCall> call) {
@@ -68,18 +94,21 @@ void GenerateCall::Launch(std::shared_ptr<GenerateCall> call) {
 }
 
 void GenerateCall::Cancel() {
-  {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (auto& a : attempts_) TryCancel(a.get());
+}
+
+void GenerateCall::TryCancel(Attempt* a) {
+  // Not the Reserve: its answer must come back before the decode worker's Cancel is sent.
+  for (grpc::ClientContext* ctx : {&a->route_ctx, &a->decode_ctx, &a->prefill_ctx}) {
+    ctx->TryCancel();
   }
-  TryCancelAll();
 }
 
 void GenerateCall::TryCancelAll() {
-  // Not the Reserve: its answer must come back before the decode worker's Cancel is sent.
-  for (grpc::ClientContext* ctx : {&route_ctx_, &decode_ctx_, &prefill_ctx_}) {
-    ctx->TryCancel();
-  }
+  absl::MutexLock lock(&mu_);
+  for (auto& a : attempts_) TryCancel(a.get());
 }
 
 grpc::Status GenerateCall::CancelStatus() const {
@@ -105,15 +134,19 @@ void GenerateCall::Run() {
     cancelled = cancelled_;
   }
   if (cancelled) status = CancelStatus();
-  if (!(decode_complete_ && (prefill_complete_ || !prefill_started_))) {
-    TryCancelAll();
-    SendWorkerCancels();
+  // Only this thread adds attempts: no lock needed to read them.
+  for (auto& a : attempts_) {
+    if (!(a->decode_complete && (a->prefill_complete || !a->prefill_started))) {
+      (void)CleanUp(a.get());
+    }
   }
-  if (decode_thread_.joinable()) decode_thread_.join();
-  if (prefill_thread_.joinable()) prefill_thread_.join();
+  for (auto& a : attempts_) {
+    if (a->decode_thread.joinable()) a->decode_thread.join();
+    if (a->prefill_thread.joinable()) a->prefill_thread.join();
+  }
   if (status.ok()) {
-    metrics.CountRequest(assembler_.stopped() ||
-                                 final_chunk_.finish_reason() == ced::internal::FINISH_REASON_STOP
+    metrics.CountRequest(assembler_.stopped() || current()->final_chunk.finish_reason() ==
+                                                     ced::internal::FINISH_REASON_STOP
                              ? "stop"
                              : "length");
     metrics.e2e_latency_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - received_));
@@ -127,39 +160,161 @@ void GenerateCall::Run() {
   out_->Close(status);
 }
 
-void GenerateCall::SendWorkerCancels() {
+GenerateCall::Gone GenerateCall::CleanUp(Attempt* a) {
+  Gone gone;
+  if (a->cleaned_up) return gone;
+  a->cleaned_up = true;
+  {
+    absl::MutexLock lock(&mu_);
+    TryCancel(a);
+  }
   ced::internal::CancelRequest request;
-  request.set_request_id(request_.request_id);
+  request.set_request_id(a->worker_request_id);
   ced::internal::CancelResponse response;
   const auto deadline = absl::ToChronoTime(absl::Now() + core_->settings().cancel_timeout);
   // A failed Reserve may have landed, unless the worker refused the id as taken.
-  if (decode_stub_ != nullptr && !decode_complete_ && !reserve_refused_) {
+  if (a->reserve_sent && !a->decode_complete && !a->reserve_refused) {
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
-    (void)decode_stub_->Cancel(&ctx, request, &response);
+    gone.decode = Unreachable(a->decode_stub->Cancel(&ctx, request, &response));
   }
-  if (prefill_started_ && !prefill_complete_) {
+  if (a->prefill_started && !a->prefill_complete) {
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
-    (void)prefill_stub_->Cancel(&ctx, request, &response);
+    gone.prefill = Unreachable(a->prefill_stub->Cancel(&ctx, request, &response));
   }
+  return gone;
 }
 
 grpc::Status GenerateCall::Execute() {
+  const GatewayMetrics& metrics = core_->metrics();
+  Attempt::Cause cause = Attempt::Cause::kNew;
+  std::vector<std::string> exclude;
+  while (true) {
+    grpc::Status status = RunAttempt(cause, exclude);
+    const char* outcome = current()->reserved ? "ok" : "failed";
+    if (cause == Attempt::Cause::kMigration) {
+      metrics.migrations->WithLabelValues({outcome}).Increment();
+    } else if (cause == Attempt::Cause::kPrefillRetry) {
+      metrics.prefill_retries->WithLabelValues({outcome}).Increment();
+    }
+    if (status.ok() || !PlanNext(&status, &cause, &exclude)) return status;
+  }
+}
+
+bool GenerateCall::PlanNext(grpc::Status* status, Attempt::Cause* cause,
+                            std::vector<std::string>* exclude) {
+  Attempt* a = current();
+  if (!a->worker_unavailable) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return false;
+  }
   const GatewaySettings& settings = core_->settings();
+  // The Cancel of what is left of the attempt tells which worker is gone.
+  const Gone gone = CleanUp(a);
+  const std::string decode_id = a->route.decode().worker_id();
+  const std::string prefill_id = a->route.local_prefill() ? "" : a->route.prefill().worker_id();
+  // Everything the client asked for already streamed: nothing to move.
+  if (settings.migration_limit > 0 && (gone.decode || gone.prefill) && FinishedBeforeLoss(a)) {
+    *status = Conclude(a);
+    return false;
+  }
+  if (gone.decode) {
+    if (migrations_ >= settings.migration_limit) {
+      core_->metrics().migrations->WithLabelValues({"limit"}).Increment();
+      if (settings.migration_limit > 0) {
+        *status = grpc::Status(status->error_code(),
+                               absl::StrCat(status->error_message(), " (the request already moved ",
+                                            migrations_, " times: --migration-limit)"));
+      }
+      return false;
+    }
+    ++migrations_;
+    migrated_from_.push_back(decode_id);
+    exclude->push_back(decode_id);
+    if (gone.prefill && !prefill_id.empty()) exclude->push_back(prefill_id);
+    *cause = Attempt::Cause::kMigration;
+    std::fprintf(stderr,
+                 "gateway: request %s: decode worker %s is gone after %d tokens; migrating (%d "
+                 "of at most %d)\n",
+                 request_.request_id.c_str(), decode_id.c_str(), assembler_.emitted(), migrations_,
+                 settings.migration_limit);
+    return true;
+  }
+  if (gone.prefill && a->decode_tokens == 0 && settings.migration_limit > 0 &&
+      prefill_retries_ == 0) {
+    ++prefill_retries_;
+    retried_from_.push_back(prefill_id);
+    exclude->push_back(prefill_id);
+    *cause = Attempt::Cause::kPrefillRetry;
+    std::fprintf(stderr, "gateway: request %s: prefill worker %s is gone; retrying the prefill\n",
+                 request_.request_id.c_str(), prefill_id.c_str());
+    return true;
+  }
+  return false;
+}
+
+bool GenerateCall::FinishedBeforeLoss(Attempt* a) {
+  const int n = assembler_.emitted();
+  if (n == 0 || assembler_.has_gap()) return false;
+  ced::internal::FinishReason reason = ced::internal::FINISH_REASON_UNSPECIFIED;
+  const int32_t last = assembler_.emitted_ids().back();
+  const bool eos = !request_.ignore_eos && last == core_->tokenizer().eos_id();
+  if (eos || absl::c_linear_search(request_.stop_token_ids, last)) {
+    reason = ced::internal::FINISH_REASON_STOP;
+  } else if (n >= request_.max_tokens) {
+    reason = ced::internal::FINISH_REASON_LENGTH;
+  } else {
+    return false;
+  }
+  a->final_chunk.Clear();
+  a->final_chunk.set_finish_reason(reason);
+  a->decode_complete = true;
+  return true;
+}
+
+grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
+                                      const std::vector<std::string>& exclude) {
+  const GatewaySettings& settings = core_->settings();
+  Attempt* a;
+  {
+    auto attempt = std::make_unique<Attempt>();
+    a = attempt.get();
+    absl::MutexLock lock(&mu_);
+    a->index = static_cast<int>(attempts_.size());
+    attempts_.push_back(std::move(attempt));
+    if (cancelled_) return CancelStatus();
+  }
+  a->cause = cause;
+  // A continuation gets an id of its own: the old one may still be held (a
+  // live decode worker cancelling it, a prefill worker finishing it).
+  a->worker_request_id =
+      a->index == 0 ? request_.request_id : absl::StrCat(request_.request_id, "~", a->index);
+  // Continue after the tokens the client has: they join the prompt.
+  const int k = assembler_.emitted();
+  a->base_step = k;
+  const std::vector<int32_t>& streamed = assembler_.emitted_ids();
+  std::vector<int32_t> prompt = request_.prompt_token_ids;
+  prompt.insert(prompt.end(), streamed.begin(), streamed.begin() + k);
+
   // 1. Placement.
   ced::internal::RouteRequest route_request;
-  route_request.set_request_id(request_.request_id);
-  route_request.set_prompt_tokens(static_cast<int64_t>(request_.prompt_token_ids.size()));
-  route_request.set_max_tokens(request_.max_tokens);
+  route_request.set_request_id(a->worker_request_id);
+  route_request.set_prompt_tokens(static_cast<int64_t>(prompt.size()));
+  route_request.set_max_tokens(request_.max_tokens - k);
   route_request.set_replay_on(request_.replay_on != ced::internal::REPLAY_ON_UNSPECIFIED
                                   ? request_.replay_on
                                   : settings.default_replay_on);
-  route_request.set_replay_mode(request_.replay_mode != ced::internal::REPLAY_MODE_UNSPECIFIED
-                                    ? request_.replay_mode
-                                    : settings.default_replay_mode);
-  route_ctx_.set_deadline(Bounded(settings.route_timeout));
-  grpc::Status status = core_->router()->Route(&route_ctx_, route_request, &route_);
+  ced::internal::ReplayMode mode = request_.replay_mode != ced::internal::REPLAY_MODE_UNSPECIFIED
+                                       ? request_.replay_mode
+                                       : settings.default_replay_mode;
+  // A continuation replays as the original did (the router's default may change).
+  if (a->index > 0) mode = attempts_.front()->route.replay_mode();
+  route_request.set_replay_mode(mode);
+  for (const std::string& id : exclude) route_request.add_exclude_worker_ids(id);
+  a->route_ctx.set_deadline(Bounded(settings.route_timeout));
+  grpc::Status status = core_->router()->Route(&a->route_ctx, route_request, &a->route);
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
         std::chrono::system_clock::now() < client_deadline_) {
@@ -170,61 +325,67 @@ grpc::Status GenerateCall::Execute() {
     }
     return WithPrefix(absl::StrCat("router at ", settings.router_address, ": "), status);
   }
-  if (route_.decode().grpc_address().empty() ||
-      (!route_.local_prefill() && route_.prefill().grpc_address().empty())) {
+  const ced::internal::RouteResponse& route = a->route;
+  if (route.decode().grpc_address().empty() ||
+      (!route.local_prefill() && route.prefill().grpc_address().empty())) {
     return grpc::Status(grpc::StatusCode::INTERNAL, "router: route without worker addresses");
   }
 
   // 2. Reserve the sequence on the decode worker.
-  const std::string& decode_id = route_.decode().worker_id();
-  decode_stub_ =
-      ced::internal::DecodeWorker::NewStub(core_->Channel(route_.decode().grpc_address()));
+  const std::string& decode_id = route.decode().worker_id();
+  a->decode_stub =
+      ced::internal::DecodeWorker::NewStub(core_->Channel(route.decode().grpc_address()));
   ced::internal::ReserveRequest reserve;
-  reserve.set_request_id(request_.request_id);
-  *reserve.mutable_prompt_token_ids() = {request_.prompt_token_ids.begin(),
-                                         request_.prompt_token_ids.end()};
-  services::ToProto(request_.sampling, reserve.mutable_sampling());
-  reserve.set_max_tokens(request_.max_tokens);
+  reserve.set_request_id(a->worker_request_id);
+  *reserve.mutable_prompt_token_ids() = {prompt.begin(), prompt.end()};
+  SamplingParams sampling = request_.sampling;
+  sampling.step_offset = static_cast<uint64_t>(k);
+  services::ToProto(sampling, reserve.mutable_sampling());
+  reserve.set_max_tokens(request_.max_tokens - k);
   for (int32_t id : request_.stop_token_ids) reserve.add_stop_token_ids(id);
   if (!request_.ignore_eos) reserve.add_stop_token_ids(core_->tokenizer().eos_id());
   reserve.set_ignore_eos(request_.ignore_eos);
   ced::internal::ReplayPlan* plan = reserve.mutable_replay();
-  plan->set_replay_on(route_.replay_on());
-  plan->set_mode(route_.replay_mode());
-  reserve.set_local_prefill(route_.local_prefill());
-  if (!route_.local_prefill()) reserve.set_prefill_worker_id(route_.prefill().worker_id());
+  plan->set_replay_on(route.replay_on());
+  plan->set_mode(route.replay_mode());
+  plan->set_replay_window(ContinuationReplayWindow(
+      settings.model, route.replay_mode(), static_cast<int>(request_.prompt_token_ids.size()), k));
+  reserve.set_local_prefill(route.local_prefill());
+  if (!route.local_prefill()) reserve.set_prefill_worker_id(route.prefill().worker_id());
   ced::internal::ReserveResponse reserved;
-  reserve_ctx_.set_deadline(Bounded(settings.reserve_timeout));
-  status = decode_stub_->Reserve(&reserve_ctx_, reserve, &reserved);
+  a->reserve_ctx.set_deadline(Bounded(settings.reserve_timeout));
+  a->reserve_sent = true;
+  status = a->decode_stub->Reserve(&a->reserve_ctx, reserve, &reserved);
   // The id is another request's on that worker (another gateway's client
   // chose it too): nothing of ours landed there, and a Cancel would end theirs.
-  if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) reserve_refused_ = true;
+  if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) a->reserve_refused = true;
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
   if (!status.ok()) return WithPrefix(absl::StrCat("decode worker ", decode_id, ": "), status);
-  reserved_ = true;
-  prefill_start_ = absl::Now();
+  a->reserved = true;
+  a->prefill_start = absl::Now();
 
   // 3. Follow the token stream, then start the prefill.
-  decode_ctx_.set_deadline(client_deadline_);
-  decode_thread_ = std::thread([this] { ReadDecode(); });
-  if (!route_.local_prefill()) {
-    prefill_stub_ =
-        ced::internal::PrefillWorker::NewStub(core_->Channel(route_.prefill().grpc_address()));
+  a->decode_ctx.set_deadline(client_deadline_);
+  a->decode_thread = std::thread([this, a] { ReadDecode(a); });
+  if (!route.local_prefill()) {
+    a->prefill_stub =
+        ced::internal::PrefillWorker::NewStub(core_->Channel(route.prefill().grpc_address()));
     ced::internal::PrefillRequest prefill;
-    prefill.set_request_id(request_.request_id);
+    prefill.set_request_id(a->worker_request_id);
     *prefill.mutable_token_ids() = reserve.prompt_token_ids();
     prefill.set_decode_worker_id(decode_id);
-    prefill.set_decode_kv_address(route_.decode().kv_address());
+    prefill.set_decode_kv_address(route.decode().kv_address());
     prefill.set_transfer_token(reserved.transfer_token());
     *prefill.mutable_replay() = reserve.replay();
     *prefill.mutable_sampling() = reserve.sampling();
     prefill.set_skip_prefix_tokens(reserved.cached_prefix_tokens());
     prefill.set_kv_format(reserved.kv_format());
-    prefill_ctx_.set_deadline(client_deadline_);
-    prefill_started_ = true;
-    prefill_thread_ = std::thread(
-        [this, prefill = std::move(prefill)]() mutable { ReadPrefill(std::move(prefill)); });
+    a->prefill_ctx.set_deadline(client_deadline_);
+    a->prefill_started = true;
+    a->prefill_thread = std::thread(
+        [this, a, prefill = std::move(prefill)]() mutable { ReadPrefill(a, std::move(prefill)); });
   }
-  return Relay();
+  return Relay(a);
 }
 
 void GenerateCall::Push(Event event) {
@@ -232,30 +393,30 @@ void GenerateCall::Push(Event event) {
   events_.push_back(std::move(event));
 }
 
-void GenerateCall::ReadDecode() {
+void GenerateCall::ReadDecode(Attempt* a) {
   ced::internal::StreamRequest request;
-  request.set_request_id(request_.request_id);
-  auto reader = decode_stub_->Stream(&decode_ctx_, request);
-  Event event{Event::Kind::kChunk, {}, {}, {}};
+  request.set_request_id(a->worker_request_id);
+  auto reader = a->decode_stub->Stream(&a->decode_ctx, request);
+  Event event{Event::Kind::kChunk, a->index, {}, {}, {}};
   while (reader->Read(&event.chunk)) {
     Push(event);
     event.chunk.Clear();
   }
-  Push(Event{Event::Kind::kDecodeEnd, {}, {}, reader->Finish()});
+  Push(Event{Event::Kind::kDecodeEnd, a->index, {}, {}, reader->Finish()});
 }
 
-void GenerateCall::ReadPrefill(ced::internal::PrefillRequest request) {
-  auto reader = prefill_stub_->Prefill(&prefill_ctx_, request);
+void GenerateCall::ReadPrefill(Attempt* a, ced::internal::PrefillRequest request) {
+  auto reader = a->prefill_stub->Prefill(&a->prefill_ctx, request);
   ced::internal::PrefillResponse response;
   while (reader->Read(&response)) {
     if (response.has_first_token()) {
-      Push(Event{Event::Kind::kFirstToken, response, {}, {}});
+      Push(Event{Event::Kind::kFirstToken, a->index, response, {}, {}});
     } else if (response.has_done()) {
-      Push(Event{Event::Kind::kPrefillDone, response, {}, {}});
+      Push(Event{Event::Kind::kPrefillDone, a->index, response, {}, {}});
     }
     response.Clear();
   }
-  Push(Event{Event::Kind::kPrefillEnd, {}, {}, reader->Finish()});
+  Push(Event{Event::Kind::kPrefillEnd, a->index, {}, {}, reader->Finish()});
 }
 
 }  // namespace ced::gateway

@@ -1,6 +1,15 @@
 // One Generate request at the gateway: route, reserve on the decode worker,
 // start the prefill, relay tokens in order, and clean up on every exit.
 //
+// Migration (DESIGN.md 2): when the decode worker dies mid-stream (its stream
+// or Reserve ends UNAVAILABLE and it no longer answers), the call routes the
+// rest of the request again, away from the dead worker: prompt + the tokens
+// already streamed, the remaining max_tokens, the same seed with the
+// sampler's step offset set to the tokens streamed, and a replay window that
+// starts where the original's did. The client's stream goes on with the same
+// tokens; at most GatewaySettings::migration_limit times. A prefill worker
+// that dies before the decode worker streamed a token is replaced once.
+//
 // Threads: Run() executes on a thread of its own (synchronous stubs); two
 // reader threads follow the decode and prefill streams and hand their events
 // to it. Cancel() may be called from any thread (the reactor's OnCancel).
@@ -14,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -50,25 +60,77 @@ class GenerateCall final {
   struct Event {
     enum class Kind { kFirstToken, kPrefillDone, kPrefillEnd, kChunk, kDecodeEnd };
     Kind kind;
+    int attempt = 0;  // Attempt::index of the stream it came from
     ced::internal::PrefillResponse prefill;
     ced::internal::TokenChunk chunk;
     grpc::Status status;
   };
+  // One placement of the request's remaining tokens and the calls on its
+  // workers: the first attempt serves the request as sent, each migration or
+  // prefill retry starts the next. Filled by the Run thread; the contexts may
+  // be cancelled from any thread.
+  struct Attempt {
+    enum class Cause { kNew, kMigration, kPrefillRetry };
+    int index = 0;
+    Cause cause = Cause::kNew;
+    std::string worker_request_id;  // the request's id on the workers
+    int base_step = 0;              // tokens streamed before this attempt: its step 0 is this step
+    ced::internal::RouteResponse route;
+    std::unique_ptr<ced::internal::DecodeWorker::Stub> decode_stub;
+    std::unique_ptr<ced::internal::PrefillWorker::Stub> prefill_stub;
+    std::thread decode_thread, prefill_thread;
+    bool reserve_sent = false;
+    bool reserved = false;
+    bool prefill_started = false;
+    bool decode_complete = false;     // final chunk and OK status received
+    bool reserve_refused = false;     // Reserve: ALREADY_EXISTS (another request's id there)
+    bool prefill_complete = false;    // OK status received
+    bool worker_unavailable = false;  // Reserve or a worker stream ended UNAVAILABLE
+    bool cleaned_up = false;          // CleanUp ran
+    int decode_tokens = 0;            // tokens the decode stream delivered
+    absl::Time prefill_start;         // Prefill called (or, locally, Reserve returned)
+    ced::internal::TokenChunk final_chunk;
+    ced::internal::PrefillDone prefill_done;
+    // Contexts of every downstream call: TryCancel at any time (before,
+    // during or after their call).
+    grpc::ClientContext route_ctx, reserve_ctx, decode_ctx, prefill_ctx;
+  };
+  // Which of an attempt's workers did not answer the clean-up Cancel.
+  struct Gone {
+    bool decode = false;
+    bool prefill = false;
+  };
+
   void Run();
   grpc::Status Execute();
-  grpc::Status Relay();
+  // Routes, reserves and streams the request's remaining tokens (all of them
+  // for the first attempt) on a new attempt, until it ends.
+  grpc::Status RunAttempt(Attempt::Cause cause, const std::vector<std::string>& exclude);
+  // Decides, after an attempt that failed with `status`, whether and how to
+  // go on: false to end the request with *status (possibly reworded).
+  bool PlanNext(grpc::Status* status, Attempt::Cause* cause, std::vector<std::string>* exclude);
+  // The request finished before its decode worker died (every token or a
+  // stop token streamed): sets up the final chunk; false otherwise.
+  bool FinishedBeforeLoss(Attempt* a);
+  // Relays the attempt's worker streams to the client until they end.
+  grpc::Status Relay(Attempt* a);
+  // After the attempt's final chunk: the final message, or the error it carried.
+  grpc::Status Conclude(Attempt* a);
   grpc::Status CheckChunk(const ced::internal::TokenChunk& chunk) const;
   void Emit(const TokenAssembler::Output& output);
   void SendFinal(const std::string& text, ced::internal::FinishReason reason,
                  const std::string& detail);
   bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ || !events_.empty(); }
-  void ReadDecode();
-  void ReadPrefill(ced::internal::PrefillRequest request);
+  void ReadDecode(Attempt* a);
+  void ReadPrefill(Attempt* a, ced::internal::PrefillRequest request);
   void Push(Event event);
+  void TryCancel(Attempt* a);
   void TryCancelAll();
-  void SendWorkerCancels();
+  // Cancels the attempt's calls and its request on its workers (once).
+  Gone CleanUp(Attempt* a);
   grpc::Status CancelStatus() const;
   std::chrono::system_clock::time_point Bounded(absl::Duration limit) const;
+  Attempt* current() { return attempts_.back().get(); }
 
   GatewayCore* const core_;
   const ValidatedRequest request_;
@@ -76,30 +138,20 @@ class GenerateCall final {
   const std::chrono::system_clock::time_point client_deadline_;
   const absl::Time received_;
 
-  // Filled as the call proceeds (by the Run thread only).
-  ced::internal::RouteResponse route_;
-  std::unique_ptr<ced::internal::DecodeWorker::Stub> decode_stub_;
-  std::unique_ptr<ced::internal::PrefillWorker::Stub> prefill_stub_;
-  std::thread decode_thread_, prefill_thread_;
-  bool reserved_ = false;
-  bool prefill_started_ = false;
-  bool decode_complete_ = false;   // final chunk and OK status received
-  bool reserve_refused_ = false;   // Reserve: ALREADY_EXISTS (another request's id there)
-  bool prefill_complete_ = false;  // OK status received
-  absl::Time prefill_start_;       // Prefill called (or, locally, Reserve returned)
-  ced::internal::TokenChunk final_chunk_;
-  ced::internal::PrefillDone prefill_done_;
+  // Run thread only.
   TokenAssembler assembler_;
   absl::Time first_token_at_ = absl::InfinitePast();
   absl::Time last_token_at_ = absl::InfinitePast();
-
-  // Contexts of every downstream call: members so that Cancel() may
-  // TryCancel them at any time (before, during or after their call).
-  grpc::ClientContext route_ctx_, reserve_ctx_, decode_ctx_, prefill_ctx_;
+  int migrations_ = 0;
+  int prefill_retries_ = 0;
+  std::vector<std::string> migrated_from_;  // decode workers that died under the request
+  std::vector<std::string> retried_from_;   // prefill workers that died before its first token
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  // Appended by the Run thread under mu_ (it reads them without); never shrinks.
+  std::vector<std::unique_ptr<Attempt>> attempts_;
 };
 
 }  // namespace ced::gateway

@@ -34,14 +34,14 @@ grpc::Status GenerateCall::CheckChunk(const ced::internal::TokenChunk& chunk) co
   return grpc::Status::OK;
 }
 
-grpc::Status GenerateCall::Relay() {
+grpc::Status GenerateCall::Relay(Attempt* a) {
   const GatewaySettings& settings = core_->settings();
   const std::string decode_prefix =
-      absl::StrCat("decode worker ", route_.decode().worker_id(), ": ");
+      absl::StrCat("decode worker ", a->route.decode().worker_id(), ": ");
   const std::string prefill_prefix =
-      absl::StrCat("prefill worker ", route_.prefill().worker_id(), ": ");
+      absl::StrCat("prefill worker ", a->route.prefill().worker_id(), ": ");
   bool decode_ended = false;
-  bool prefill_ended = !prefill_started_;
+  bool prefill_ended = !a->prefill_started;
   bool have_final = false;
   bool prefill_given_up = false;
   absl::Time decode_ended_at;
@@ -54,7 +54,7 @@ grpc::Status GenerateCall::Relay() {
         // The tokens are complete; the prefill's summary should follow at once.
         if (!mu_.AwaitWithDeadline(ready, decode_ended_at + settings.prefill_grace)) {
           prefill_given_up = true;
-          prefill_ctx_.TryCancel();
+          a->prefill_ctx.TryCancel();
           continue;
         }
       } else {
@@ -64,6 +64,7 @@ grpc::Status GenerateCall::Relay() {
       event = std::move(events_.front());
       events_.pop_front();
     }
+    if (event.attempt != a->index) continue;  // the rest of an abandoned attempt
     switch (event.kind) {
       case Event::Kind::kFirstToken: {
         const int32_t id = event.prefill.first_token().token_id();
@@ -71,17 +72,20 @@ grpc::Status GenerateCall::Relay() {
           return Internal(absl::StrCat(prefill_prefix, "first token id ", id, " is outside [0, ",
                                        settings.limits.vocab_size, ")"));
         }
-        assembler_.Add(0, {id});
+        assembler_.Add(a->base_step, {id});
         break;
       }
       case Event::Kind::kPrefillDone:
-        prefill_done_ = event.prefill.done();
+        a->prefill_done = event.prefill.done();
         break;
       case Event::Kind::kPrefillEnd:
         prefill_ended = true;
         if (event.status.ok()) {
-          prefill_complete_ = true;
+          a->prefill_complete = true;
         } else if (!prefill_given_up) {
+          if (event.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+            a->worker_unavailable = true;
+          }
           return grpc::Status(event.status.error_code(),
                               prefill_prefix + event.status.error_message());
         }
@@ -90,12 +94,14 @@ grpc::Status GenerateCall::Relay() {
         if (have_final) break;  // nothing may follow the final chunk
         grpc::Status valid = CheckChunk(event.chunk);
         if (!valid.ok()) return Internal(decode_prefix + valid.error_message());
+        a->decode_tokens += event.chunk.token_ids_size();
+        // The worker counts steps from the attempt's start.
         assembler_.Add(
-            event.chunk.start_step(),
+            a->base_step + event.chunk.start_step(),
             {event.chunk.token_ids().data(), static_cast<size_t>(event.chunk.token_ids_size())});
         if (event.chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
           have_final = true;
-          final_chunk_ = std::move(event.chunk);
+          a->final_chunk = std::move(event.chunk);
         }
         break;
       }
@@ -103,12 +109,15 @@ grpc::Status GenerateCall::Relay() {
         decode_ended = true;
         decode_ended_at = absl::Now();
         if (!event.status.ok()) {
+          if (event.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+            a->worker_unavailable = true;
+          }
           return grpc::Status(event.status.error_code(),
                               decode_prefix + event.status.error_message());
         }
         if (!have_final)
           return Internal(decode_prefix + "token stream ended without a final chunk");
-        decode_complete_ = true;
+        a->decode_complete = true;
         break;
     }
     Emit(assembler_.TakeReady());
@@ -117,27 +126,32 @@ grpc::Status GenerateCall::Relay() {
       return grpc::Status::OK;
     }
   }
+  return Conclude(a);
+}
 
-  switch (final_chunk_.finish_reason()) {
+grpc::Status GenerateCall::Conclude(Attempt* a) {
+  const std::string decode_prefix =
+      absl::StrCat("decode worker ", a->route.decode().worker_id(), ": ");
+  switch (a->final_chunk.finish_reason()) {
     case ced::internal::FINISH_REASON_LENGTH:
     case ced::internal::FINISH_REASON_STOP:
       break;
     case ced::internal::FINISH_REASON_CANCELLED:
       return grpc::Status(grpc::StatusCode::CANCELLED,
-                          decode_prefix + "request cancelled " + final_chunk_.finish_detail());
+                          decode_prefix + "request cancelled " + a->final_chunk.finish_detail());
     default:
-      return Internal(decode_prefix + final_chunk_.finish_detail());
+      return Internal(decode_prefix + a->final_chunk.finish_detail());
   }
   if (assembler_.has_gap() || assembler_.emitted() == 0) {
     return Internal(absl::StrCat("the token of step ", assembler_.emitted(),
-                                 " never arrived (decode worker ", route_.decode().worker_id(),
-                                 ", prefill worker ", route_.prefill().worker_id(), ")"));
+                                 " never arrived (decode worker ", a->route.decode().worker_id(),
+                                 ", prefill worker ", a->route.prefill().worker_id(), ")"));
   }
   const std::string tail = assembler_.Finish();
   if (assembler_.stopped()) {
     SendFinal(tail, ced::internal::FINISH_REASON_STOP, assembler_.matched_stop());
   } else {
-    SendFinal(tail, final_chunk_.finish_reason(), final_chunk_.finish_detail());
+    SendFinal(tail, a->final_chunk.finish_reason(), a->final_chunk.finish_detail());
   }
   return grpc::Status::OK;
 }
@@ -179,37 +193,44 @@ void GenerateCall::SendFinal(const std::string& text, ced::internal::FinishReaso
   ced::v1::Usage* usage = response.mutable_usage();
   usage->set_prompt_tokens(static_cast<int32_t>(request_.prompt_token_ids.size()));
   usage->set_completion_tokens(assembler_.emitted());
-  usage->set_cached_prompt_tokens(final_chunk_.cached_prompt_tokens());
+  const Attempt& a = *attempts_.back();
+  const ced::internal::RouteResponse& route = a.route;
+  const ced::internal::TokenChunk& final_chunk = a.final_chunk;
+  const ced::internal::PrefillDone& prefill_done = a.prefill_done;
+  usage->set_cached_prompt_tokens(final_chunk.cached_prompt_tokens());
 
-  const bool local = route_.local_prefill();
-  const ced::internal::Timings& worker = local ? final_chunk_.timings() : prefill_done_.timings();
+  const bool local = route.local_prefill();
+  const ced::internal::Timings& worker = local ? final_chunk.timings() : prefill_done.timings();
   ced::v1::Timings* timings = response.mutable_timings();
-  timings->set_queue_ms(Ms(prefill_start_ - received_) + worker.queue_ms());
+  timings->set_queue_ms(Ms(attempts_.front()->prefill_start - received_) + worker.queue_ms());
   timings->set_prefill_ms(worker.prefill_ms());
   timings->set_transfer_ms(
-      std::max(prefill_done_.timings().transfer_ms(), final_chunk_.timings().transfer_ms()));
+      std::max(prefill_done.timings().transfer_ms(), final_chunk.timings().transfer_ms()));
   if (first_token_at_ != absl::InfinitePast())
     timings->set_ttft_ms(Ms(first_token_at_ - received_));
   timings->set_total_ms(Ms(now - received_));
 
   ced::v1::Placement* placement = response.mutable_placement();
-  if (!local) placement->set_prefill_worker_id(route_.prefill().worker_id());
-  placement->set_decode_worker_id(route_.decode().worker_id());
-  ced::internal::ReplayOn replay_on = route_.replay_on();
-  if (prefill_done_.replayed()) {
+  if (!local) placement->set_prefill_worker_id(route.prefill().worker_id());
+  placement->set_decode_worker_id(route.decode().worker_id());
+  ced::internal::ReplayOn replay_on = route.replay_on();
+  if (prefill_done.replayed()) {
     replay_on = ced::internal::REPLAY_ON_PREFILL;
-  } else if (final_chunk_.replayed_here()) {
+  } else if (final_chunk.replayed_here()) {
     replay_on = ced::internal::REPLAY_ON_DECODE;
   }
   placement->set_replay_on(static_cast<ced::v1::ReplayOn>(replay_on));
-  placement->set_replay_mode(static_cast<ced::v1::ReplayMode>(route_.replay_mode()));
+  placement->set_replay_mode(static_cast<ced::v1::ReplayMode>(route.replay_mode()));
   int window = 0;
   if (!model.IsDecoderOnly()) {
-    window = route_.replay_mode() == ced::internal::REPLAY_MODE_EXACT ? model.ExactReplayWindow()
-                                                                      : model.replay_window;
+    window = route.replay_mode() == ced::internal::REPLAY_MODE_EXACT ? model.ExactReplayWindow()
+                                                                     : model.replay_window;
   }
   placement->set_replay_window(window);
   placement->set_local_prefill(local);
+  placement->set_migrations(migrations_);
+  for (const std::string& id : migrated_from_) placement->add_migrated_from_decode_worker_ids(id);
+  for (const std::string& id : retried_from_) placement->add_retried_from_prefill_worker_ids(id);
 
   grpc::ByteBuffer buffer;
   if (SerializeMessage(response, &buffer).ok()) out_->Push(std::move(buffer));

@@ -66,6 +66,8 @@ class TokenAssembler {
   bool stopped() const { return stop_.matched(); }
   const std::string& matched_stop() const { return stop_.matched_string(); }
   int emitted() const { return next_step_; }
+  // The tokens emitted so far, by step.
+  const std::vector<int32_t>& emitted_ids() const { return emitted_ids_; }
   // The first step not emitted yet, while later steps wait for it.
   bool has_gap() const { return !pending_.empty(); }
   int mismatches() const { return mismatches_; }

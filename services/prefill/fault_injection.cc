@@ -28,6 +28,11 @@ absl::StatusOr<PrefillFaultRule> ParseRule(absl::string_view spec) {
       s = millis(&f.chunk_delay_ms);
     } else if (key == "send_delay_ms") {
       s = millis(&f.send_delay_ms);
+    } else if (key == "stall_after_chunks") {
+      if (!absl::SimpleAtoi(value, &f.stall_after_chunks) || f.stall_after_chunks < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("fault injection: stall_after_chunks must be >= 1, got '", value, "'"));
+      }
     } else if (key == "corrupt_checksum" && value.empty()) {
       f.corrupt_checksum = true;
     } else if (key == "truncate" && value.empty()) {
@@ -37,7 +42,8 @@ absl::StatusOr<PrefillFaultRule> ParseRule(absl::string_view spec) {
     } else {
       return absl::InvalidArgumentError(absl::StrCat("fault injection: unknown item '", item,
                                                      "' (match=, chunk_delay_ms=, send_delay_ms=, "
-                                                     "corrupt_checksum, truncate, ignore_cancel)"));
+                                                     "corrupt_checksum, truncate, ignore_cancel, "
+                                                     "stall_after_chunks=)"));
     }
     if (!s.ok()) return s;
   }

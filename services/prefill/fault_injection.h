@@ -20,6 +20,9 @@ struct PrefillFaultRule {
   bool corrupt_checksum = false;  // K/V messages carry a wrong payload checksum
   bool truncate = false;          // the last global K/V range is never sent; the tail is
   bool ignore_cancel = false;     // keep computing and sending after a cancel (late K/V)
+  // > 0: after this many chunks' K/V, the compute stops making progress (no
+  // chunk, no progress notice) until the request is cancelled.
+  int stall_after_chunks = 0;
 };
 
 struct PrefillFaults {
@@ -41,7 +44,8 @@ struct PrefillFaults {
 };
 
 // Parses rules separated by ';', each "key[=value],..." with keys match,
-// chunk_delay_ms, send_delay_ms, corrupt_checksum, truncate, ignore_cancel;
+// chunk_delay_ms, send_delay_ms, corrupt_checksum, truncate, ignore_cancel,
+// stall_after_chunks;
 // "" = no faults. INVALID_ARGUMENT names the offending item.
 absl::StatusOr<PrefillFaults> ParsePrefillFaults(const std::string& spec);
 

@@ -9,6 +9,7 @@
 #include "engine/sampling/sampler.h"
 #include "services/common/grpc_util.h"
 #include "services/common/worker_util.h"
+#include "services/metrics/kernel_info.h"
 #include "services/kv_transport/payload.h"
 
 namespace ced::services {
@@ -51,6 +52,7 @@ struct PrefillWorker::Job {
   bool cancelled = false;
   bool computed = false;  // compute over, every message queued
   int pending_sends = 0;
+  Clock::time_point last_notice;  // the last progress notice sent for it (queued jobs)
   absl::Status send_error;
   int64_t sent_bytes = 0;
 };
@@ -60,6 +62,16 @@ struct PrefillWorker::SendTask {
   KvMessageHeader header;
   std::vector<ConstSpan> payload;
   bool checksum_given = false;  // header.payload_checksum computed by the compute thread
+};
+
+// The messages for one decode worker, sent in order by a thread of their own.
+// Guarded by the worker's mu_ (but `thread`, which QueueSend and Shutdown
+// start and join).
+struct PrefillWorker::SendLane {
+  std::deque<std::unique_ptr<SendTask>> sends;
+  std::condition_variable cv;
+  bool exited = false;  // the thread left (idle too long, or stop_)
+  std::thread thread;
 };
 
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(
@@ -82,6 +94,7 @@ absl::Status PrefillWorker::Init() {
   auto hist = [&](const char* n, const char* h) {
     return metrics::AddUnlabelledHistogram(registry_, n, h, metrics::LatencySecondsBuckets());
   };
+  RETURN_IF_ERROR(metrics::RegisterCpuKernelInfo(&registry_));
   ASSIGN_OR_RETURN(m_->queue_depth, gauge("ced_prefill_queue_depth", "Prefill requests waiting."));
   ASSIGN_OR_RETURN(m_->queued_tokens,
                    gauge("ced_prefill_outstanding_tokens", "Prompt tokens queued or in flight."));
@@ -144,7 +157,6 @@ absl::Status PrefillWorker::Init() {
   so.registry = &registry_;
   ASSIGN_OR_RETURN(server_, RunningServer::Start(so));
   compute_ = std::thread([this] { ComputeLoop(); });
-  sender_ = std::thread([this] { SenderLoop(); });
   if (!options_.router_address.empty()) {
     RouterClient::Options ro;
     ro.router_address = options_.router_address;
@@ -188,7 +200,9 @@ void PrefillWorker::Drain() {
   while (Clock::now() < until) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty() && current_ == nullptr && sends_.empty() && in_transfer_.empty()) break;
+      bool sending = false;
+      for (const auto& [peer, lane] : lanes_) sending = sending || !lane->sends.empty();
+      if (queue_.empty() && current_ == nullptr && !sending && in_transfer_.empty()) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -208,9 +222,19 @@ void PrefillWorker::Shutdown() {
     for (auto& j : in_transfer_) j->cancelled = true;
   }
   cv_.notify_all();
-  send_cv_.notify_all();
   if (compute_.joinable()) compute_.join();
-  if (sender_.joinable()) sender_.join();
+  // No lane starts from here on: only the compute thread queues messages.
+  std::vector<SendLane*> lanes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [peer, lane] : lanes_) {
+      lane->cv.notify_all();
+      lanes.push_back(lane.get());
+    }
+  }
+  for (SendLane* lane : lanes) {
+    if (lane->thread.joinable()) lane->thread.join();
+  }
   if (server_) server_->Shutdown(500);
   transport_.reset();
 }
@@ -267,19 +291,77 @@ void PrefillWorker::QueueSend(const std::shared_ptr<Job>& job, KvMessageHeader h
   task->checksum_given = checksum_given;
   std::lock_guard<std::mutex> lock(mu_);
   ++job->pending_sends;
-  sends_.push_back(std::move(task));
-  send_cv_.notify_all();
+  // Lanes whose thread left on its own are joined (at once: it only had to
+  // return) and forgotten; one starts when its peer has a message again.
+  for (auto it = lanes_.begin(); it != lanes_.end();) {
+    if (!it->second->exited) {
+      ++it;
+      continue;
+    }
+    if (it->second->thread.joinable()) it->second->thread.join();
+    it = lanes_.erase(it);
+  }
+  std::unique_ptr<SendLane>& lane = lanes_[job->req.decode_kv_address()];
+  if (lane == nullptr) {
+    lane = std::make_unique<SendLane>();
+    lane->thread = std::thread([this, l = lane.get()] { SenderLoop(l); });
+  }
+  lane->sends.push_back(std::move(task));
+  lane->cv.notify_all();
 }
 
-void PrefillWorker::SenderLoop() {
+void PrefillWorker::SendNotice(const std::shared_ptr<Job>& job) {
+  KvMessageHeader h;
+  h.kind = KvMessageKind::kGlobalRange;  // the empty range [0, 0), no payload
+  h.request_id = job->id_hash;
+  h.transfer_token = job->req.transfer_token();
+  h.format = engine_->kv_format();
+  // Best effort: a decode worker that predates notices, or whose reservation
+  // ended, refuses them, and the job's own K/V will tell. An unreachable peer
+  // fails the job now: its K/V could never land, so it must not take compute
+  // (or the sender) from the other peers' jobs.
+  auto done = [this, job](absl::Status status) {
+    if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!job->send_error.ok()) return;
+    job->send_error = absl::Status(
+        status.code(),
+        absl::StrCat("sending K/V to ", job->req.decode_kv_address(), ": ", status.message()));
+  };
+  // Asynchronous: a notice never holds up the sender thread, whatever the peer.
+  transport_->SendAsync(job->req.decode_kv_address(), h, {}, /*checksum_given=*/false,
+                        std::move(done));
+}
+
+void PrefillWorker::NotifyQueued() {
+  const auto now = Clock::now();
+  const auto interval = std::chrono::milliseconds(options_.progress_notice_interval_ms);
+  std::vector<std::shared_ptr<Job>> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& j : queue_) {
+      if (j->cancelled || !j->send_error.ok() || now - j->last_notice < interval) continue;
+      j->last_notice = now;
+      due.push_back(j);
+    }
+  }
+  for (const auto& j : due) SendNotice(j);  // without mu_: `done` may run here
+}
+
+void PrefillWorker::SenderLoop(SendLane* lane) {
+  // A lane idle this long ends its thread (decode workers come and go).
+  constexpr auto kIdle = std::chrono::seconds(10);
   while (true) {
     std::unique_ptr<SendTask> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      send_cv_.wait(lock, [this] { return stop_ || !sends_.empty(); });
-      if (sends_.empty()) return;
-      task = std::move(sends_.front());
-      sends_.pop_front();
+      lane->cv.wait_for(lock, kIdle, [&] { return stop_ || !lane->sends.empty(); });
+      if (lane->sends.empty()) {
+        lane->exited = true;
+        return;
+      }
+      task = std::move(lane->sends.front());
+      lane->sends.pop_front();
     }
     Job& job = *task->job;
     absl::Status status;
@@ -383,7 +465,16 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     return (job.cancelled && !deaf) || !job.send_error.ok();
   };
   auto fail = [&](const absl::Status& s) { Fail(job, s); };
+  absl::Status unreachable;  // a progress notice found its decode worker gone
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unreachable = job.send_error;
+  }
+  if (!unreachable.ok()) return fail(unreachable);
   if (is_cancelled()) return fail(absl::CancelledError("prefill cancelled before it started"));
+  // Tells the decode worker the compute started: its reservation timeout
+  // counts from here until the first chunk lands.
+  SendNotice(jp);
   const int n = static_cast<int>(job.tokens.size());
   SeqId seq;
   {
@@ -408,7 +499,22 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
   po.defer_replay = !job.replay_here;
   po.chunk_tokens = job.chunk;
   po.cancelled = is_cancelled;
+  int chunks_done = 0;
   po.on_chunk = [&](int begin, int end) {
+    // The queue moves as this job computes: its requests' reservations live on.
+    NotifyQueued();
+    if (fault != nullptr && fault->stall_after_chunks > 0 &&
+        chunks_done++ >= fault->stall_after_chunks) {
+      // Test only: the compute stops making progress until cancelled.
+      while (!is_cancelled()) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (stop_) return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       current_remaining_tokens_ = n - end;
@@ -508,7 +614,9 @@ void PrefillWorker::Complete(const std::shared_ptr<Job>& jp) {
     h.transfer_token = job.req.transfer_token();
     h.format = engine_->kv_format();
     h.kind = KvMessageKind::kAbort;
-    (void)transport_->Send(job.req.decode_kv_address(), h, {});
+    // Without waiting: the decode worker may be gone too.
+    transport_->SendAsync(job.req.decode_kv_address(), h, {}, /*checksum_given=*/false,
+                          [](absl::Status) {});
   }
   // Every message is acknowledged: the cache (and the tail's bytes) may go.
   {

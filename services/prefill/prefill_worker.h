@@ -4,9 +4,10 @@
 // to the decode worker while the next chunk computes.
 //
 // Threads: gRPC threads enqueue jobs; one compute thread runs the engine; one
-// sender thread moves K/V over the transport. The two are pipelined: once a
-// prompt's compute ends (its last messages queued), the compute thread takes
-// the next prompt while the sender drains the previous one's K/V. A job's
+// sender thread per decode worker (a send lane) moves K/V over the transport.
+// They are pipelined: once a prompt's compute ends (its last messages
+// queued), the compute thread takes the next prompt while the lane drains the
+// previous one's K/V. A job's
 // cache stays allocated until its last message is acknowledged; whichever
 // thread sees the job's compute and sends both done answers the Prefill RPC
 // (`done` or the error), and the compute thread releases the cache (the
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +50,12 @@ struct PrefillWorkerOptions {
   // answers RESOURCE_EXHAUSTED at once.
   int64_t max_queued_tokens = int64_t{1} << 20;
   int drain_timeout_ms = 30000;
+  // Progress notices (K/V messages for no tokens) tell each decode worker that
+  // its request's prefill is on its way, so that its reservation timeout (an
+  // inactivity timeout) follows progress: one when a request's compute starts,
+  // and, while a prompt computes, one per chunk to each queued request, at
+  // most once per this interval.
+  int progress_notice_interval_ms = 1000;
   PrefillFaults faults;  // test only (fault_injection.h); none by default
 };
 
@@ -61,6 +69,7 @@ class PrefillWorker {
   void Shutdown();
 
   struct Job;
+  struct SendLane;
   class Service;
 
  private:
@@ -69,7 +78,7 @@ class PrefillWorker {
   absl::Status Enqueue(std::shared_ptr<Job> job);
   bool Cancel(const std::string& request_id);
   void ComputeLoop();
-  void SenderLoop();
+  void SenderLoop(SendLane* lane);
   void RunJob(const std::shared_ptr<Job>& job);
   // The job's compute and every message are done: answers the RPC and hands
   // its sequence to the compute thread for release. Called without mu_.
@@ -84,6 +93,11 @@ class PrefillWorker {
   // `checksum_given`: h.payload_checksum already holds the payload's CRC32C.
   void QueueSend(const std::shared_ptr<Job>& job, kv_transport::KvMessageHeader h,
                  std::vector<kv_transport::ConstSpan> payload, bool checksum_given = false);
+  // Sends a progress notice for `job` without waiting for it (mu_ NOT held);
+  // an unreachable decode worker sets the job's send error.
+  void SendNotice(const std::shared_ptr<Job>& job);
+  // Compute thread: progress notices for queued jobs not told for an interval.
+  void NotifyQueued();
   void FillLoad(ced::internal::LoadReport* report);
 
   PrefillWorkerOptions options_;
@@ -107,11 +121,14 @@ class PrefillWorker {
   std::vector<std::shared_ptr<Job>> in_transfer_;
   std::vector<SeqId> release_;  // completed jobs' sequences, for the compute thread
   struct SendTask;
-  std::deque<std::unique_ptr<SendTask>> sends_;
-  std::condition_variable send_cv_;
+  // One send lane per decode worker (by KV address), each with its own
+  // thread, so that a decode worker that stops answering holds up only the
+  // K/V bound for it (each of its messages for at most the transport's send
+  // timeout), never another decode worker's.
+  std::map<std::string, std::unique_ptr<SendLane>> lanes_;
   bool stop_ = false;
   std::atomic<bool> draining_{false};
-  std::thread compute_, sender_;
+  std::thread compute_;
 };
 
 }  // namespace ced::services

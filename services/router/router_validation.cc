@@ -140,7 +140,15 @@ absl::StatusOr<RouteRequest> ValidateRouteRequest(const ced::internal::RouteRequ
   if (request.max_tokens() < 1) {
     return Invalid("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens()));
   }
+  if (request.exclude_worker_ids_size() > kMaxExcludedWorkers) {
+    return Invalid("exclude_worker_ids", absl::StrCat("at most ", kMaxExcludedWorkers, " ids, got ",
+                                                      request.exclude_worker_ids_size()));
+  }
   RouteRequest out;
+  for (const std::string& id : request.exclude_worker_ids()) {
+    RETURN_IF_ERROR(ValidateToken("exclude_worker_ids", id, kMaxIdBytes));
+    out.exclude_ids.push_back(id);
+  }
   out.prompt_tokens = request.prompt_tokens();
   out.max_tokens = request.max_tokens();
   switch (request.replay_on()) {

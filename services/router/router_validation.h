@@ -14,6 +14,9 @@
 namespace ced::router {
 
 inline constexpr size_t kMaxIdBytes = 128;
+// RouteRequest.exclude_worker_ids: a gateway names at most the workers that
+// failed under one request (its migration limit and one prefill retry).
+inline constexpr int kMaxExcludedWorkers = 64;
 inline constexpr size_t kMaxAddressBytes = 4096;
 
 // OK when `value` is 1..max_bytes printable ASCII without spaces.

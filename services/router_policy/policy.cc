@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 
@@ -84,7 +85,7 @@ absl::StatusOr<Decision> CedRoutingPolicy::Decide(const RouteRequest& request, a
   bool any_live_decode = false;
   int64_t largest_room = 0;
   for (const WorkerState& worker : workers) {
-    if (!worker.live) continue;
+    if (!worker.live || absl::c_linear_search(request.exclude_ids, worker.info.id)) continue;
     if (worker.info.role == Role::kPrefill) {
       const int64_t outstanding = Outstanding(worker);
       if (prefill == nullptr || outstanding < prefill_outstanding) {

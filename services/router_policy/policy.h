@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -27,6 +28,8 @@ struct RouteRequest {
   int64_t max_tokens = 0;     // >= 1
   // kUnspecified: the policy's configured default; anything else wins over it.
   ReplayOnChoice replay_on = ReplayOnChoice::kUnspecified;
+  // Workers this request must not go to (they failed under it: migration).
+  std::vector<std::string> exclude_ids;
 };
 
 struct Decision {
@@ -78,6 +81,7 @@ class RoutingPolicy {
 //   decode has the slack. Never on a prefill worker holding kEncoderOnly
 //   weights (decode instead), always decode for a local prefill, and reported
 //   as kPrefill for decoder-only models, where there is no replay.
+// Workers named in request.exclude_ids count as not live for that request.
 // Ties go to the smaller worker id.
 class CedRoutingPolicy final : public RoutingPolicy {
  public:

@@ -2,13 +2,13 @@
 # docker-compose accepts every compose file (alone and with the GPU / TLS overlays).
 set -euo pipefail
 src=${CED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+source "$(dirname "$0")/../common/missing_tool.sh"
 if command -v docker-compose >/dev/null; then
   compose=(docker-compose)
 elif docker compose version >/dev/null 2>&1; then
   compose=(docker compose)
 else
-  echo "SKIP: neither docker-compose nor the docker compose plugin is installed"
-  exit 77
+  skip_or_fail_missing "neither docker-compose nor the docker compose plugin is installed"
 fi
 dir=$src/deploy/compose
 fail=0

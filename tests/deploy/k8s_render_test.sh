@@ -4,10 +4,10 @@
 # installed into the build tree on first use).
 set -euo pipefail
 src=${CED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+source "$(dirname "$0")/../common/missing_tool.sh"
 build=${CED_BINARY_DIR:-$src/build}
 if ! command -v kubectl >/dev/null; then
-  echo "SKIP: kubectl is not installed"
-  exit 77
+  skip_or_fail_missing "kubectl is not installed"
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

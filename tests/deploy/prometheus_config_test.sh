@@ -3,9 +3,9 @@
 # Grafana dashboard is JSON and uses only metric names the services define.
 set -euo pipefail
 src=${CED_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+source "$(dirname "$0")/../common/missing_tool.sh"
 if ! command -v promtool >/dev/null; then
-  echo "SKIP: promtool is not installed"
-  exit 77
+  skip_or_fail_missing "promtool is not installed"
 fi
 cfg=$src/deploy/prometheus/prometheus.yml
 promtool check config "$cfg"

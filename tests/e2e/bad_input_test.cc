@@ -2,6 +2,8 @@
 // real cluster (INVALID_ARGUMENT naming the field, RESOURCE_EXHAUSTED for an
 // over-size message); no worker sees any of them, and the cluster keeps
 // serving correct tokens afterwards.
+#include <signal.h>
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -144,43 +146,46 @@ TEST_F(E2eBadInputTest, EveryBadInputGetsItsStatusAndTheClusterKeepsServing) {
 // A request whose client request_id is already in flight on the gateway is
 // refused (ALREADY_EXISTS naming the field) without touching the workers: the
 // first request, whose sequence and transfer the workers key by that id,
-// completes untouched (a Cancel sent for the second used to end it).
+// completes untouched (a Cancel sent for the second used to end it). The
+// first is held in flight by construction: the decode worker is stopped
+// (SIGSTOP) before it is sent, so it cannot finish until the test resumes it.
 TEST_F(E2eBadInputTest, ARequestIdAlreadyInFlightIsRefusedAndTheFirstCompletes) {
   ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
   const std::vector<int32_t> prompt = Prompt(24, 9);
-  ced::v1::GenerateRequest first = Request(prompt, 400, ced::v1::REPLAY_ON_AUTO);
+  const std::vector<int32_t> want = ColocatedEngine(model_).Run(prompt, 64);
+  ced::v1::GenerateRequest first = Request(prompt, 64, ced::v1::REPLAY_ON_AUTO);
   first.set_request_id("same-id");
+  ASSERT_TRUE(cluster_->SignalService("decode-0", SIGSTOP));
   GenResult first_result;
   std::thread runner([&] { first_result = Generate(cluster_->gateway(), first); });
-  // Until the first is in flight (bounded: the runner fails the test otherwise).
-  for (int i = 0; i < 2000 && Metric("gateway", "ced_gateway_inflight_requests") < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The gateway admitted the first (it holds the id); it cannot end while the
+  // decode worker is stopped.
+  const bool admitted =
+      WaitUntil([&] { return Metric("gateway", "ced_gateway_inflight_requests") >= 1; },
+                std::chrono::seconds(30), std::chrono::milliseconds(5));
+  GenResult refused;
+  if (admitted) {
+    ced::v1::GenerateRequest second = Request(Prompt(16, 3), 4, ced::v1::REPLAY_ON_AUTO);
+    second.set_request_id("same-id");
+    refused = Generate(cluster_->gateway(), second);
   }
-  ced::v1::GenerateRequest second = Request(Prompt(16, 3), 4, ced::v1::REPLAY_ON_AUTO);
-  second.set_request_id("same-id");
-  const GenResult refused = Generate(cluster_->gateway(), second);
-  const bool first_still_running = Metric("gateway", "ced_gateway_inflight_requests") >= 1;
+  ASSERT_TRUE(cluster_->SignalService("decode-0", SIGCONT));
   runner.join();
+  ASSERT_TRUE(admitted) << "the first request never became in flight\n" << cluster_->Log();
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::ALREADY_EXISTS)
+      << refused.status.error_message();
+  EXPECT_EQ(refused.status.error_message().rfind("request_id:", 0), 0u)
+      << refused.status.error_message();
+  EXPECT_TRUE(refused.tokens.empty());
   ASSERT_TRUE(first_result.status.ok()) << first_result.status.error_message() << "\n"
                                         << cluster_->Log();
-  EXPECT_EQ(first_result.tokens, ColocatedEngine(model_).Run(prompt, 400));
-  if (first_still_running) {
-    EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::ALREADY_EXISTS)
-        << refused.status.error_message();
-    EXPECT_EQ(refused.status.error_message().rfind("request_id:", 0), 0u)
-        << refused.status.error_message();
-    EXPECT_TRUE(refused.tokens.empty());
-  } else {
-    // The first may have ended before the second arrived (a very slow runner):
-    // then the id was free again and the second is an ordinary request.
-    EXPECT_TRUE(refused.status.ok() ||
-                refused.status.error_code() == grpc::StatusCode::ALREADY_EXISTS)
-        << refused.status.error_message();
-  }
+  EXPECT_EQ(first_result.tokens, want);
   // The id is free again once the first ended.
-  const GenResult again = Generate(cluster_->gateway(), second);
-  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
-  EXPECT_EQ(again.tokens, ColocatedEngine(model_).Run(Prompt(16, 3), 4));
+  ced::v1::GenerateRequest again = Request(Prompt(16, 3), 4, ced::v1::REPLAY_ON_AUTO);
+  again.set_request_id("same-id");
+  const GenResult r = Generate(cluster_->gateway(), again);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, ColocatedEngine(model_).Run(Prompt(16, 3), 4));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // processes on loopback) for a test and tears it down afterwards.
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -110,6 +112,14 @@ class LocalCluster {
     pid_ = -1;
   }
 
+  // Sends `sig` to one service process of the cluster: "router", "gateway" or
+  // a worker id ("prefill-0", "decode-1"). False when it is not running.
+  // Tests use SIGSTOP / SIGCONT to hold a request in flight deterministically.
+  bool SignalService(const std::string& name, int sig) const {
+    const pid_t child = ChildPid(name);
+    return child > 0 && kill(child, sig) == 0;
+  }
+
   bool ready() const { return ready_; }
   const ClusterAddresses& addresses() const { return addresses_; }
   std::string gateway() const { return addresses_.at("gateway").at("grpc"); }
@@ -122,6 +132,41 @@ class LocalCluster {
   int exit_status() const { return exit_status_; }
 
  private:
+  // The pid of the `ced cluster` child started as `name` (its argv has
+  // "--worker-id NAME" or "--role=NAME"), or -1.
+  pid_t ChildPid(const std::string& name) const {
+    if (pid_ <= 0) return -1;
+    DIR* proc = opendir("/proc");
+    if (proc == nullptr) return -1;
+    pid_t found = -1;
+    while (dirent* e = readdir(proc)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0) continue;
+      // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      const std::string text((std::istreambuf_iterator<char>(stat)), {});
+      const size_t close = text.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(text.substr(close + 1));
+      std::string state;
+      pid_t ppid = -1;
+      rest >> state >> ppid;
+      if (ppid != pid_) continue;
+      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+      std::vector<std::string> argv;
+      for (std::string arg; std::getline(cmd, arg, '\0');) argv.push_back(arg);
+      for (size_t i = 0; i < argv.size(); ++i) {
+        if (argv[i] == "--role=" + name ||
+            (argv[i] == "--worker-id" && i + 1 < argv.size() && argv[i + 1] == name)) {
+          found = pid;
+        }
+      }
+      if (found > 0) break;
+    }
+    closedir(proc);
+    return found;
+  }
+
   static inline int counter_ = 0;
   pid_t pid_ = -1;
   std::string ready_file_, log_;

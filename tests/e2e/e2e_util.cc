@@ -49,9 +49,10 @@ std::vector<GenResult> GenerateConcurrently(const std::string& gateway,
   return got;
 }
 
-ColocatedEngine::ColocatedEngine(const std::string& model_dir) {
+ColocatedEngine::ColocatedEngine(const std::string& model_dir, std::optional<KvFormat> kv_format) {
   EngineOptions o;
   o.model_dir = model_dir;
+  o.kv_format = kv_format;
   auto engine = Engine::Create(o);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (engine.ok()) engine_ = *std::move(engine);

@@ -46,7 +46,10 @@ std::vector<GenResult> GenerateConcurrently(const std::string& gateway,
 // every disaggregated output must equal token for token.
 class ColocatedEngine {
  public:
-  explicit ColocatedEngine(const std::string& model_dir);  // fails the test on error
+  // `kv_format`: the cache format override (`--kv-format` of the workers);
+  // nullopt keeps the model's. Fails the test on error.
+  explicit ColocatedEngine(const std::string& model_dir,
+                           std::optional<KvFormat> kv_format = std::nullopt);
   bool ok() const { return engine_ != nullptr; }
   std::vector<int32_t> Run(const std::vector<int32_t>& prompt, int max_tokens,
                            ReplayMode mode = ReplayMode::kBounded,

@@ -2,11 +2,12 @@
 // generated from proto/ by protoc at test time) against a real cluster: the
 // gateway's health, its server reflection (which lists ced.v1.Gateway and
 // serves its descriptor), and a streamed Generate whose tokens equal the C++
-// client's and the colocated engine's. Skipped without Python grpcio.
+// client's and the colocated engine's. Skipped without Python grpcio (fails under CI=true).
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tests/common/missing_tool.h"
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/metrics/test_util.h"
@@ -39,7 +40,7 @@ class E2ePythonClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     python_ = Python();
-    if (python_.empty()) GTEST_SKIP() << "python3 with grpcio and protobuf is not installed";
+    if (python_.empty()) CED_SKIP_OR_FAIL_WHEN_MISSING("python3 with grpcio and protobuf");
     model_ = MakeModelDir("tiny");
     cluster_ = std::make_unique<LocalCluster>(
         model_, std::vector<std::string>{"--prefill", "1", "--decode", "1"});

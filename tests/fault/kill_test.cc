@@ -1,10 +1,12 @@
 // Faults 1 and 2: a worker SIGKILLed mid-request.
-// - A decode worker killed mid-stream: its clients get UNAVAILABLE at once
+// - A decode worker killed mid-stream, migration off (--migration-limit 0):
+//   its clients get UNAVAILABLE at once
 //   (never a wrong token), the other decode worker's streams finish with the
 //   right tokens, the router stops sending work to the dead worker.
 // - A prefill worker killed mid-transfer: the request fails with UNAVAILABLE
-//   (policy: no retry inside the cluster; the client may retry, which is safe
-//   because sampling is a pure function of seed and step), the decode worker
+//   (with --migration-limit 0: no retry inside the cluster; the client may
+//   retry, which is safe because sampling is a pure function of seed and
+//   step), the decode worker
 //   frees its reservation, other requests are unaffected. Without a gateway
 //   to cancel it, the decode worker times the transfer out by itself after
 //   --reservation-timeout-ms.
@@ -20,6 +22,9 @@ namespace ced::testing {
 namespace {
 
 constexpr int kLongTokens = 600;  // a long stream on tiny: seconds of decoding
+// Decode workers that sleep this long before each step (test-only flag): a
+// stream of N tokens then lasts at least N x this, whatever the machine.
+constexpr int kStepDelayMs = 5;
 
 double Running(Proc& p) {
   return ScrapeMetric(p.metrics(), "ced_decode_running_sequences").value_or(-1);
@@ -27,12 +32,19 @@ double Running(Proc& p) {
 
 TEST(FaultKillTest, DecodeWorkerKilledMidStream) {
   const std::string model = MakeModelDir("tiny");
-  FaultCluster c(Topology(model, 1, 2));
+  // Every stream lasts >= kTokens x kStepDelayMs = 4 s by construction (tiny
+  // alone decodes 1,200 tokens in well under a second), so all of them are
+  // still running when the victim is killed.
+  FaultClusterOptions o = Topology(model, 1, 2);
+  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  // Migration off: the victims' streams end (migration_test.cc moves them).
+  o.gateway_flags = {"--migration-limit", "0"};
+  FaultCluster c(o);
   ASSERT_TRUE(c.ok());
   ColocatedEngine ref(model);
   // Long streams, started one by one so that the router, which places by
   // load, spreads them over both decode workers.
-  constexpr int kStreams = 4, kTokens = 2 * kLongTokens;
+  constexpr int kStreams = 4, kTokens = 800;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::unique_ptr<Stream>> streams;
   for (int i = 0; i < kStreams; ++i) {
@@ -45,7 +57,8 @@ TEST(FaultKillTest, DecodeWorkerKilledMidStream) {
   // The victim: the decode worker running more of them.
   const double r0 = Running(c.decode(0)), r1 = Running(c.decode(1));
   const int victim = r0 >= r1 ? 0 : 1, survivor = 1 - victim;
-  ASSERT_GT(std::max(r0, r1), 0);
+  ASSERT_EQ(r0 + r1, kStreams) << "every stream is still running";
+  ASSERT_GT(std::min(r0, r1), 0) << "the router placed every stream on one worker";
 
   const auto t_kill = SteadyClock::now();
   c.decode(victim).Kill();
@@ -126,6 +139,8 @@ TEST(FaultKillTest, PrefillWorkerKilledMidTransfer) {
   FaultClusterOptions o = Topology(model, 2, 1);
   o.prefill_flags = {"--chunk", "64", "--fault-injection-for-testing",
                      "match=slow,send_delay_ms=700"};
+  // Migration off, and with it the prefill retry (migration_test.cc).
+  o.gateway_flags = {"--migration-limit", "0"};
   FaultCluster c(o);
   ASSERT_TRUE(c.ok());
   ColocatedEngine ref(model);

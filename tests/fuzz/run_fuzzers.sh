@@ -13,7 +13,9 @@
 #   FUZZ_JOBS    parallel compile jobs (default 2)
 #   CXX_FUZZ     the clang++ to use (default clang++)
 # Exits 77 (skipped) when clang++ with libFuzzer, protoc or a needed
-# pkg-config module is missing (--build-only: exits 0, building nothing).
+# pkg-config module is missing (--build-only: exits 0, building nothing);
+# under CI=true (scripts/install_deps.sh installed them) that fails instead.
+# A run passes only when libFuzzer reports every execution it was asked for.
 #
 # Reproduce a crash: <build-dir>/<fuzzer>_fuzzer <build-dir>/artifacts/<file>
 set -euo pipefail
@@ -42,12 +44,22 @@ jobs=${FUZZ_JOBS:-2}
 cxx=${CXX_FUZZ:-clang++}
 
 # --build-only exits 0 when skipping, so that CTest's fuzz_build (a fixture
-# setup) passes and each fuzz_<name> test then reports itself skipped.
+# setup) passes and each fuzz_<name> test then reports itself skipped. Under
+# CI=true a missing toolchain fails (exit 1) in every mode.
 skip() {
+  if [[ ${CI:-} == true ]]; then
+    echo "[fuzz] FAIL: $* (scripts/install_deps.sh installs it; CI=true: a missing tool fails)" >&2
+    exit 1
+  fi
   echo "[fuzz] SKIP: $*" >&2
   if [[ $mode == build ]]; then exit 0; fi
   exit 77
 }
+
+# The K/V row codecs: the dispatcher, the CPU check and the codec source once
+# per kernel variant (SOURCE@N compiles SOURCE with CED_KERNEL_VARIANT=N).
+kv_codec_sources="kernels/cpu/kv_codec.cc kernels/cpu/isa.cc kernels/cpu/kv_codec_rows.cc@0
+  kernels/cpu/kv_codec_rows.cc@1 kernels/cpu/kv_codec_rows.cc@2"
 
 # Per-fuzzer settings: project sources, pkg-config modules, -max_len.
 sources_of() {
@@ -58,12 +70,12 @@ sources_of() {
         engine/common/status.cc gen:ced/v1/gateway.pb.cc gen:ced/internal/common.pb.cc ;;
     kv_wire)
       echo services/kv_transport/wire.cc services/kv_transport/checksum.cc \
-        engine/kv/sequence_state.cc engine/model/config.cc kernels/cpu/kv_codec.cc \
-        engine/common/status.cc ;;
+        engine/kv/sequence_state.cc engine/model/config.cc engine/common/status.cc \
+        services/kv_transport/checksum_x86.cc $kv_codec_sources ;;
     safetensors)
-      echo engine/model/safetensors.cc kernels/cpu/kv_codec.cc engine/common/status.cc ;;
+      echo engine/model/safetensors.cc engine/common/status.cc $kv_codec_sources ;;
     config)
-      echo engine/model/config.cc kernels/cpu/kv_codec.cc engine/common/status.cc ;;
+      echo engine/model/config.cc engine/common/status.cc $kv_codec_sources ;;
     tokenizer)
       echo engine/tokenizer/tokenizer.cc engine/tokenizer/utf8.cc engine/common/status.cc ;;
     *) echo "[fuzz] unknown fuzzer '$1' (known: ${all_fuzzers[*]})" >&2; exit 2 ;;
@@ -147,12 +159,16 @@ build() {
       objs="obj/fuzz/${f}_fuzzer.o"
       echo "build obj/fuzz/${f}_fuzzer.o: cxx $here/${f}_fuzzer.cc$gen_dep"
       for s in $(sources_of "$f"); do
+        local defs=""
         if [[ $s == gen:* ]]; then src="$gen/${s#gen:}"; obj="obj/gen/${s#gen:}.o"
+        elif [[ $s == *@* ]]; then
+          src="$repo/${s%@*}"; obj="obj/src/${s%@*}.v${s#*@}.o"; defs=" -DCED_KERNEL_VARIANT=${s#*@}"
         else src="$repo/$s"; obj="obj/src/$s.o"; fi
         objs+=" $obj"
         if [[ $seen != *" $obj "* ]]; then
           seen+="$obj "
           echo "build $obj: cxx $src$gen_dep"
+          if [[ -n $defs ]]; then echo "  flags = $flags$defs"; fi
         fi
       done
       echo "build ${f}_fuzzer: link $objs"
@@ -163,6 +179,10 @@ build() {
   local targets=()
   for f in "${fuzzers[@]}"; do targets+=("${f}_fuzzer"); done
   ninja -C "$build_dir" -j "$jobs" "${targets[@]}"
+  for f in "${fuzzers[@]}"; do
+    [[ -x "$build_dir/${f}_fuzzer" ]] || { echo "[fuzz] FAIL: ${f}_fuzzer was not built" >&2; exit 1; }
+  done
+  echo "[fuzz] built ${#fuzzers[@]} fuzzers: ${targets[*]}"
 }
 
 run_one() {
@@ -171,6 +191,7 @@ run_one() {
     local rc=0
     (check_toolchain) || rc=$?
     if ((rc == 77)); then exit 77; fi  # no toolchain: skipped, not failed
+    if ((rc != 0)); then exit "$rc"; fi  # CI=true: no toolchain fails
     echo "[fuzz] $bin not built (run with --build-only first)" >&2
     return 1
   fi
@@ -197,6 +218,13 @@ run_one() {
     echo "[fuzz] FAIL $f: did not complete $runs runs" >&2
     return 1
   }
+  # libFuzzer's own count of inputs executed: a fuzzer that ran nothing fails.
+  local executed
+  executed=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log" | tail -n 1)
+  if [[ -z $executed ]] || ((executed < runs)); then
+    echo "[fuzz] FAIL $f: executed ${executed:-no} units, want >= $runs" >&2
+    return 1
+  fi
 }
 
 if [[ $mode != run ]]; then

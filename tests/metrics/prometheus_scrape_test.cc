@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "services/metrics/http_server.h"
 #include "services/metrics/process_metrics.h"
+#include "tests/common/missing_tool.h"
 #include "tests/metrics/test_util.h"
 
 namespace ced::metrics {
@@ -51,7 +52,7 @@ std::optional<double> QueryScalar(int port, const std::string& query) {
 
 TEST(MetricsPrometheusScrapeTest, PrometheusScrapesAndQueriesOurMetrics) {
   const std::string prometheus = FindInPath("prometheus");
-  if (prometheus.empty()) GTEST_SKIP() << "prometheus binary not found on PATH";
+  if (prometheus.empty()) CED_SKIP_OR_FAIL_WHEN_MISSING("prometheus (on PATH)");
 
   Registry registry;
   Family<Counter>* requests =

@@ -4,6 +4,7 @@
 #include "gtest/gtest.h"
 #include "services/metrics/process_metrics.h"
 #include "services/metrics/registry.h"
+#include "tests/common/missing_tool.h"
 #include "tests/metrics/test_util.h"
 
 namespace ced::metrics {
@@ -42,7 +43,7 @@ void FillRegistry(Registry* registry) {
 
 TEST(MetricsPromtoolTest, SerializedRegistryPassesCheckMetrics) {
   const std::string promtool = FindInPath("promtool");
-  if (promtool.empty()) GTEST_SKIP() << "promtool not found on PATH";
+  if (promtool.empty()) CED_SKIP_OR_FAIL_WHEN_MISSING("promtool (on PATH)");
   Registry registry;
   FillRegistry(&registry);
   const std::string text = registry.Serialize();
@@ -60,7 +61,7 @@ TEST(MetricsPromtoolTest, SerializedRegistryPassesCheckMetrics) {
 TEST(MetricsPromtoolTest, PromtoolRejectsBrokenText) {
   // Guards the test above: promtool must actually fail on bad input.
   const std::string promtool = FindInPath("promtool");
-  if (promtool.empty()) GTEST_SKIP() << "promtool not found on PATH";
+  if (promtool.empty()) CED_SKIP_OR_FAIL_WHEN_MISSING("promtool (on PATH)");
   TempDir dir;
   const std::string path = dir.path() + "/broken.txt";
   ASSERT_TRUE(WriteFile(path, "# TYPE x counter\nx{a=\"unterminated} 1\n"));

@@ -65,6 +65,17 @@ TopologyFlags Flags(const std::string& role, std::vector<std::string> flags) {
   return f;
 }
 
+// The decode worker sleeps this long before each step (test-only flag), so a
+// stream of N tokens lasts at least N x this whatever the machine: the long
+// requests the bounds are checked against are still running by construction
+// (tiny alone decodes 1,000 tokens in well under a second).
+constexpr int kStepDelayMs = 3;
+TopologyFlags SlowDecode(TopologyFlags f) {
+  f.decode_flags.insert(f.decode_flags.end(),
+                        {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)});
+  return f;
+}
+
 class OverloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -109,12 +120,12 @@ class OverloadTest : public ::testing::Test {
   std::unique_ptr<Topology> topo_;
 };
 
-// --max-inflight 2: with two long requests streaming, every further request
-// is refused at once by the gateway, before any worker sees it; the two
-// admitted requests finish with the right tokens.
+// --max-inflight 2: with two long requests streaming (>= 1.8 s each), every
+// further request is refused at once by the gateway, before any worker sees
+// it; the two admitted requests finish with the right tokens.
 TEST_F(OverloadTest, GatewayRequestBoundRefusesExcessAtOnce) {
-  Start(Flags("gateway", {"--max-inflight", "2"}));
-  constexpr int kLong = 1000, kExcess = 8;
+  Start(SlowDecode(Flags("gateway", {"--max-inflight", "2"})));
+  constexpr int kLong = 600, kExcess = 8;
   Stream a(topo_->gateway().grpc(), Req(40, 1, kLong));
   Stream b(topo_->gateway().grpc(), Req(40, 2, kLong));
   ASSERT_TRUE(a.ReadTokens(1));
@@ -172,11 +183,12 @@ double Percentile(std::vector<double> v, double q) {
 // Sustained overload: clients send back to back into a gateway that admits
 // 4 at once, first 4 clients (at capacity), then 16. Every answer is either
 // the right tokens or RESOURCE_EXHAUSTED; nothing is left in flight
-// afterwards. Prints the latency of admitted requests unloaded, at capacity
-// and at 4x overload, and of the refusals (figures for
+// afterwards. Admitted requests last >= 32 x kStepDelayMs, so 16 clients
+// always find the 4 slots taken. Prints the latency of admitted requests
+// unloaded, at capacity and at 4x overload, and of the refusals (figures for
 // bench/results/reliability.md; no speed is asserted).
 TEST_F(OverloadTest, SustainedOverloadAnswersRightTokensOrResourceExhausted) {
-  Start(Flags("gateway", {"--max-inflight", "4"}));
+  Start(SlowDecode(Flags("gateway", {"--max-inflight", "4"})));
   constexpr int kPrompts = 4, kMaxTokens = 32, kClients = 16;
   std::vector<ced::v1::GenerateRequest> reqs;
   std::vector<std::vector<int32_t>> expected;
@@ -250,10 +262,10 @@ TEST_F(OverloadTest, SustainedOverloadAnswersRightTokensOrResourceExhausted) {
 }
 
 // --max-inflight-tokens 1500 (prompt + max_tokens): a request larger than the
-// whole budget is refused; one that does not fit beside a running request is
-// refused; one that fits is served correctly beside it.
+// whole budget is refused; one that does not fit beside a running request
+// (>= 3 s long) is refused; one that fits is served correctly beside it.
 TEST_F(OverloadTest, GatewayTokenBoundRefusesWhatDoesNotFit) {
-  Start(Flags("gateway", {"--max-inflight-tokens", "1500"}));
+  Start(SlowDecode(Flags("gateway", {"--max-inflight-tokens", "1500"})));
   const GenResult too_big = Generate(topo_->gateway().grpc(), Req(10, 3, 1600));
   EXPECT_EQ(too_big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(too_big.status.error_message().find("whole admission budget"), std::string::npos)
@@ -366,9 +378,9 @@ TEST_F(OverloadTest, PrefillQueueBoundsInRequestsAndTokens) {
 // needing 7 more is refused (by the router or the decode worker), one
 // needing 5 is served; then a burst of requests that cannot all fit: each
 // one either gets the right tokens or RESOURCE_EXHAUSTED, the worker stays
-// up, and the running request never loses its blocks.
+// up, and the running request (>= 2.7 s long) never loses its blocks.
 TEST_F(OverloadTest, KvExhaustionRefusesWithoutHurtingAdmittedRequests) {
-  Start(Flags("decode", {"--kv-cache-mb", "4"}));
+  Start(SlowDecode(Flags("decode", {"--kv-cache-mb", "4"})));
   ASSERT_EQ(topo_->Metric(topo_->decode(), "ced_kv_blocks_free"), 64);
   Stream holder(topo_->gateway().grpc(), Req(40, 1, 900));  // 940 tokens: 59 blocks
   ASSERT_TRUE(holder.ReadTokens(1));

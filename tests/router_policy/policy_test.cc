@@ -158,6 +158,26 @@ TEST_F(PolicyTest, DecodeNeedsKvRoomIncludingOwnReservations) {
   EXPECT_EQ(policy->Select(Request(200, 100))->decode_id, "d1");
 }
 
+// A migrated request names the workers that failed under it.
+TEST_F(PolicyTest, ExcludedWorkersAreNotChosen) {
+  AddPrefill("p0");
+  AddPrefill("p1");
+  AddDecode("d0", 1000);
+  AddDecode("d1", 1000);
+  ReportDecode("d0", 1000, /*running=*/0);
+  ReportDecode("d1", 500, /*running=*/10);
+  auto policy = MakePolicy();
+  RouteRequest request = Request(64);
+  ASSERT_EQ(policy->Select(request)->decode_id, "d0");
+  request.exclude_ids = {"d0", "p0"};
+  auto decision = policy->Select(request);
+  ASSERT_TRUE(decision.ok()) << decision.status();
+  EXPECT_EQ(decision->decode_id, "d1");
+  EXPECT_EQ(decision->prefill_id, "p1");
+  request.exclude_ids = {"d0", "d1"};
+  EXPECT_EQ(policy->Select(request).status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(PolicyTest, ResourceExhaustedWhenNoDecodeWorkerFits) {
   AddPrefill("p0");
   AddDecode("d0", 10);

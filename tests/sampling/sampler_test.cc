@@ -108,6 +108,22 @@ TEST(SamplerTest, SameSeedAndStepSameToken) {
   EXPECT_LT(std::count(a.begin(), a.end(), a[0]), 20);
 }
 
+// A request migrated after k tokens continues with step_offset = k: its step
+// j samples as step k + j of the original.
+TEST(SamplerTest, StepOffsetContinuesTheStepCount) {
+  std::vector<float> logits(64, 0.0f);
+  SamplingParams p = Params(1.0f, 0, 1.0f, 99);
+  SamplingParams continued = p;
+  continued.step_offset = 37;
+  int differ = 0;
+  for (int j = 0; j < 50; ++j) {
+    EXPECT_EQ(SampleToken(logits.data(), 64, continued, j),
+              SampleToken(logits.data(), 64, p, 37 + j));
+    differ += SampleToken(logits.data(), 64, continued, j) != SampleToken(logits.data(), 64, p, j);
+  }
+  EXPECT_GT(differ, 0) << "the offset changed nothing";
+}
+
 TEST(SamplerTest, UniformDrawIsInUnitIntervalAndWellSpread) {
   double mean = 0;
   const int n = 20000;

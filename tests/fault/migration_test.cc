@@ -1,0 +1,232 @@
+// Issue 15 point 4: request migration.
+// - A decode worker SIGKILLed mid-stream: the gateway moves the stream to the
+//   other decode worker (prompt + the tokens streamed, the remaining
+//   max_tokens, the sampler's step offset) and the client gets one stream,
+//   no error, token for token what the colocated engine gives, greedy and
+//   sampled. Its gap (the migration latency) is printed as a figure.
+// - With --migration-limit 0 the client gets UNAVAILABLE, as before.
+// - A prefill worker SIGKILLed before the first decoded token: the prefill
+//   runs again on the other prefill worker, once.
+// Deterministic: the decode workers sleep before every step
+// (--step-delay-ms-for-testing), so the stream is still running when the test
+// kills its worker, whatever the machine; the test checks it is (tokens
+// received, not all, the worker running it).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/fault/fault_cluster.h"
+
+namespace ced::testing {
+namespace {
+
+constexpr int kStepDelayMs = 10;
+constexpr int kTokens = 300;  // >= 3 s of decoding by construction
+constexpr int kKillAfterTokens = 40;
+
+double Running(Proc& p) {
+  return ScrapeMetric(p.metrics(), "ced_decode_running_sequences").value_or(-1);
+}
+
+double GatewayMetric(FaultCluster& c, const std::string& series) {
+  return ScrapeMetric(c.gateway().metrics(), series).value_or(-1);
+}
+
+// A Generate stream read message by message, with the arrival time of each.
+class TimedStream {
+ public:
+  TimedStream(const std::string& gateway, const ced::v1::GenerateRequest& req) {
+    stub_ =
+        ced::v1::Gateway::NewStub(grpc::CreateChannel(gateway, grpc::InsecureChannelCredentials()));
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    reader_ = stub_->Generate(&ctx_, req);
+  }
+  // Reads until `n` tokens arrived in all; false when the stream ended first.
+  bool ReadTokens(int n) {
+    ced::v1::GenerateResponse r;
+    while (static_cast<int>(tokens_.size()) < n) {
+      if (!reader_->Read(&r)) return false;
+      Record(r);
+    }
+    return true;
+  }
+  grpc::Status Finish() {
+    ced::v1::GenerateResponse r;
+    while (reader_->Read(&r)) Record(r);
+    return reader_->Finish();
+  }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const ced::v1::GenerateResponse& last() const { return last_; }
+  // The longest wait for a token after `t` (ms), and the median wait over the
+  // whole stream.
+  double LongestGapAfter(SteadyClock::time_point t) const {
+    double longest = 0;
+    for (size_t i = 1; i < times_.size(); ++i) {
+      if (times_[i] < t) continue;
+      longest = std::max(longest, Ms(times_[i] - std::max(times_[i - 1], t)));
+    }
+    return longest;
+  }
+  double MedianGap() const {
+    std::vector<double> gaps;
+    for (size_t i = 1; i < times_.size(); ++i) gaps.push_back(Ms(times_[i] - times_[i - 1]));
+    if (gaps.empty()) return 0;
+    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+    return gaps[gaps.size() / 2];
+  }
+
+ private:
+  static double Ms(SteadyClock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  }
+  void Record(const ced::v1::GenerateResponse& r) {
+    if (r.token_ids_size() > 0) times_.push_back(SteadyClock::now());
+    tokens_.insert(tokens_.end(), r.token_ids().begin(), r.token_ids().end());
+    last_ = r;
+  }
+
+  std::unique_ptr<ced::v1::Gateway::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<ced::v1::GenerateResponse>> reader_;
+  std::vector<int32_t> tokens_;
+  std::vector<SteadyClock::time_point> times_;
+  ced::v1::GenerateResponse last_;
+};
+
+struct Case {
+  const char* name;
+  float temperature;
+  ced::v1::ReplayOn replay_on;
+};
+
+class FaultMigrationTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FaultMigrationTest, DecodeWorkerKilledMidStreamMigrates) {
+  const Case& param = GetParam();
+  const std::string model = MakeModelDir("tiny");
+  FaultClusterOptions o = Topology(model, 1, 2);
+  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  FaultCluster c(o);
+  ASSERT_TRUE(c.ok());
+  ColocatedEngine ref(model);
+  const auto prompt = Prompt(64, 11);
+  ced::v1::GenerateRequest req = FaultRequest(prompt, kTokens, "migrate-1", param.replay_on);
+  SamplingParams sampling;
+  if (param.temperature > 0) {
+    req.set_temperature(param.temperature);
+    req.set_top_p(0.95f);
+    req.set_seed(1234);
+    sampling.temperature = param.temperature;
+    sampling.top_p = 0.95f;
+    sampling.seed = 1234;
+  }
+  const std::vector<int32_t> want = ref.Run(prompt, kTokens, ReplayMode::kBounded, sampling);
+
+  TimedStream stream(c.gateway().grpc(), req);
+  ASSERT_TRUE(stream.ReadTokens(kKillAfterTokens));
+  const double r0 = Running(c.decode(0)), r1 = Running(c.decode(1));
+  ASSERT_EQ(r0 + r1, 1) << "the stream is running on exactly one decode worker";
+  const int victim = r0 == 1 ? 0 : 1, survivor = 1 - victim;
+  const size_t before_kill = stream.tokens().size();
+  ASSERT_GT(before_kill, 0u);
+  ASSERT_LT(before_kill, static_cast<size_t>(kTokens)) << "the stream finished before the kill";
+  const auto t_kill = SteadyClock::now();
+  c.decode(victim).Kill();
+
+  const grpc::Status s = stream.Finish();
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_EQ(stream.tokens(), want) << "the migrated stream differs from the colocated engine";
+  EXPECT_EQ(stream.last().finish_reason(), ced::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(stream.last().usage().completion_tokens(), kTokens);
+  const ced::v1::Placement& placement = stream.last().placement();
+  EXPECT_EQ(placement.migrations(), 1);
+  ASSERT_EQ(placement.migrated_from_decode_worker_ids_size(), 1);
+  EXPECT_EQ(placement.migrated_from_decode_worker_ids(0), c.decode_id(victim));
+  EXPECT_EQ(placement.decode_worker_id(), c.decode_id(survivor));
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"ok\"}"), 1);
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"limit\"}"), 0);
+
+  const double gap_ms = stream.LongestGapAfter(t_kill);
+  const std::string scenario = std::string("migration_") + param.name;
+  Figure(scenario, "tokens_before_kill", static_cast<double>(before_kill));
+  Figure(scenario, "stream_gap_ms", gap_ms);
+  Figure(scenario, "median_token_interval_ms", stream.MedianGap());
+  Figure(scenario, "tokens_equal", stream.tokens() == want ? 1 : 0);
+  std::string why;
+  EXPECT_TRUE(c.WaitNoKvInUse(Ms(10000), nullptr, &why)) << why;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sampling, FaultMigrationTest,
+    ::testing::Values(Case{"greedy", 0.0f, ced::v1::REPLAY_ON_AUTO},
+                      Case{"sampled", 0.8f, ced::v1::REPLAY_ON_AUTO},
+                      Case{"sampled_replay_on_decode", 0.8f, ced::v1::REPLAY_ON_DECODE}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+TEST(FaultMigrationLimitTest, LimitZeroEndsTheStreamWithUnavailable) {
+  const std::string model = MakeModelDir("tiny");
+  FaultClusterOptions o = Topology(model, 1, 2);
+  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  o.gateway_flags = {"--migration-limit", "0"};
+  FaultCluster c(o);
+  ASSERT_TRUE(c.ok());
+  ColocatedEngine ref(model);
+  const auto prompt = Prompt(64, 12);
+  TimedStream stream(c.gateway().grpc(), FaultRequest(prompt, kTokens, "no-migrate-1"));
+  ASSERT_TRUE(stream.ReadTokens(kKillAfterTokens));
+  const double r0 = Running(c.decode(0)), r1 = Running(c.decode(1));
+  ASSERT_EQ(r0 + r1, 1);
+  c.decode(r0 == 1 ? 0 : 1).Kill();
+  const grpc::Status s = stream.Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_LT(stream.tokens().size(), static_cast<size_t>(kTokens));
+  EXPECT_TRUE(IsPrefix(stream.tokens(), ref.Run(prompt, kTokens))) << "a wrong token was streamed";
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"limit\"}"), 1);
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"ok\"}"), 0);
+}
+
+double SentBytes(Proc& p) {
+  return ScrapeMetric(p.metrics(), "ced_kv_transfer_bytes_total{direction=\"out\"}").value_or(0);
+}
+
+TEST(FaultMigrationPrefillTest, PrefillWorkerKilledBeforeFirstTokenIsRetriedOnce) {
+  const std::string model = MakeModelDir("tiny");
+  // Requests named "slow-*" move their K/V in 64-token chunks 700 ms apart.
+  FaultClusterOptions o = Topology(model, 2, 1);
+  o.prefill_flags = {"--chunk", "64", "--fault-injection-for-testing",
+                     "match=slow,send_delay_ms=700"};
+  FaultCluster c(o);
+  ASSERT_TRUE(c.ok());
+  ColocatedEngine ref(model);
+  const auto prompt = Prompt(300, 13);
+  const std::vector<double> before = {SentBytes(c.prefill(0)), SentBytes(c.prefill(1))};
+  TimedStream stream(c.gateway().grpc(), FaultRequest(prompt, 16, "slow-retry-1"));
+  int dead = -1;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (int i = 0; i < 2; ++i) {
+          if (SentBytes(c.prefill(i)) > before[i]) dead = i;
+        }
+        return dead >= 0;
+      },
+      Ms(30000), Ms(20)));
+  const auto t_kill = SteadyClock::now();
+  c.prefill(dead).Kill();
+  const grpc::Status s = stream.Finish();
+  const double took_ms = MsSince(t_kill);
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_EQ(stream.tokens(), ref.Run(prompt, 16));
+  const ced::v1::Placement& placement = stream.last().placement();
+  ASSERT_EQ(placement.retried_from_prefill_worker_ids_size(), 1);
+  EXPECT_EQ(placement.retried_from_prefill_worker_ids(0), c.prefill_id(dead));
+  EXPECT_EQ(placement.prefill_worker_id(), c.prefill_id(1 - dead));
+  EXPECT_EQ(placement.migrations(), 0);
+  EXPECT_EQ(GatewayMetric(c, "ced_prefill_retries_total{outcome=\"ok\"}"), 1);
+  Figure("prefill_retry", "kill_to_final_ms", took_ms);
+  std::string why;
+  EXPECT_TRUE(c.WaitNoKvInUse(Ms(10000), nullptr, &why)) << why;
+}
+
+}  // namespace
+}  // namespace ced::testing
