@@ -34,6 +34,7 @@ struct UcxTransport::EpContext {
   ConnectionGrant grant;   // the listener's id and secret for this connection
   bool connected = false;  // client endpoints: wireup finished (first flush completed)
   bool failed = false;
+  bool close_queued = false;      // in to_close_ (or closing already)
   bool described = false;         // its lanes were logged (TransportOptions::log_connections)
   std::optional<bool> fused;      // accepted ones: receive through the fused datatype
   std::thread exchange;           // client endpoints: the address exchange (joined when done)

@@ -355,8 +355,12 @@ ucs_status_t UcxTransport::OnAck(const void* header, size_t header_length, const
 }
 
 void UcxTransport::SayGoodbye() {
+  // A send may report its endpoint's failure at once (EpErrorCb -> FailEp), which
+  // takes the connection out of accepted_: walk a copy.
+  std::vector<EpContext*> connections;
+  for (auto& [id, ctx] : accepted_) connections.push_back(ctx);
   std::vector<std::pair<void*, uint8_t*>> pending;
-  for (auto& [id, ctx] : accepted_) {
+  for (EpContext* ctx : connections) {
     if (ctx->failed) continue;
     auto* bye = new uint8_t[kByeBytes];
     PutU64(bye, ctx->grant.id);
@@ -398,7 +402,7 @@ ucs_status_t UcxTransport::OnBye(const void* header, size_t header_length) {
   const uint64_t secret = GetU64(bytes + 8);
   for (auto& [peer, ctx] : peers_) {
     if (ctx->ep != nullptr && !ctx->failed && ctx->grant.id == id && ctx->grant.secret == secret) {
-      FailEp(ctx, absl::UnavailableError(absl::StrCat("kv receiver at ", peer, " shut down")));
+      RetireEp(ctx, absl::UnavailableError(absl::StrCat("kv receiver at ", peer, " shut down")));
       break;
     }
   }

@@ -39,6 +39,23 @@ constexpr absl::Duration kShutdownGrace = absl::Seconds(2);
 // Peer failure detection on lanes without a connection to break (shared memory):
 // UCX's keepalive round, unless UCX_KEEPALIVE_INTERVAL says otherwise.
 constexpr char kKeepaliveInterval[] = "1s";
+// No zero-copy sends, unless UCX_ZCOPY_THRESH says otherwise. UCX 1.13
+// (protocols v1) fast-forwards a send request when its endpoint fails
+// (ucp_request_send_state_ff, from the pending-queue purge or the error of a
+// later fragment): it zeroes the request's completion count and completes it
+// while the tcp transport still owns a zero-copy fragment of it (an am_zcopy
+// fragment half-written to a full socket). When tcp purges that
+// fragment it completes the same completion again: "uct_iface.h:884 Assertion
+// `comp->count > 0' failed" aborts the process (a use of the freed request
+// where UCX is built without assertions). A peer that goes away while a large
+// message is flow-controlled on tcp is enough (ReceiverShutdownDuringLargeTransfer
+// /Tcp with CPU hogs: 50 aborts in 100 runs; bench/results/reliability.md).
+// With the threshold at infinity, messages go as bcopy fragments, which UCX
+// completes once. It costs tcp bandwidth (about 3x on loopback, same file);
+// UCX_TCP_MAX_IOV=0, the narrower switch, makes UCX 1.13 refuse its own short
+// IOV sends. Shared-memory lanes (posix/sysv active messages) have no zero-copy
+// sends anyway.
+constexpr char kZcopyThresh[] = "inf";
 
 }  // namespace
 
@@ -84,6 +101,9 @@ absl::Status UcxTransport::Init() {
   }
   if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
     ucp_config_modify(config, "KEEPALIVE_INTERVAL", kKeepaliveInterval);
+  }
+  if (std::getenv("UCX_ZCOPY_THRESH") == nullptr) {
+    ucp_config_modify(config, "ZCOPY_THRESH", kZcopyThresh);
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -212,9 +232,10 @@ void UcxTransport::ProgressLoop() {
     }
     if (!deferred_.empty() && RunDeferred()) progressed = true;
     if (!to_close_.empty() || !closing_.empty()) CloseFailedEps();
-    if (!deadlines_.empty() && ++since_expiry >= kClockEvery) {
+    if ((!deadlines_.empty() || !retiring_.empty()) && ++since_expiry >= kClockEvery) {
       since_expiry = 0;
       ExpireSends();
+      if (!retiring_.empty()) CloseRetiredEps();
     }
     if (had_commands || progressed || !to_close_.empty()) {
       idle = 0;
@@ -239,6 +260,7 @@ void UcxTransport::ProgressLoop() {
     spin = false;
     idle = 0;
     ExpireSends();
+    if (!retiring_.empty()) CloseRetiredEps();
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
     may_sleep_.store(true);
     if (posted_.load() == 0) {

@@ -95,7 +95,13 @@ class UcxTransport final : public KvTransport {
   ucs_status_t CreateEp(EpContext* ctx, const std::string& worker_address);
   // Fails the Sends queued on a connection that never got an endpoint.
   void FailWaiting(EpContext* ctx, const absl::Status& status);
+  // Fails the connection's Sends and forgets it (FailEp also closes its endpoint,
+  // forcibly; RetireEp leaves the endpoint to UCX's own failure report, or closes
+  // it after kRetireGrace).
+  void MarkFailed(EpContext* ctx, const absl::Status& status);
   void FailEp(EpContext* ctx, const absl::Status& status);
+  void RetireEp(EpContext* ctx, const absl::Status& status);
+  void CloseRetiredEps();
   void CloseFailedEps();
 
   // Sending (ucx_transport.cc).
@@ -207,12 +213,13 @@ class UcxTransport final : public KvTransport {
   std::unordered_map<uint64_t, EpContext*> accepted_;  // accepted connections by id
   uint64_t next_conn_id_ = 1;
   std::vector<EpContext*> to_close_;
+  std::vector<std::pair<absl::Time, EpContext*>> retiring_;      // RetireEp: close by then
   std::vector<std::pair<void*, EpContext*>> closing_;            // close requests in flight
   std::unordered_map<uint64_t, std::shared_ptr<SendOp>> sends_;  // by send id
   std::multimap<absl::Time, uint64_t> deadlines_;                // SendAsync ops, by send id
   std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> recvs_;   // landing or being verified
   std::vector<std::shared_ptr<SendOp>> abandoned_sends_;         // kept until the worker dies
-  size_t verifying_ = 0;  // received payloads handed to the verifier, not back yet
+  size_t verifying_ = 0;         // received payloads handed to the verifier, not back yet
   ucp_datatype_t fused_dt_ = 0;  // generic datatype: copy + checksum per fragment
   bool have_fused_dt_ = false;
 
