@@ -112,38 +112,70 @@ inline void Transpose16(V16* m) {
   TransposeStage<1>(m, kLo1, kHi1);
 }
 
-// Horizontal sums of 16 vectors at once: lane r of the result is the sum of
-// m[r]'s lanes (m is clobbered). The transpose's stages, adding the halves
-// instead of keeping both.
-inline V16 SumLanes16(V16* m) {
-  for (int r = 0; r < 8; ++r) {
-    m[r] = __builtin_shuffle(m[r], m[r + 8], kLo8) + __builtin_shuffle(m[r], m[r + 8], kHi8);
+// Horizontal sums of kLanes native vectors at once: lane r of the result is
+// the sum of m[r]'s lanes (m is clobbered). The stages of a transpose, adding
+// the halves instead of keeping both; masks per register width.
+typedef int VI __attribute__((vector_size(4 * CED_VEC_FLOATS)));
+#if CED_VEC_FLOATS == 16
+constexpr VI kSumLo[] = {kLo8, kLo4, kLo2, kLo1};
+constexpr VI kSumHi[] = {kHi8, kHi4, kHi2, kHi1};
+#elif CED_VEC_FLOATS == 8
+constexpr VI kSumLo[] = {{0, 1, 2, 3, 8, 9, 10, 11}, {0, 1, 8, 9, 4, 5, 12, 13},
+                         {0, 8, 2, 10, 4, 12, 6, 14}};
+constexpr VI kSumHi[] = {{4, 5, 6, 7, 12, 13, 14, 15}, {2, 3, 10, 11, 6, 7, 14, 15},
+                         {1, 9, 3, 11, 5, 13, 7, 15}};
+#elif CED_VEC_FLOATS == 4
+constexpr VI kSumLo[] = {{0, 1, 4, 5}, {0, 4, 2, 6}};
+constexpr VI kSumHi[] = {{2, 3, 6, 7}, {1, 5, 3, 7}};
+#endif
+inline VF SumLanes(VF* m) {
+  int stage = 0;
+#pragma GCC unroll 4
+  for (int half = kLanes / 2; half >= 1; half /= 2, ++stage) {
+#pragma GCC unroll 8
+    for (int r = 0; r < half; ++r) {
+      m[r] = __builtin_shuffle(m[r], m[r + half], kSumLo[stage]) +
+             __builtin_shuffle(m[r], m[r + half], kSumHi[stage]);
+    }
   }
-  for (int r = 0; r < 4; ++r) {
-    m[r] = __builtin_shuffle(m[r], m[r + 4], kLo4) + __builtin_shuffle(m[r], m[r + 4], kHi4);
-  }
-  for (int r = 0; r < 2; ++r) {
-    m[r] = __builtin_shuffle(m[r], m[r + 2], kLo2) + __builtin_shuffle(m[r], m[r + 2], kHi2);
-  }
-  return __builtin_shuffle(m[0], m[1], kLo1) + __builtin_shuffle(m[0], m[1], kHi1);
+  return m[0];
 }
 
-// scores[r] = scale * q . k[r * stride, + D) for rows r < rows <= 16;
-// D % 16 == 0.
-inline void ScoreRows16(const float* q, const float* k, size_t stride, int rows, int D, float scale,
-                        float* scores) {
-  V16 m[16];
-  for (int r = 0; r < 16; ++r) {
-    V16 acc = {};
+// scores[r] = scale * q . k[r * stride, + D) for rows r < rows <= kLanes;
+// D % kLanes == 0. One register per key row, one horizontal reduction for all.
+inline void ScoreRows(const float* q, const float* k, size_t stride, int rows, int D, float scale,
+                      float* scores) {
+  VF m[kLanes];
+#pragma GCC unroll 16
+  for (int r = 0; r < kLanes; ++r) {
+    VF acc = {};
     if (r < rows) {
       const float* kr = k + r * stride;
-      for (int c = 0; c < D; c += 16) acc += LoadV16(q + c) * LoadV16(kr + c);
+      for (int c = 0; c < D; c += kLanes) acc += LoadVF(q + c) * LoadVF(kr + c);
     }
     m[r] = acc;
   }
-  float out[16];
-  StoreV16(out, SumLanes16(m));
+  float out[kLanes];
+  StoreVF(out, SumLanes(m));
   for (int r = 0; r < rows; ++r) scores[r] = out[r] * scale;
+}
+
+// out[0, kValueChunk) += sum over r < rows of (w[r] * scale) * v[r * stride, + kValueChunk):
+// four registers of outputs stay in registers across the rows.
+constexpr int kValueChunk = 4 * kLanes;
+inline void AccumulateRows(float* out, const float* v, size_t stride, const float* w, int rows,
+                           float scale) {
+  VF acc[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) acc[j] = LoadVF(out + j * kLanes);
+  for (int r = 0; r < rows; ++r) {
+    const VF wv = BroadcastVF(w[r] * scale);
+    const float* vr = v + r * stride;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[j] += wv * LoadVF(vr + j * kLanes);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) StoreVF(out + j * kLanes, acc[j]);
 }
 
 // out[0, D) += w * v[0, D); D % 16 == 0.
@@ -246,16 +278,16 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
       const int ahead = b + kPrefetchBlocks;
       const int ahead_rows = ahead < nblocks ? std::min(bs, keys - ahead * bs) : 0;
       if (D % 16 == 0) {
-        // 16 keys at a time: one horizontal reduction for all of them. The
-        // block ahead is prefetched a few rows per call, not in one burst.
-        const int pf_per = (16 + nh - 1) / nh;
-        for (int r0 = 0; r0 < rows; r0 += 16) {
+        // kLanes keys at a time: one horizontal reduction for all of them.
+        // The block ahead is prefetched a few rows per call, not in one burst.
+        const int pf_per = (kLanes + nh - 1) / nh;
+        for (int r0 = 0; r0 < rows; r0 += kLanes) {
           for (int hh = 0; hh < nh; ++hh) {
             const int pf0 = r0 + hh * pf_per, pf1 = std::min(ahead_rows, pf0 + pf_per);
             for (int r = pf0; r < pf1; ++r) PrefetchRow(p, s.global_k_host[ahead], r, g0, ng);
-            ScoreRows16(q + hh * D, k + r0 * stride + (hh / group) * D, stride,
-                        std::min(16, rows - r0), D, scale,
-                        scores + static_cast<size_t>(hh) * T + b * bs + r0);
+            ScoreRows(q + hh * D, k + r0 * stride + (hh / group) * D, stride,
+                      std::min(kLanes, rows - r0), D, scale,
+                      scores + static_cast<size_t>(hh) * T + b * bs + r0);
           }
         }
         continue;
@@ -293,6 +325,23 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
           GlobalHeadsTile(p, s.global_v_host[b], g0, ng, rows, sc.vtile.data(), &stride);
       const int ahead = b + kPrefetchBlocks;
       const int ahead_rows = ahead < nblocks ? std::min(bs, keys - ahead * bs) : 0;
+      if (D % kValueChunk == 0) {
+        // Per head, kValueChunk output dims in registers across the block's
+        // rows (one load and store of the output per block, not per row).
+        for (int hh = 0; hh < nh; ++hh) {
+          const float* w = scores + static_cast<size_t>(hh) * T + b * bs;
+          const float* vh = v + (hh / group) * D;
+          for (int c0 = 0; c0 < D; c0 += kValueChunk) {
+            if (hh == 0 && c0 == 0) {
+              for (int r = 0; r < ahead_rows; ++r) {
+                PrefetchRow(p, s.global_v_host[ahead], r, g0, ng);
+              }
+            }
+            AccumulateRows(out + hh * D + c0, vh + c0, stride, w, rows, inv[hh]);
+          }
+        }
+        continue;
+      }
       for (int r = 0; r < rows; ++r) {
         if (r < ahead_rows) PrefetchRow(p, s.global_v_host[ahead], r, g0, ng);
         for (int hh = 0; hh < nh; ++hh) {
