@@ -30,6 +30,7 @@ for b in "$CED" "$BENCH"; do
   [[ -x $b ]] || { echo "gateway_ttft.sh: $b not built (ninja -C $BUILD ced ced_engine_bench)" >&2; exit 2; }
 done
 PY=/usr/bin/python3
+threads=${OMP_NUM_THREADS:-$(nproc)}
 work=$(mktemp -d)
 cluster_pid=""
 cleanup() {
@@ -49,7 +50,10 @@ rows=""
 for isa in $isas; do
   echo "[$isa] cluster" >&2
   rm -f "$work/ready"
-  CED_CPU_ISA=$isa "$CED" cluster --model "$work/small" --base-port 0 --metrics-base-port 0 \
+  # Every worker gets all cores, as a dedicated prefill instance has (by default
+  # `ced cluster` splits the cores among its workers: 1 thread each here).
+  OMP_NUM_THREADS=$threads CED_CPU_ISA=$isa "$CED" cluster --model "$work/small" \
+    --base-port 0 --metrics-base-port 0 \
     --ready-file "$work/ready" >"$work/cluster_$isa.log" 2>&1 &
   cluster_pid=$!
   for _ in $(seq 120); do [[ -s $work/ready ]] && break; sleep 0.5; done
@@ -65,7 +69,7 @@ for isa in $isas; do
   done
   kill "$cluster_pid"; wait "$cluster_pid" 2>/dev/null || true; cluster_pid=""
   echo "[$isa] engine bench" >&2
-  CED_CPU_ISA=$isa "$BENCH" --sections=prefill --variants=active --prompt_tokens="$TOKENS" \
+  OMP_NUM_THREADS=$threads CED_CPU_ISA=$isa "$BENCH" --sections=prefill --variants=active --prompt_tokens="$TOKENS" \
     --prefill_reps="$REPS" --scratch_dir="$work/bench" --markdown="$work/e_$isa.md" \
     --json="$work/e_$isa.json" 2>/dev/null
   engine_ms=$($PY -c "import json; d=json.load(open('$work/e_$isa.json')); print(1e3*d['prefill']['variants'][0]['ttft_s']['median'])")
@@ -80,7 +84,7 @@ cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)
   echo
   echo "- Command: \`bench/system/gateway_ttft.sh --tokens $TOKENS --reps $REPS\`"
   echo "- Date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ); CPU: $cpu, $(nproc) cores; load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "- Model \`small\` (seed 1), $TOKENS-token prompt of random ids, max_tokens 1; cluster: 1 prefill + 1 decode worker, router, gateway, K/V over UCX on loopback; replay bounded on the prefill worker (the router's default)."
+  echo "- Model \`small\` (seed 1), $TOKENS-token prompt of random ids, max_tokens 1; cluster: 1 prefill + 1 decode worker, router, gateway, K/V over UCX on loopback; replay bounded on the prefill worker (the router's default). Workers and engine bench run $threads kernel threads each (OMP_NUM_THREADS; \`ced cluster\` alone would split the cores among its workers)."
   echo "- Gateway: client-side TTFT (ms), median of $REPS after one warm-up request (all samples in brackets). Engine: \`ced_engine_bench --sections=prefill\` CED bounded TTFT, median of $REPS."
   echo
   echo "| kernel variant | engine TTFT, ms | gateway TTFT, ms (samples) | ratio | <= 1.25 |"
