@@ -169,7 +169,7 @@ inline void AccumulateRows(float* out, const float* v, size_t stride, const floa
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) acc[j] = LoadVF(out + j * kLanes);
   for (int r = 0; r < rows; ++r) {
-    const VF wv = BroadcastVF(w[r] * scale);
+    const float wv = w[r] * scale;
     const float* vr = v + r * stride;
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) acc[j] += wv * LoadVF(vr + j * kLanes);

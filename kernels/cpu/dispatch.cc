@@ -12,12 +12,7 @@
 namespace ced::kernels {
 
 const KernelTable& KernelsFor(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAvx512: return avx512::kTable;
-    case CpuIsa::kAvx2: return avx2::kTable;
-    case CpuIsa::kGeneric: break;
-  }
-  return generic::kTable;
+  return ForIsa(isa, generic::kTable, avx2::kTable, avx512::kTable);
 }
 
 const KernelTable& ActiveKernels() { return KernelsFor(ActiveCpuIsa()); }

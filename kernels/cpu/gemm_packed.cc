@@ -43,7 +43,7 @@ void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size
     for (int v = 0; v < kVecs; ++v) w[v] = LoadVF(panel + k * kPanel + v * kLanes);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const VF xv = BroadcastVF(x[r * ldx + k]);
+      const float xv = x[r * ldx + k];  // scalar operand: one vbroadcastss
 #pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) acc[r][v] += xv * w[v];
     }
@@ -146,14 +146,14 @@ void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, b
     }
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      const VF xv = BroadcastVF(x[k + j]);
+      const float xv = x[k + j];
 #pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) a[j][v] += xv * LoadVF(p + j * kPanel + v * kLanes);
     }
   }
   for (; k < in; ++k) {
     const float* p = panel + static_cast<size_t>(k) * kPanel;
-    const VF xv = BroadcastVF(x[k]);
+    const float xv = x[k];
     for (int v = 0; v < kVecs; ++v) a[0][v] += xv * LoadVF(p + v * kLanes);
   }
   float r[kPanel];

@@ -86,6 +86,13 @@ std::string SupportedList() {
   return s;
 }
 
+// CED_CPU_ISA when it names a variant (or anything but `auto`), else null.
+const char* ForcedEnv() {
+  const char* env = std::getenv(kEnv);
+  if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return nullptr;
+  return env;
+}
+
 std::once_flag g_once;
 std::atomic<int> g_active{-1};
 bool g_forced = false;
@@ -97,9 +104,8 @@ void Init() {
       std::fprintf(stderr, "error: %s\n", error.c_str());
       std::exit(2);
     }
-    const char* env = std::getenv(kEnv);
     CpuIsa isa = BestCpuIsa();
-    if (env != nullptr && *env != '\0' && std::string_view(env) != "auto") {
+    if (const char* env = ForcedEnv(); env != nullptr) {
       ParseCpuIsa(env, &isa);
       g_forced = true;
     }
@@ -143,8 +149,8 @@ std::vector<CpuIsa> SupportedCpuIsas() {
 CpuIsa BestCpuIsa() { return SupportedCpuIsas().back(); }
 
 std::string ValidateCpuIsaEnv() {
-  const char* env = std::getenv(kEnv);
-  if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return "";
+  const char* env = ForcedEnv();
+  if (env == nullptr) return "";
   CpuIsa isa;
   if (!ParseCpuIsa(env, &isa)) {
     return std::string(kEnv) + "=" + env +

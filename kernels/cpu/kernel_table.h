@@ -50,6 +50,17 @@ extern const KernelTable kTable;
 extern const KvCodecTable kCodecTable;
 }
 
+// Of one object per variant, the one of `isa`.
+template <typename T>
+const T& ForIsa(CpuIsa isa, const T& generic, const T& avx2, const T& avx512) {
+  switch (isa) {
+    case CpuIsa::kAvx512: return avx512;
+    case CpuIsa::kAvx2: return avx2;
+    case CpuIsa::kGeneric: break;
+  }
+  return generic;
+}
+
 // The table of `isa` (which this build always has; the caller checks that
 // the CPU supports it).
 const KernelTable& KernelsFor(CpuIsa isa);

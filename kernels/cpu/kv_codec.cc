@@ -173,12 +173,7 @@ float Fp4E2M1ToFloat(uint8_t code) {
 namespace {
 
 const KvCodecTable& ActiveCodecs() {
-  switch (ActiveCpuIsa()) {
-    case CpuIsa::kAvx512: return avx512::kCodecTable;
-    case CpuIsa::kAvx2: return avx2::kCodecTable;
-    case CpuIsa::kGeneric: break;
-  }
-  return generic::kCodecTable;
+  return ForIsa(ActiveCpuIsa(), generic::kCodecTable, avx2::kCodecTable, avx512::kCodecTable);
 }
 
 }  // namespace

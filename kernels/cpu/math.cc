@@ -50,14 +50,15 @@ void RopeCpu(float* x, int n, int heads, int head_dim, const int32_t* positions,
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / head_dim);
   std::vector<float> cs(half), sn(half);
+  const auto rope_row = ActiveKernels().rope_row;
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < half; ++i) {
       const double angle = positions[r] * inv_freq[i];
       cs[i] = static_cast<float>(std::cos(angle));
       sn[i] = static_cast<float>(std::sin(angle));
     }
-    ActiveKernels().rope_row(x + static_cast<size_t>(r) * heads * head_dim, heads, head_dim,
-                             cs.data(), sn.data());
+    rope_row(x + static_cast<size_t>(r) * heads * head_dim, heads, head_dim, cs.data(),
+             sn.data());
   }
 }
 

@@ -22,18 +22,6 @@ inline VF LoadVF(const float* p) {
   return v;
 }
 inline void StoreVF(float* p, VF v) { std::memcpy(p, &v, sizeof(v)); }
-// Every lane x: lane 0 shuffled to all (one vbroadcastss). Not `VF{} + x`,
-// which adds 0.0 first and must keep the add (-0.0 + 0.0 is +0.0), nor a
-// loop over the lanes, which compiles to one masked insert per lane.
-typedef int VFI __attribute__((vector_size(4 * CED_VEC_FLOATS)));
-inline VF BroadcastVF(float x) {
-#if defined(__clang__)  // the fuzz build (tests/fuzz): no __builtin_shuffle
-  return x - VF{};
-#else
-  const VF lane0 = {x};
-  return __builtin_shuffle(lane0, VFI{});
-#endif
-}
 inline float SumVF(VF v) {
   float s = 0.0f;
   for (int i = 0; i < kLanes; ++i) s += v[i];
