@@ -136,27 +136,35 @@ absl::Status Validate(const Flags& f) {
   return absl::OkStatus();
 }
 
-// Flags of a child run of this bench: the same measurement flags, sections
-// `sections`, reports <scratch>/<name>.md and .json, and no children of its own.
-std::vector<std::string> ChildArgs(const Flags& f, const std::string& sections,
-                                   const std::string& scratch, const std::string& name) {
-  return {"--sections=" + sections,
-          absl::StrCat("--prompt_tokens=", f.prompt_tokens),
-          absl::StrCat("--chunk_tokens=", f.chunk_tokens),
-          absl::StrCat("--prefill_reps=", f.prefill_reps),
-          absl::StrCat("--fma_seconds=", f.fma_seconds),
-          absl::StrCat("--decode_context=", f.decode_context),
-          "--decode_batches=" + f.decode_batches,
-          absl::StrCat("--decode_steps=", f.decode_steps),
-          absl::StrCat("--decode_reps=", f.decode_reps),
-          absl::StrCat("--bandwidth_mib=", f.bandwidth_mib),
-          absl::StrCat("--seed=", f.seed),
-          "--scratch_dir=" + scratch,
-          absl::StrCat("--markdown=", scratch, "/", name, ".md"),
-          absl::StrCat("--json=", scratch, "/", name, ".json"),
-          "--compare_blas_core=none",
-          "--variants=active",
-          "--peers=off"};
+// A child run of this bench: its JSON report's path and its flags: the same
+// measurement flags, sections `sections`, reports <scratch>/<name>.md and
+// .json, and no children of its own.
+struct ChildRun {
+  std::string json;
+  std::vector<std::string> args;
+};
+ChildRun MakeChildRun(const Flags& f, const std::string& sections, const std::string& scratch,
+                      const std::string& name) {
+  ChildRun run;
+  run.json = absl::StrCat(scratch, "/", name, ".json");
+  run.args = {"--sections=" + sections,
+              absl::StrCat("--prompt_tokens=", f.prompt_tokens),
+              absl::StrCat("--chunk_tokens=", f.chunk_tokens),
+              absl::StrCat("--prefill_reps=", f.prefill_reps),
+              absl::StrCat("--fma_seconds=", f.fma_seconds),
+              absl::StrCat("--decode_context=", f.decode_context),
+              "--decode_batches=" + f.decode_batches,
+              absl::StrCat("--decode_steps=", f.decode_steps),
+              absl::StrCat("--decode_reps=", f.decode_reps),
+              absl::StrCat("--bandwidth_mib=", f.bandwidth_mib),
+              absl::StrCat("--seed=", f.seed),
+              "--scratch_dir=" + scratch,
+              absl::StrCat("--markdown=", scratch, "/", name, ".md"),
+              "--json=" + run.json,
+              "--compare_blas_core=none",
+              "--variants=active",
+              "--peers=off"};
+  return run;
 }
 
 absl::Status Run(const Flags& f, const std::string& command) {
@@ -256,10 +264,9 @@ absl::Status Run(const Flags& f, const std::string& command) {
       std::vector<std::string> parts;
       if (report.has_prefill) parts.push_back("prefill");
       if (report.has_decode) parts.push_back("decode");
-      const std::string json = absl::StrCat(scratch, "/variant_", name, ".json");  // ChildArgs'
-      const std::vector<std::string> args =
-          ChildArgs(f, absl::StrJoin(parts, ","), scratch, absl::StrCat("variant_", name));
-      auto child = RunChild(args, "CED_CPU_ISA=" + name, json);
+      const ChildRun run =
+          MakeChildRun(f, absl::StrJoin(parts, ","), scratch, absl::StrCat("variant_", name));
+      auto child = RunChild(run.args, "CED_CPU_ISA=" + name, run.json);
       if (!child.ok()) return child.status();
       report.variant_reports.push_back(std::move(*child));
     }
@@ -298,9 +305,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
   if (report.has_prefill && !alt.empty()) {
     std::fprintf(stderr, "[blas] prefill again in a child process with OPENBLAS_CORETYPE=%s\n",
                  alt.c_str());
-    const std::string json = scratch + "/blas_child.json";  // ChildArgs' --json
-    const std::vector<std::string> args = ChildArgs(f, "prefill", scratch, "blas_child");
-    auto child = RunChild(args, "OPENBLAS_CORETYPE=" + alt, json);
+    const ChildRun run = MakeChildRun(f, "prefill", scratch, "blas_child");
+    auto child = RunChild(run.args, "OPENBLAS_CORETYPE=" + alt, run.json);
     if (!child.ok()) return child.status();
     report.alt_blas_core = alt;
     report.alt_report = std::move(*child);
