@@ -281,7 +281,7 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
 bool Simulator::Route(int r) {
   Req& q = reqs_[r];
   router::RouteRequest route{q.spec.prompt_tokens, q.spec.output_tokens,
-                             router::ReplayOnChoice::kUnspecified};
+                             router::ReplayOnChoice::kUnspecified, /*exclude_ids=*/{}};
   absl::StatusOr<router::Decision> decision = policy_->Select(route);
   if (!decision.ok()) {
     if (absl::IsResourceExhausted(decision.status())) return false;

@@ -51,7 +51,7 @@ class PolicyTest : public ::testing::Test {
 
   static RouteRequest Request(int64_t prompt, int64_t max_tokens = 16,
                               ReplayOnChoice replay_on = ReplayOnChoice::kUnspecified) {
-    return RouteRequest{prompt, max_tokens, replay_on};
+    return RouteRequest{prompt, max_tokens, replay_on, /*exclude_ids=*/{}};
   }
 
   absl::Time now_ = absl::FromUnixSeconds(1000);
