@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Bad input to the CPU-variant benches is refused with the flag or variable
+# named, before anything is measured.
+# Usage: bad_flags_test.sh ENGINE_BENCH BLAS_COMPARE|"" GATEWAY_TTFT_SCRIPT
+set -u
+engine=$1 blas=$2 gateway=$3
+fail=0
+# expect CODE PATTERN -- COMMAND...
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $code ]] || ! grep -qF -- "$pattern" <<<"$out"; then
+    echo "FAIL: $* -> exit $rc (want $code), output: $out"
+    fail=1
+  else
+    echo "ok: $* -> exit $rc: $(grep -F -- "$pattern" <<<"$out" | head -1)"
+  fi
+}
+expect 1 "--variants must be all or active" -- "$engine" --variants=some
+expect 1 "--peers must be auto, on or off" -- "$engine" --peers=maybe
+expect 2 "CED_CPU_ISA=avx3: unknown kernel variant" -- env CED_CPU_ISA=avx3 "$engine"
+expect 2 "CED_CPU_ISA=avx512: this CPU cannot run the avx512 kernels" -- \
+  env CED_CPU_HIDE=avx512 CED_CPU_ISA=avx512 "$engine"
+if [[ -n $blas ]]; then
+  expect 2 "CED_CPU_ISA=avx3: unknown kernel variant" -- env CED_CPU_ISA=avx3 "$blas"
+fi
+expect 2 "unknown argument --bogus" -- bash "$gateway" --bogus
+exit $fail
