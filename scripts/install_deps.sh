@@ -23,6 +23,10 @@ PACKAGES=(
   python3-grpcio python3-protobuf
   # The independent NumPy reference forward (tests/reference), run by /usr/bin/python3.
   python3-numpy
+  # Tokenizers (engine/tokenizer): Oniguruma runs tokenizer.json's Split regexes
+  # verbatim; utf8proc gives NFC. Python's Jinja2 is the reference the chat
+  # template engine is checked against (tests/chat).
+  libonig-dev libutf8proc-dev python3-jinja2
   # libFuzzer + ASan/UBSan runtimes for tests/fuzz (run_fuzzers.sh builds with clang++).
   clang libclang-rt-14-dev
 )
@@ -51,7 +55,21 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+install_node_packages() {
+  # The JavaScript references and clients the tests run against (reference
+  # tokenizer, the official openai client, grpc-js), pinned by
+  # tests/node/package-lock.json; installed once per checkout.
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/node"
+  if [[ -f "$dir/package-lock.json" && ! -f "$dir/node_modules/.package-lock.json" ]] &&
+     command -v npm >/dev/null; then
+    echo "[install] npm packages for the tests (tests/node)" >&2
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >&2
+  fi
+}
+
 if ((${#missing[@]} == 0)); then
+  install_node_packages
   exit 0
 fi
 
@@ -63,3 +81,4 @@ echo "[install] installing: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+install_node_packages
