@@ -179,6 +179,7 @@ void DecodeWorker::Drain() {
 }
 
 void DecodeWorker::Shutdown() {
+  shutting_down_ = true;
   if (router_) router_->Stop();
   {
     std::lock_guard<std::mutex> lock(mu_);

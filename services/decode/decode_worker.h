@@ -112,6 +112,10 @@ class DecodeWorker {
   std::map<std::string, std::chrono::steady_clock::time_point> cancelled_early_;
   bool stop_ = false;
   std::atomic<bool> draining_{false};
+  // Set when Shutdown() starts ending the streams it still holds: from then
+  // on the Cancel RPC answers UNAVAILABLE, so the gateway knows this worker
+  // is gone (not merely that one stream failed) and migrates those requests.
+  std::atomic<bool> shutting_down_{false};
   std::thread scheduler_;
   // Reserve calls past the queue check, not yet in requests_ (guarded by mu_).
   int admitting_ = 0;

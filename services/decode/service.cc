@@ -75,7 +75,11 @@ class DecodeWorker::Service final : public ced::internal::DecodeWorker::Callback
                                    ced::internal::CancelResponse* resp) override {
     resp->set_found(w_->Cancel(req->request_id(), "cancelled by the gateway"));
     auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
+    // A worker past its drain is going away: UNAVAILABLE tells the gateway to
+    // move the streams it just ended (request migration), not to fail them.
+    reactor->Finish(w_->shutting_down_ ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                      "decode worker shutting down")
+                                       : grpc::Status::OK);
     return reactor;
   }
 

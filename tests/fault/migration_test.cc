@@ -5,6 +5,7 @@
 //   no error, token for token what the colocated engine gives, greedy and
 //   sampled. Its gap (the migration latency) is printed as a figure.
 // - With --migration-limit 0 the client gets UNAVAILABLE, as before.
+// - A decode worker SIGTERMed whose drain runs out migrates its streams too.
 // - A prefill worker SIGKILLed before the first decoded token: the prefill
 //   runs again on the other prefill worker, once.
 // Deterministic: the decode workers sleep before every step
@@ -15,6 +16,9 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
 
 #include "tests/fault/fault_cluster.h"
 
@@ -184,6 +188,46 @@ TEST(FaultMigrationLimitTest, LimitZeroEndsTheStreamWithUnavailable) {
   EXPECT_TRUE(IsPrefix(stream.tokens(), ref.Run(prompt, kTokens))) << "a wrong token was streamed";
   EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"limit\"}"), 1);
   EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"ok\"}"), 0);
+}
+
+// A decode worker SIGTERMed mid-stream whose drain runs out (the stream is
+// far longer than --drain-timeout-ms) ends the stream with UNAVAILABLE and
+// answers the gateway's Cancel with UNAVAILABLE: the gateway migrates the
+// stream like a killed worker's, and the worker still exits 0.
+TEST(FaultMigrationDrainTest, DecodeWorkerPastItsDrainTimeoutMigrates) {
+  const std::string model = MakeModelDir("tiny");
+  FaultClusterOptions o = Topology(model, 1, 2);
+  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs),
+                    "--drain-timeout-ms", "200"};
+  FaultCluster c(o);
+  ASSERT_TRUE(c.ok());
+  ColocatedEngine ref(model);
+  const auto prompt = Prompt(64, 14);
+  const std::vector<int32_t> want = ref.Run(prompt, kTokens);
+  TimedStream stream(c.gateway().grpc(), FaultRequest(prompt, kTokens, "drain-migrate-1"));
+  ASSERT_TRUE(stream.ReadTokens(kKillAfterTokens));
+  const double r0 = Running(c.decode(0)), r1 = Running(c.decode(1));
+  ASSERT_EQ(r0 + r1, 1) << "the stream is running on exactly one decode worker";
+  const int victim = r0 == 1 ? 0 : 1;
+  ASSERT_LT(stream.tokens().size(), static_cast<size_t>(kTokens));
+  const auto t_term = SteadyClock::now();
+  c.decode(victim).Signal(SIGTERM);
+
+  const grpc::Status s = stream.Finish();
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_EQ(stream.tokens(), want) << "the migrated stream differs from the colocated engine";
+  const ced::v1::Placement& placement = stream.last().placement();
+  EXPECT_EQ(placement.migrations(), 1);
+  ASSERT_EQ(placement.migrated_from_decode_worker_ids_size(), 1);
+  EXPECT_EQ(placement.migrated_from_decode_worker_ids(0), c.decode_id(victim));
+  EXPECT_EQ(placement.decode_worker_id(), c.decode_id(1 - victim));
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"ok\"}"), 1);
+  const std::optional<int> st = c.decode(victim).WaitExit(Ms(60000));
+  ASSERT_TRUE(st.has_value()) << "the decode worker did not exit after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << c.decode(victim).Log();
+  Figure("migration_drain_timeout", "stream_gap_ms", stream.LongestGapAfter(t_term));
+  std::string why;
+  EXPECT_TRUE(c.WaitNoKvInUse(Ms(10000), nullptr, &why)) << why;
 }
 
 double SentBytes(Proc& p) {
