@@ -30,6 +30,11 @@ struct ChatToolCall {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // True when the client sent `"content": null` (or none at all), typical of
+  // assistant messages carrying tool_calls: the template then sees `none`
+  // instead of a string (DeepSeek-V3's template renders tool calls only for
+  // `content is none`; Qwen3's fails on none, as it does under Hugging Face).
+  bool content_is_null = false;
   std::vector<ChatToolCall> tool_calls;  // assistant messages only
   std::string tool_call_id;              // tool messages only
   std::string name;                      // optional
@@ -62,6 +67,13 @@ class ChatTemplate {
   // InvalidArgument naming the field (e.g. "messages[2].role") for input the
   // template cannot render, or the error a template raises itself
   // (raise_exception) as its message.
+  // Template variables, as transformers' apply_chat_template passes them:
+  // `messages` (role, content, and tool_calls [{id, type, function: {name,
+  // arguments (the JSON text as sent)}}], tool_call_id, name when non-empty),
+  // `tools` (parsed tools_json; none when empty; "tools[i]" errors),
+  // `documents` (none), `add_generation_prompt`, and `bos_token`/`eos_token`
+  // when non-empty. Other render errors: InvalidArgument "<origin>: chat
+  // template: line N: ..."; ResourceExhausted past the output/step limits.
   virtual absl::StatusOr<std::string> Render(absl::Span<const ChatMessage> messages,
                                              const ChatRenderOptions& options) const = 0;
 };
@@ -70,6 +82,11 @@ class ChatTemplate {
 // (a Jinja file), else tokenizer_config.json's `chat_template` when present
 // (with its bos/eos token strings filled into `options_out`), else Default().
 // Errors name the file.
+// Also: `model_dir/chat_template.jinja` (newer Hugging Face checkpoints) is
+// used before tokenizer_config.json's field; a list-valued `chat_template`
+// uses the entry named "default"; bos/eos are filled from
+// tokenizer_config.json whenever it exists (also with `override_file`);
+// `options_out` may be null.
 absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const std::string& model_dir,
                                                                const std::string& override_file,
                                                                ChatRenderOptions* options_out);

@@ -23,6 +23,7 @@ bool ParseReplayMode(std::string_view name, ReplayMode* out) {
 
 Engine::~Engine() {
   sequences_.clear();
+  prefix_.reset();
   cache_.reset();
 }
 
@@ -99,6 +100,11 @@ absl::Status Engine::Init(const EngineOptions& options,
   co.num_blocks = static_cast<int>(
       std::min<int64_t>(1 << 30, std::max<int64_t>(1, options.kv_cache_bytes / block_bytes)));
   ASSIGN_OR_RETURN(cache_, KvCache::Create(co, backend_.get()));
+  prefix_ = std::make_unique<PrefixCache>(&cache_->global_blocks());
+  prefix_enabled_ = options.prefix_cache;
+  root_hash_ = RootBlockHash(
+      options.model_identity.empty() ? ConfigToJson(config_) : options.model_identity,
+      co.block_size);
   return absl::OkStatus();
 }
 
@@ -149,11 +155,11 @@ absl::StatusOr<SeqId> Engine::CreateSequence(int capacity_tokens) {
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_++;
   seq->capacity = capacity_tokens;
-  ASSIGN_OR_RETURN(seq->blocks, cache_->global_blocks().Allocate((capacity_tokens + bs - 1) / bs));
+  ASSIGN_OR_RETURN(seq->blocks, prefix_->Allocate((capacity_tokens + bs - 1) / bs));
   if (config_.sliding_window > 0) {
     auto slot = cache_->local_slots().Allocate(1);
     if (!slot.ok()) {
-      (void)cache_->global_blocks().Free(seq->blocks);
+      (void)prefix_->Release(seq->blocks);
       return absl::ResourceExhaustedError(
           absl::StrCat("no free local window slot (", cache_->local_slots().num_total(),
                        " sequences already running)"));
@@ -166,10 +172,117 @@ absl::StatusOr<SeqId> Engine::CreateSequence(int capacity_tokens) {
   return id;
 }
 
+absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> prompt,
+                                                      int capacity_tokens, int* cached_tokens,
+                                                      int max_cached_tokens) {
+  if (cached_tokens != nullptr) *cached_tokens = 0;
+  if (capacity_tokens <= 0 || capacity_tokens > config_.max_position) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence capacity ", capacity_tokens,
+                                                   " is outside [1, max_position=",
+                                                   config_.max_position, "]"));
+  }
+  const int n = static_cast<int>(prompt.size());
+  if (n > capacity_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens exceeds the ",
+                                                   capacity_tokens, " reserved"));
+  }
+  RETURN_IF_ERROR(CheckTokens(prompt));
+  const int bs = cache_->options().block_size;
+  // At most N - 1 tokens: the last prompt position is always computed (its
+  // logits give the first token).
+  int max_blocks = prefix_enabled_ ? (n - 1) / bs : 0;
+  if (max_cached_tokens >= 0) max_blocks = std::min(max_blocks, max_cached_tokens / bs);
+  std::vector<BlockHash> hashes =
+      max_blocks > 0 ? ChainBlockHashes(root_hash_, bs, prompt.first(max_blocks * bs))
+                     : std::vector<BlockHash>();
+  std::vector<int> shared = prefix_->Acquire(hashes, max_blocks);
+  absl::StatusOr<SeqId> created = [&]() -> absl::StatusOr<SeqId> {
+    // The shared blocks stay referenced while the rest is allocated.
+    const int total = (capacity_tokens + bs - 1) / bs;
+    auto rest = prefix_->Allocate(total - static_cast<int>(shared.size()));
+    if (!rest.ok()) return rest.status();
+    auto seq = std::make_unique<Sequence>();
+    seq->id = next_id_++;
+    seq->capacity = capacity_tokens;
+    seq->blocks = shared;
+    seq->blocks.insert(seq->blocks.end(), rest->begin(), rest->end());
+    if (config_.sliding_window > 0) {
+      auto slot = cache_->local_slots().Allocate(1);
+      if (!slot.ok()) {
+        (void)prefix_->Release(*rest);
+        return absl::ResourceExhaustedError(
+            absl::StrCat("no free local window slot (", cache_->local_slots().num_total(),
+                         " sequences already running)"));
+      }
+      seq->local_slot = (*slot)[0];
+    }
+    const SeqId sid = seq->id;
+    std::unique_lock<std::shared_mutex> lock(seq_mu_);
+    sequences_.emplace(sid, std::move(seq));
+    return sid;
+  }();
+  if (!created.ok()) {
+    (void)prefix_->Release(shared);
+    return created.status();
+  }
+  const SeqId id = *created;
+  Sequence* seq = sequences_.at(id).get();
+  const int p = static_cast<int>(shared.size()) * bs;
+  seq->cached_tokens = p;
+  seq->write_from = p;
+  seq->tokens.assign(prompt.begin(), prompt.begin() + p);
+  seq->hashes.assign(hashes.begin(), hashes.begin() + shared.size());
+  if (cached_tokens != nullptr) *cached_tokens = p;
+  return id;
+}
+
+int Engine::CachedPrefixTokens(absl::Span<const int32_t> prompt) const {
+  if (!prefix_enabled_ || prompt.empty()) return 0;
+  const int bs = cache_->options().block_size;
+  const int max_blocks = (static_cast<int>(prompt.size()) - 1) / bs;
+  if (max_blocks <= 0) return 0;
+  return prefix_->Lookup(ChainBlockHashes(root_hash_, bs, prompt.first(max_blocks * bs))) * bs;
+}
+
+int Engine::SequenceCachedTokens(SeqId id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? 0 : it->second->cached_tokens;
+}
+
+void Engine::PublishBlocks(Sequence* seq) {
+  if (!prefix_enabled_) return;
+  const int bs = cache_->options().block_size;
+  const int known = std::min<int>(seq->num_tokens, static_cast<int>(seq->tokens.size()));
+  for (int b = static_cast<int>(seq->hashes.size()); (b + 1) * bs <= known; ++b) {
+    const BlockHash prev = b == 0 ? root_hash_ : seq->hashes[b - 1];
+    const BlockHash h =
+        ChainBlockHash(prev, absl::MakeConstSpan(seq->tokens).subspan(b * bs, bs));
+    seq->hashes.push_back(h);
+    prefix_->Publish(seq->blocks[b], h);
+  }
+}
+
+absl::Status Engine::SetPromptTokens(SeqId id, absl::Span<const int32_t> prompt) {
+  ASSIGN_OR_RETURN(Sequence * seq, Find(id));
+  if (static_cast<int>(prompt.size()) > seq->capacity) {
+    return absl::InvalidArgumentError("prompt longer than the sequence's reservation");
+  }
+  RETURN_IF_ERROR(CheckTokens(prompt));
+  const size_t keep = std::min(seq->tokens.size(), prompt.size());
+  if (!std::equal(seq->tokens.begin(), seq->tokens.begin() + keep, prompt.begin())) {
+    return absl::InvalidArgumentError("prompt tokens differ from the sequence's cached prefix");
+  }
+  seq->tokens.assign(prompt.begin(), prompt.end());
+  PublishBlocks(seq);
+  return absl::OkStatus();
+}
+
+int Engine::EvictCachedBlocks() { return prefix_->EvictAll(); }
+
 absl::Status Engine::ReleaseSequence(SeqId id) {
   std::unique_lock<std::shared_mutex> lock(seq_mu_);
   ASSIGN_OR_RETURN(Sequence * seq, Find(id));
-  absl::Status s = cache_->global_blocks().Free(seq->blocks);
+  absl::Status s = prefix_->Release(seq->blocks);
   if (seq->local_slot >= 0) s.Update(cache_->local_slots().Free({seq->local_slot}));
   sequences_.erase(id);
   return s;
@@ -183,10 +296,36 @@ int Engine::ReplayStart(int n, ReplayMode mode, int replay_window) const {
   return std::max(0, n - r);
 }
 
+int Engine::ResumeStart(int n, int p, ReplayMode mode, int replay_window) const {
+  if (p <= 0) return 0;
+  const ModelConfig& c = config_;
+  const int w = c.sliding_window;
+  const int bounded = replay_window > 0 ? replay_window : c.replay_window;
+  // R_d: the decoder's replay window; R_e: how far back the encoder's local
+  // windows must be rebuilt. With W = 0 nothing is rebuilt (R_d = 1 exact).
+  int r_d, r_e;
+  if (w == 0) {
+    r_d = mode == ReplayMode::kExact ? 1 : std::max(1, bounded);
+    r_e = 0;
+  } else if (mode == ReplayMode::kExact) {
+    r_d = c.ExactReplayWindow();
+    r_e = c.num_encoder_layers * (w - 1);
+  } else {
+    r_d = bounded;
+    r_e = bounded;
+  }
+  if (c.IsDecoderOnly()) r_d = 1;
+  return std::max(0, std::min(p, n - r_d) - r_e);
+}
+
 CacheStats Engine::cache_stats() const {
   CacheStats s;
   s.global_blocks_total = cache_->global_blocks().num_total();
-  s.global_blocks_used = cache_->global_blocks().num_used();
+  s.global_blocks_used = prefix_->referenced_blocks();
+  const PrefixCacheStats ps = prefix_->stats();
+  s.cached_blocks = ps.cached_blocks;
+  s.evictable_blocks = ps.evictable_blocks;
+  s.evicted_blocks_total = ps.evicted_total;
   s.local_slots_total = cache_->local_slots().num_total();
   s.local_slots_used = cache_->local_slots().num_used();
   {

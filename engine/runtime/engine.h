@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "engine/backend/backend.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/kv/prefix_cache.h"
 #include "engine/kv/sequence_state.h"
 #include "engine/model/weights.h"
 
@@ -43,6 +44,12 @@ struct EngineOptions {
   int64_t kv_cache_bytes = 256ll << 20;  // global blocks budget
   int block_size = 16;                   // tokens per global block
   int max_sequences = 64;                // local rings (sequences alive at once)
+  // Prefix cache (DESIGN.md §1.6): full global blocks are kept by hash chain
+  // and reused by later prompts that start with the same tokens.
+  bool prefix_cache = true;
+  // Names the model in block identities (h_0 hashes it with the cache format
+  // and block size); empty: the model's config.json text.
+  std::string model_identity;
 };
 
 using SeqId = int64_t;
@@ -52,7 +59,8 @@ struct PrefillOptions {
   int replay_window = 0;       // > 0 overrides R (at least max(W, 1))
   bool defer_replay = false;   // stop after the encoder; keep h_E for [s, N)
   int chunk_tokens = 256;
-  // Called after each chunk's global K/V (all layers) for [begin, end) is final.
+  // Called after each chunk's global K/V (all layers) for [begin, end) is final;
+  // a resumed prefill first reports its cached prefix [0, P).
   std::function<void(int begin, int end)> on_chunk;
   // Polled between chunks; true aborts with CANCELLED.
   std::function<bool()> cancelled;
@@ -61,6 +69,8 @@ struct PrefillOptions {
 struct PrefillResult {
   int num_tokens = 0;
   int replay_start = 0;
+  int cached_tokens = 0;   // P: prompt tokens whose global K/V came from the prefix cache
+  int computed_from = 0;   // a: the first position the encoder ran over
   bool replay_done = false;
   std::vector<float> logits;  // position N-1, when replay_done
 };
@@ -71,7 +81,12 @@ struct DecodeInput {
 };
 
 struct CacheStats {
+  // used: referenced by live sequences; cached blocks nobody references are
+  // not used (an allocation reclaims them, least recently used first).
   int global_blocks_total = 0, global_blocks_used = 0;
+  int cached_blocks = 0;       // blocks held under a hash (referenced or not)
+  int evictable_blocks = 0;    // cached and unreferenced
+  int64_t evicted_blocks_total = 0;
   int local_slots_total = 0, local_slots_used = 0;
   int sequences = 0;
   int block_size = 0;
@@ -103,6 +118,23 @@ class Engine {
   // Reserves global blocks for `capacity_tokens` positions and a local ring.
   // RESOURCE_EXHAUSTED when the cache has no room.
   absl::StatusOr<SeqId> CreateSequence(int capacity_tokens);
+  // The same for a prompt: the longest cached prefix of `prompt` (full blocks,
+  // at most N - 1 tokens, at most `max_cached_tokens` when >= 0) is shared by
+  // reference, and Prefill then computes only what DESIGN.md §1.6 says.
+  // *cached_tokens (may be null) receives P.
+  absl::StatusOr<SeqId> CreateSequenceForPrompt(absl::Span<const int32_t> prompt,
+                                                int capacity_tokens, int* cached_tokens,
+                                                int max_cached_tokens = -1);
+  // P for `prompt` now, without reserving anything (reports, routing).
+  int CachedPrefixTokens(absl::Span<const int32_t> prompt) const;
+  // P of a sequence made by CreateSequenceForPrompt (0 otherwise).
+  int SequenceCachedTokens(SeqId seq) const;
+  // Tells the engine which tokens fill positions [0, prompt.size()) of a
+  // sequence whose K/V arrived from elsewhere (ImportTail), so that its full
+  // blocks join the prefix cache. Call after that K/V has landed.
+  absl::Status SetPromptTokens(SeqId seq, absl::Span<const int32_t> prompt);
+  // Drops every cached block nobody references; returns how many.
+  int EvictCachedBlocks();
   absl::Status ReleaseSequence(SeqId seq);
   bool HasSequence(SeqId seq) const;
   int NumTokens(SeqId seq) const;  // positions in the cache (0 if unknown)
@@ -127,6 +159,9 @@ class Engine {
   CacheStats cache_stats() const;
   // Replay start s for a prompt of n tokens under these options.
   int ReplayStart(int n, ReplayMode mode, int replay_window) const;
+  // First position a resumed prefill runs the encoder from, for a prompt of
+  // n tokens with p cached: a = max(0, min(p, n - R_d) - R_e) (§1.6).
+  int ResumeStart(int n, int p, ReplayMode mode, int replay_window) const;
 
  private:
   struct Sequence;
@@ -141,12 +176,18 @@ class Engine {
   void ProjectDecoderGlobal(Batch& batch, const float* h_e);
   void Logits(const float* x, int rows, float* out);
   void StoreGlobal(Batch& batch, int slot, const float* k, const float* v);
+  // Publishes the sequence's full blocks whose tokens are known and whose
+  // K/V is final (positions < num_tokens).
+  void PublishBlocks(Sequence* seq);
 
   ModelConfig config_;
   WeightSet set_ = WeightSet::kFull;
   std::shared_ptr<const ModelWeights> weights_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<PrefixCache> prefix_;
+  bool prefix_enabled_ = true;
+  BlockHash root_hash_;
   // Insertions and erasures hold seq_mu_ exclusively; GlobalRegions and the
   // other cross-thread readers hold it shared.
   mutable std::shared_mutex seq_mu_;

@@ -35,6 +35,14 @@ struct Engine::Sequence {
   int replay_start = 0;
   bool prefilled = false;
   bool replay_done = false;
+  // Prefix cache (§1.6): P cached tokens shared by reference; the encoder of
+  // a resumed prefill runs from encoder_lo (its local window clipped there);
+  // global K/V is written only from write_from (cached values stand).
+  int cached_tokens = 0;
+  int encoder_lo = 0;
+  int write_from = 0;
+  std::vector<int32_t> tokens;   // token ids of positions [0, tokens.size())
+  std::vector<BlockHash> hashes; // hash chain of the full blocks published so far
   std::vector<float> h_e;  // host f32 [num_tokens - replay_start, d] while a replay is pending
 };
 

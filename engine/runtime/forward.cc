@@ -11,7 +11,9 @@ void Engine::StoreGlobal(Batch& batch, int slot, const float* k, const float* v)
   const int bs = cache_->options().block_size;
   const int kv_dim = config_.KvDim();
   std::vector<uint8_t*> k_rows(batch.rows), v_rows(batch.rows);
+  bool skips = false;
   for (const auto& seg : batch.segments) {
+    skips |= seg.begin < seg.seq->write_from;
     for (int i = 0; i < seg.n; ++i) {
       const int p = seg.begin + i;
       const int block = seg.seq->blocks[p / bs];
@@ -19,8 +21,23 @@ void Engine::StoreGlobal(Batch& batch, int slot, const float* k, const float* v)
       v_rows[seg.row0 + i] = cache_->GlobalRow(block, slot, 1, p % bs);
     }
   }
-  backend_->StoreRows(config_.kv_cache_dtype, k, batch.rows, kv_dim, kv_dim, k_rows.data());
-  backend_->StoreRows(config_.kv_cache_dtype, v, batch.rows, kv_dim, kv_dim, v_rows.data());
+  if (!skips) {
+    backend_->StoreRows(config_.kv_cache_dtype, k, batch.rows, kv_dim, kv_dim, k_rows.data());
+    backend_->StoreRows(config_.kv_cache_dtype, v, batch.rows, kv_dim, kv_dim, v_rows.data());
+    return;
+  }
+  // Positions below a segment's write_from hold cached (shared) K/V: they
+  // stand as they are.
+  for (const auto& seg : batch.segments) {
+    const int i0 = std::min(seg.n, std::max(0, seg.seq->write_from - seg.begin));
+    const int rows = seg.n - i0;
+    if (rows == 0) continue;
+    const size_t off = static_cast<size_t>(seg.row0 + i0) * kv_dim;
+    backend_->StoreRows(config_.kv_cache_dtype, k + off, rows, kv_dim, kv_dim,
+                        k_rows.data() + seg.row0 + i0);
+    backend_->StoreRows(config_.kv_cache_dtype, v + off, rows, kv_dim, kv_dim,
+                        v_rows.data() + seg.row0 + i0);
+  }
 }
 
 void Engine::ProjectDecoderGlobal(Batch& batch, const float* h_e) {
@@ -137,7 +154,7 @@ void Engine::RunLayers(Batch& batch, int l0, int l1, float* x) {
         s.chunk_local_k = lk_read + static_cast<size_t>(seg.row0) * kv;
         s.chunk_local_v = lv_read + static_cast<size_t>(seg.row0) * kv;
       }
-      s.lo = c.IsEncoderLayer(l) ? 0 : seg.seq->replay_start;
+      s.lo = c.IsEncoderLayer(l) ? seg.seq->encoder_lo : seg.seq->replay_start;
     }
     be->Attention(params, segs);
     const GemmTarget out_proj = {lw.wo, d, x, true};  // x += attn * wo^T

@@ -44,15 +44,30 @@ absl::StatusOr<PrefillResult> Engine::Prefill(SeqId id, absl::Span<const int32_t
     return absl::FailedPreconditionError(
         "this instance holds encoder-only weights: the replay must be deferred to decode");
   }
+  const int p = seq->cached_tokens;
+  if (p > 0 &&
+      (p >= n || !std::equal(seq->tokens.begin(), seq->tokens.begin() + p, tokens.begin()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, " was created for another prompt (its ", p, " cached tokens differ)"));
+  }
   const int s = ReplayStart(n, options.replay, options.replay_window);
+  // A resumed prefill (P cached tokens) runs the encoder from a, its local
+  // windows clipped there, and writes global K/V only from P (§1.6).
+  const int a = ResumeStart(n, p, options.replay, options.replay_window);
   seq->replay_start = s;
+  seq->encoder_lo = a;
+  seq->write_from = p;
+  seq->tokens.assign(tokens.begin(), tokens.end());
   seq->h_e.clear();
   const int d = c.hidden_size;
 
   PrefillResult result;
   result.num_tokens = n;
   result.replay_start = s;
-  for (int c0 = 0; c0 < n; c0 += options.chunk_tokens) {
+  result.cached_tokens = p;
+  result.computed_from = a;
+  if (p > 0 && options.on_chunk) options.on_chunk(0, p);  // cached: final already
+  for (int c0 = a; c0 < n; c0 += options.chunk_tokens) {
     if (options.cancelled && options.cancelled()) {
       return absl::CancelledError(absl::StrCat("prefill of sequence ", id, " cancelled"));
     }
@@ -82,7 +97,8 @@ absl::StatusOr<PrefillResult> Engine::Prefill(SeqId id, absl::Span<const int32_t
       }
     }
     seq->num_tokens = c1;
-    if (options.on_chunk) options.on_chunk(c0, c1);
+    PublishBlocks(seq);
+    if (options.on_chunk && c1 > p) options.on_chunk(std::max(c0, p), c1);
   }
   seq->prefilled = true;
   seq->replay_done = !ced;
@@ -162,7 +178,12 @@ absl::StatusOr<std::vector<float>> Engine::Decode(absl::Span<const DecodeInput> 
   Logits(x.get(), B, logits.get());
   std::vector<float> out(static_cast<size_t>(B) * c.vocab_size);
   backend_->CopyToHost(out.data(), logits.get(), out.size() * sizeof(float));
-  for (auto& seg : batch.segments) seg.seq->num_tokens += 1;
+  for (size_t i = 0; i < batch.segments.size(); ++i) {
+    Sequence* seq = batch.segments[i].seq;
+    if (static_cast<int>(seq->tokens.size()) == seq->num_tokens) seq->tokens.push_back(tokens[i]);
+    seq->num_tokens += 1;
+    PublishBlocks(seq);
+  }
   return out;
 }
 

@@ -1,0 +1,250 @@
+// Prefix cache and session resume (DESIGN.md §1.6): a prompt whose first P
+// tokens are cached computes only the encoder rebuild [a, N), the decoder
+// K/V for [P, N) and the replay, and in exact mode equals the full forward.
+#include <set>
+
+#include "tests/engine/test_util.h"
+
+namespace ced::testing {
+namespace {
+
+constexpr int kSteps = 24;
+
+// Prefill of `prompt` on a sequence that reuses the cache, then greedy steps.
+struct ResumedRun {
+  GreedyRun run;
+  int cached = -1;
+  PrefillResult prefill;
+};
+
+ResumedRun RunResumed(Engine& e, const std::vector<int32_t>& prompt, int steps,
+                      ReplayMode mode, int chunk = 64) {
+  ResumedRun out;
+  auto seq = e.CreateSequenceForPrompt(prompt, static_cast<int>(prompt.size()) + steps,
+                                       &out.cached);
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  if (!seq.ok()) return out;
+  EXPECT_EQ(e.SequenceCachedTokens(*seq), out.cached);
+  PrefillOptions po;
+  po.replay = mode;
+  po.chunk_tokens = chunk;
+  std::vector<std::pair<int, int>> chunks;
+  po.on_chunk = [&](int b, int en) { chunks.push_back({b, en}); };
+  auto pre = e.Prefill(*seq, prompt, po);
+  EXPECT_TRUE(pre.ok()) << pre.status();
+  if (!pre.ok()) return out;
+  out.prefill = *pre;
+  // The reported ranges cover [0, N) once, in order.
+  int next = 0;
+  for (auto [b, en] : chunks) {
+    EXPECT_EQ(b, next);
+    next = en;
+  }
+  EXPECT_EQ(next, static_cast<int>(prompt.size()));
+  std::vector<float> logits = pre->logits;
+  const int V = e.config().vocab_size;
+  for (int i = 0; i < steps; ++i) {
+    const int32_t tok = Argmax(logits.data(), V);
+    out.run.tokens.push_back(tok);
+    out.run.logits.push_back(logits);
+    if (i + 1 == steps) break;
+    DecodeInput in{*seq, tok};
+    auto next_logits = e.Decode(absl::MakeConstSpan(&in, 1));
+    EXPECT_TRUE(next_logits.ok()) << next_logits.status();
+    if (!next_logits.ok()) return out;
+    logits = std::move(*next_logits);
+  }
+  EXPECT_TRUE(e.ReleaseSequence(*seq).ok());
+  return out;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct ExactCase {
+  std::string preset;
+  std::string tag;  // config edit: "" | "w0"
+};
+
+void PrintTo(const ExactCase& c, std::ostream* os) { *os << c.preset << c.tag; }
+
+class PrefixExactTest : public ::testing::TestWithParam<ExactCase> {};
+
+// A first request fills the cache; later prompts share its first k tokens.
+// Each hits P = the full blocks of the shared part (<= N - 1), computes the
+// rest, and its logits and greedy tokens equal the full forward's.
+TEST_P(PrefixExactTest, ResumedRequestEqualsFullForward) {
+  const ExactCase& p = GetParam();
+  std::function<void(ModelConfig*)> edit;
+  if (p.tag == "w0") {
+    edit = [](ModelConfig* c) {
+      c->sliding_window = 0;
+      c->replay_window = 1;
+    };
+  }
+  auto engine = MakeEngine(LoadTestModel(p.preset, WeightSet::kFull, edit, p.tag));
+  const int bs = engine->cache_stats().block_size;
+  const auto base = RandomPrompt(300, 17);
+  ResumedRun first = RunResumed(*engine, base, 4, ReplayMode::kExact);
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_GT(engine->cache_stats().cached_blocks, 0);
+  EXPECT_EQ(engine->cache_stats().global_blocks_used, 0);
+  std::set<int> hits;
+  for (int k : {bs, 3 * bs + 5, 100, 161, 255, 299, 300}) {
+    std::vector<int32_t> head(base.begin(), base.begin() + k);
+    const auto prompt = Concat(head, RandomPrompt(40, 1000 + k));
+    ResumedRun r = RunResumed(*engine, prompt, kSteps, ReplayMode::kExact);
+    EXPECT_EQ(r.cached, k / bs * bs) << "k=" << k;
+    EXPECT_EQ(r.prefill.cached_tokens, r.cached);
+    EXPECT_LE(r.prefill.computed_from, r.cached);
+    hits.insert(r.cached);
+    SCOPED_TRACE("k=" + std::to_string(k) + " P=" + std::to_string(r.cached));
+    // Tighter than the replay tests: a resume that skips the encoder rebuild
+    // is off by 1e-4..1e-2 here, float rounding by < 1e-6.
+    ExpectMatchesFullForward(*engine, prompt, r.run, 1e-5);
+  }
+  EXPECT_GE(hits.size(), 6u);
+  EXPECT_EQ(engine->cache_stats().global_blocks_used, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, PrefixExactTest,
+                         ::testing::Values(ExactCase{"tiny", ""}, ExactCase{"tiny-shared", ""},
+                                           ExactCase{"tiny-dec", ""}, ExactCase{"tiny", "w0"}),
+                         [](const auto& info) {
+                           std::string name = info.param.preset + info.param.tag;
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
+
+// `small`: one long shared prefix, the whole prompt resent with a new turn.
+TEST(PrefixExactSmallTest, NextTurnEqualsFullForward) {
+  auto engine = MakeEngine(LoadTestModel("small"), std::nullopt, 128ll << 20);
+  const auto turn1 = RandomPrompt(200, 5);
+  ResumedRun first = RunResumed(*engine, turn1, 8, ReplayMode::kExact, 128);
+  // The next turn: turn 1, its answer, a new message.
+  auto turn2 = Concat(turn1, first.run.tokens);
+  turn2 = Concat(turn2, RandomPrompt(60, 6));
+  ResumedRun r = RunResumed(*engine, turn2, 8, ReplayMode::kExact, 128);
+  const int bs = engine->cache_stats().block_size;
+  // The first turn's prompt and the answer's K/V written by decode steps
+  // (all but the last answer token) are cached.
+  EXPECT_EQ(r.cached, (200 + 8 - 1) / bs * bs);
+  ExpectMatchesFullForward(*engine, turn2, r.run, 1e-4);
+}
+
+// Tokens generated by decode steps fill blocks that later prompts reuse.
+TEST(PrefixCacheTest, DecodedTokensAreCachedToo) {
+  auto engine = MakeEngine(LoadTestModel("tiny"));
+  const int bs = engine->cache_stats().block_size;
+  const auto prompt = RandomPrompt(20, 3);
+  ResumedRun a = RunResumed(*engine, prompt, 50, ReplayMode::kExact);
+  auto next = Concat(prompt, std::vector<int32_t>(a.run.tokens.begin(), a.run.tokens.end() - 1));
+  next = Concat(next, RandomPrompt(5, 4));
+  ResumedRun b = RunResumed(*engine, next, 8, ReplayMode::kExact);
+  EXPECT_EQ(b.cached, (20 + 49) / bs * bs);
+  ExpectMatchesFullForward(*engine, next, b.run, 1e-4);
+}
+
+// Running sequences share blocks by reference: a second sequence on the same
+// prompt takes no new blocks for the shared part.
+TEST(PrefixCacheTest, RunningSequencesShareBlocks) {
+  auto engine = MakeEngine(LoadTestModel("tiny"));
+  const int bs = engine->cache_stats().block_size;
+  const auto prompt = RandomPrompt(10 * bs + 3, 8);
+  int p1 = -1, p2 = -1;
+  auto s1 = engine->CreateSequenceForPrompt(prompt, 11 * bs, &p1);
+  ASSERT_TRUE(s1.ok());
+  ASSERT_TRUE(engine->Prefill(*s1, prompt, PrefillOptions{}).ok());
+  EXPECT_EQ(p1, 0);
+  const int used1 = engine->cache_stats().global_blocks_used;
+  EXPECT_EQ(used1, 11);
+  auto s2 = engine->CreateSequenceForPrompt(prompt, 11 * bs, &p2);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(p2, 10 * bs);
+  EXPECT_EQ(engine->cache_stats().global_blocks_used, used1 + 1);  // only the last block is new
+  auto pre = engine->Prefill(*s2, prompt, PrefillOptions{});
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  EXPECT_TRUE(engine->ReleaseSequence(*s1).ok());
+  EXPECT_EQ(engine->cache_stats().global_blocks_used, 11);  // s2 still holds them all
+  EXPECT_TRUE(engine->ReleaseSequence(*s2).ok());
+  EXPECT_EQ(engine->cache_stats().global_blocks_used, 0);
+}
+
+// Cached blocks nobody uses make room for new sequences, least recently used
+// first; a prompt whose blocks were evicted is computed again.
+TEST(PrefixCacheTest, UnusedBlocksAreEvictedLeastRecentlyUsedFirst) {
+  auto weights = LoadTestModel("tiny");
+  auto probe = MakeEngine(weights);
+  const size_t block_bytes = probe->cache_stats().block_bytes;
+  auto engine = MakeEngine(weights, std::nullopt, static_cast<int64_t>(block_bytes) * 12);
+  const int bs = engine->cache_stats().block_size;
+  ASSERT_EQ(engine->cache_stats().global_blocks_total, 12);
+  const auto a = RandomPrompt(4 * bs + 1, 21), b = RandomPrompt(4 * bs + 1, 22),
+             c = RandomPrompt(4 * bs + 1, 23);
+  RunResumed(*engine, a, 1, ReplayMode::kBounded);  // caches 4 blocks of a
+  RunResumed(*engine, b, 1, ReplayMode::kBounded);  // 4 of b
+  EXPECT_EQ(engine->CachedPrefixTokens(a), 4 * bs);
+  RunResumed(*engine, a, 1, ReplayMode::kBounded);  // a is now the most recent
+  RunResumed(*engine, c, 1, ReplayMode::kBounded);  // needs room: b goes first
+  const CacheStats st = engine->cache_stats();
+  EXPECT_GT(st.evicted_blocks_total, 0);
+  EXPECT_EQ(engine->CachedPrefixTokens(a), 4 * bs);
+  EXPECT_LT(engine->CachedPrefixTokens(b), 4 * bs);
+  EXPECT_EQ(engine->CachedPrefixTokens(c), 4 * bs);
+  const int cached = engine->cache_stats().cached_blocks;
+  EXPECT_EQ(engine->EvictCachedBlocks(), cached);
+  EXPECT_EQ(engine->cache_stats().cached_blocks, 0);
+  EXPECT_EQ(engine->CachedPrefixTokens(a), 0);
+}
+
+TEST(PrefixCacheTest, LimitsAndMismatchesAreErrorsOrMisses) {
+  auto engine = MakeEngine(LoadTestModel("tiny"));
+  const int bs = engine->cache_stats().block_size;
+  const auto prompt = RandomPrompt(5 * bs, 31);
+  RunResumed(*engine, prompt, 2, ReplayMode::kBounded);
+  // P <= N - 1: the whole prompt cached still computes its last block.
+  int p = -1;
+  auto s = engine->CreateSequenceForPrompt(prompt, 5 * bs + 2, &p);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p, 4 * bs);
+  // Prefill with another prompt than the sequence was made for.
+  auto other = RandomPrompt(5 * bs, 32);
+  auto pre = engine->Prefill(*s, other, PrefillOptions{});
+  EXPECT_EQ(pre.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(engine->ReleaseSequence(*s).ok());
+  // A cap on the reuse.
+  s = engine->CreateSequenceForPrompt(prompt, 5 * bs + 2, &p, 2 * bs + 3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p, 2 * bs);
+  EXPECT_TRUE(engine->ReleaseSequence(*s).ok());
+  // Bad ids are named.
+  std::vector<int32_t> bad = prompt;
+  bad[3] = -1;
+  s = engine->CreateSequenceForPrompt(bad, 5 * bs + 2, &p);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->cache_stats().global_blocks_used, 0);
+}
+
+// Bounded mode: a resumed prefill differs from a fresh one only through the
+// encoder rebuild; finite and close (the engine bench measures KL and top-1).
+TEST(PrefixCacheTest, BoundedResumeIsCloseToAFreshPrefill) {
+  auto engine = MakeEngine(LoadTestModel("tiny"));
+  const auto base = RandomPrompt(256, 41);
+  RunResumed(*engine, base, 1, ReplayMode::kBounded);
+  const auto prompt = Concat(base, RandomPrompt(30, 42));
+  ResumedRun resumed = RunResumed(*engine, prompt, 1, ReplayMode::kBounded);
+  EXPECT_GT(resumed.cached, 0);
+  engine->EvictCachedBlocks();
+  ResumedRun fresh = RunResumed(*engine, prompt, 1, ReplayMode::kBounded);
+  EXPECT_EQ(fresh.cached, 0);
+  const int V = engine->config().vocab_size;
+  for (float v : resumed.prefill.logits) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LT(RelDiff(resumed.prefill.logits.data(), fresh.prefill.logits.data(), V), 0.5);
+}
+
+}  // namespace
+}  // namespace ced::testing
