@@ -14,6 +14,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libucx-dev ucx-utils
   libcivetweb-dev
+  # The gateway's OpenAI-compatible HTTP API (built with OpenSSL for TLS).
+  libcpp-httplib-dev
   nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 curl

@@ -33,6 +33,7 @@ struct Args {
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
   double timeout_s = 60, temperature = 0;
   std::string replay_on;
+  std::string api = "grpc";
   std::string json_out, md_out;
   bool json_requests = false;
 };
@@ -59,6 +60,7 @@ absl::StatusOr<RunSummary> RunOne(const Target& target, const ced::v1::ModelInfo
                                   RunOptions run, const WorkloadOptions& wopts, const Slo& slo) {
   ASSIGN_OR_RETURN(Workload workload, Workload::Create(wopts));
   run.target = target.address;
+  run.model = info.model_name();
   ASSIGN_OR_RETURN(std::unique_ptr<LoadRunner> runner, LoadRunner::Create(run, &workload));
   RunSummary s;
   s.label = target.label;
@@ -115,12 +117,20 @@ absl::Status Main(const Args& a) {
   run.request_timeout_s = a.timeout_s;
   run.temperature = static_cast<float>(a.temperature);
   ASSIGN_OR_RETURN(run.replay_on, ParseReplayOn(a.replay_on));
+  if (a.api == "openai") {
+    run.api = Api::kOpenAi;
+  } else if (a.api != "grpc") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--api: expected grpc or openai, got '", a.api, "'"));
+  }
   run.interrupt = &g_interrupt;
   const Slo slo{a.slo_ttft_ms, a.slo_tpot_ms};
 
   std::vector<ced::v1::ModelInfoResponse> infos;
   for (const Target& t : targets) {
-    ASSIGN_OR_RETURN(ced::v1::ModelInfoResponse info, FetchModelInfo(t.address));
+    ASSIGN_OR_RETURN(ced::v1::ModelInfoResponse info, run.api == Api::kOpenAi
+                                                          ? FetchOpenAiModel(t.address)
+                                                          : FetchModelInfo(t.address));
     infos.push_back(std::move(info));
   }
   // Loads outermost: the targets' runs at one load follow each other in time.
@@ -191,6 +201,9 @@ int main(int argc, char** argv) {
   f.String("replay-on", &a.replay_on,
            "per-request replay placement: prefill, decode or auto "
            "(default: the router's)");
+  f.String("api", &a.api,
+           "grpc (ced.v1.Gateway) or openai (streamed POST /v1/completions; --target is "
+           "then the gateway's --http-listen address)");
   f.String("json-out", &a.json_out, "write the JSON report here");
   f.String("md-out", &a.md_out, "write the markdown table here instead of stdout");
   f.Bool("json-requests", &a.json_requests, "include every request's record in the JSON");

@@ -16,6 +16,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
 std::string OutcomeName(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK:
@@ -57,6 +59,8 @@ std::string OutcomeName(grpc::StatusCode code) {
   }
 }
 
+namespace {
+
 // How long the issuing loop sleeps at most before polling the interrupt flag.
 constexpr absl::Duration kPollSlice = absl::Milliseconds(50);
 
@@ -79,9 +83,10 @@ struct LoadRunner::State {
 
 // One streaming Generate call. Owned by itself: deleted by OnDone, after it
 // hands its record to the runner.
-class LoadRunner::Call final : public grpc::ClientReadReactor<ced::v1::GenerateResponse> {
+class LoadRunner::GrpcCall final : public LoadRunner::Call,
+                                   public grpc::ClientReadReactor<ced::v1::GenerateResponse> {
  public:
-  Call(LoadRunner* owner, const PlannedRequest& planned)
+  GrpcCall(LoadRunner* owner, const PlannedRequest& planned)
       : owner_(owner), request_(MakeGenerateRequest(planned, owner->options_)) {
     record_.index = planned.index;
     record_.prompt_tokens = planned.prompt_tokens;
@@ -89,7 +94,7 @@ class LoadRunner::Call final : public grpc::ClientReadReactor<ced::v1::GenerateR
     if (owner->options_.concurrency == 0) record_.planned_s = planned.arrival_s;
   }
 
-  void Start() {
+  void Start() override {
     context_.set_deadline(
         std::chrono::system_clock::now() +
         std::chrono::microseconds(static_cast<int64_t>(owner_->options_.request_timeout_s * 1e6)));
@@ -99,7 +104,7 @@ class LoadRunner::Call final : public grpc::ClientReadReactor<ced::v1::GenerateR
     StartCall();
   }
 
-  void Cancel() { context_.TryCancel(); }
+  void Cancel() override { context_.TryCancel(); }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // end of stream: OnDone follows
@@ -219,13 +224,18 @@ bool LoadRunner::Interrupted() const {
 }
 
 void LoadRunner::Launch(const PlannedRequest& planned) {
-  auto* call = new Call(this, planned);
+  Call* call = options_.api == Api::kOpenAi ? NewHttpCall(planned)
+                                            : static_cast<Call*>(new GrpcCall(this, planned));
   {
     absl::MutexLock lock(&state_->mu);
     state_->live.insert(call);
     ++state_->issued;
   }
   call->Start();
+}
+
+void LoadRunner::AddOutputTokens(int64_t n) {
+  state_->output_tokens.fetch_add(n, std::memory_order_relaxed);
 }
 
 void LoadRunner::Finished(Call* call, RequestRecord record) {

@@ -21,8 +21,15 @@
 
 namespace ced::loadgen {
 
+// The gateway API a run drives: ced.v1 gRPC, or the OpenAI-compatible HTTP
+// API (POST /v1/completions with "stream": true; the target is then the
+// gateway's --http-listen address).
+enum class Api { kGrpc, kOpenAi };
+
 struct RunOptions {
   std::string target;             // gateway address, host:port
+  Api api = Api::kGrpc;
+  std::string model;              // Api::kOpenAi: the "model" field
   double duration_s = 0;          // stop issuing after this long; 0 = no time bound
   int64_t max_requests = 0;       // stop after issuing this many; 0 = no count bound
   int concurrency = 0;            // > 0: closed loop (arrival times are ignored)
@@ -53,6 +60,14 @@ ced::v1::GenerateRequest MakeGenerateRequest(const PlannedRequest& planned,
 // Asks the gateway for its model (also a reachability check), with a deadline.
 absl::StatusOr<ced::v1::ModelInfoResponse> FetchModelInfo(const std::string& target,
                                                           double timeout_s = 10);
+// The same over the OpenAI API: GET /v1/models (only model_name is filled).
+absl::StatusOr<ced::v1::ModelInfoResponse> FetchOpenAiModel(const std::string& target,
+                                                            double timeout_s = 10);
+// The JSON body of POST /v1/completions for `planned` (streamed, with usage).
+std::string MakeOpenAiBody(const PlannedRequest& planned, const RunOptions& options);
+
+// "OK", "CANCELLED", ... (the gRPC code's name).
+std::string OutcomeName(grpc::StatusCode code);
 
 class LoadRunner final {
  public:
@@ -72,9 +87,20 @@ class LoadRunner final {
   const RunOptions& options() const { return options_; }
 
  private:
-  class Call;
+  // One request in flight (either API); deletes itself after Finished().
+  class Call {
+   public:
+    virtual ~Call() = default;
+    virtual void Start() = 0;
+    // Any thread; the call then ends soon (as CANCELLED).
+    virtual void Cancel() = 0;
+  };
+  class GrpcCall;  // ced.v1.Gateway/Generate, a callback reactor
+  class HttpCall;  // OpenAI SSE stream on a thread of its own (runner_openai.cc)
   LoadRunner(RunOptions options, Workload* workload);
   void Launch(const PlannedRequest& planned);
+  Call* NewHttpCall(const PlannedRequest& planned);
+  void AddOutputTokens(int64_t n);  // for Snapshot()
   void Finished(Call* call, RequestRecord record);
   double Now() const;
   bool Interrupted() const;

@@ -4,6 +4,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/hf_tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace ced {
@@ -72,8 +73,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(const std::string& mo
     }
     const std::filesystem::path json = dir / "tokenizer.json";
     if (std::filesystem::exists(json, ec)) {
-      return absl::UnimplementedError(
-          absl::StrCat(json.string(), ": tokenizer.json (BPE) tokenizers are not supported yet"));
+      HfTokenizer::Options options;
+      options.tokenizer_json = json.string();
+      options.vocab_size = vocab_size;
+      auto tokenizer = HfTokenizer::Create(options);
+      if (!tokenizer.ok()) return tokenizer.status();
+      return std::unique_ptr<Tokenizer>(std::move(tokenizer).value());
     }
   }
   ByteTokenizer::Options options;

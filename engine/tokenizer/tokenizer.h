@@ -1,7 +1,7 @@
 // Tokenizers: text <-> token ids, and streaming detokenization.
 //
-// `Tokenizer` is the interface the gateway and engine code against; a
-// tokenizer.json BPE can implement it later by mapping each id to its bytes.
+// `Tokenizer` is the interface the gateway and engine code against: the byte
+// tokenizer below, or a Hugging Face tokenizer.json (hf_tokenizer.h).
 // Implementations are immutable after creation and safe to share across
 // threads. `IncrementalDecoder` is per stream and not thread-safe.
 #pragma once
@@ -85,11 +85,14 @@ class IncrementalDecoder {
   std::string pending_;  // at most 3 bytes of an unfinished character
 };
 
-// The tokenizer of the model in `model_dir`: the byte tokenizer when the
+// The tokenizer of the model in `model_dir`: its tokenizer.json (with the
+// tokenizer_config.json beside it, if any) as an HfTokenizer whose
+// vocab_size() is the model's `vocab_size`, or the byte tokenizer when the
 // directory has no tokenizer.json (`model_dir` may be empty: no directory).
-// Unimplemented, naming the file, when a tokenizer.json is present; NotFound
-// when `model_dir` is given but is not a directory; InvalidArgument when
-// `vocab_size` is too small for the byte tokenizer.
+// NotFound when `model_dir` is given but is not a directory; InvalidArgument
+// when `vocab_size` cannot hold every id of the tokenizer (the error names
+// both) or a file is malformed; Unimplemented naming the file and the JSON
+// path of a component that is not supported.
 absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(const std::string& model_dir,
                                                            int vocab_size);
 

@@ -34,7 +34,7 @@ constexpr char kWords[] = "cluster";
 struct Child {
   std::string name;
   pid_t pid = -1;
-  std::string grpc, metrics, kv;
+  std::string grpc, metrics, kv, http;
   std::thread reader;  // forwards its output, then reaps it (and says how it ended)
   std::atomic<bool> exited{false};
 };
@@ -65,7 +65,7 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
     return absl::InternalError(absl::StrCat("cannot start ", c->name));
   }
   FILE* out = fdopen(fds[0], "r");
-  std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+))?\))");
+  std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+?))?(, http (\S+?))?\))");
   char line[4096];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   bool ready = false;
@@ -75,6 +75,7 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
       c->grpc = m[1];
       c->metrics = m[2];
       c->kv = m[4];
+      c->http = m[6];
       ready = true;
     }
     std::lock_guard<std::mutex> lock(g_print_mu);
@@ -183,6 +184,10 @@ int RunCluster(const std::vector<std::string>& args) {
       {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
       {"public-bind", "127.0.0.1", "interface of the gateway's public gRPC listener"},
       {"migration-limit", "3", "gateway: moves of a request off a dead decode worker (0: off)"},
+      {"http", "true",
+       "gateway: also serve the OpenAI-compatible HTTP API, on --public-bind at base-port + 2 "
+       "(true/false)"},
+      {"chat-template", "", "gateway: Jinja chat template file (default: the model's)"},
   };
   // TLS / auth flags go to the roles (security_flags.h); this process is a
   // client of the router with the same identity.
@@ -287,6 +292,12 @@ int RunCluster(const std::vector<std::string>& args) {
                                   "--metrics-listen", host_port(bind, Port(mbase, 0)),
                                   "--router", router, "--model", model,
                                   "--migration-limit", f->Get("migration-limit")};
+    if (f->Get("http") == "true") {
+      a.insert(a.end(), {"--http-listen", host_port(public_bind, Port(base, 2))});
+    }
+    if (!f->Get("chat-template").empty()) {
+      a.insert(a.end(), {"--chat-template", f->Get("chat-template")});
+    }
     a.insert(a.end(), gateway_security.begin(), gateway_security.end());
     s = start("gateway", a);
   }
@@ -300,7 +311,8 @@ int RunCluster(const std::vector<std::string>& args) {
   std::string summary;
   for (const auto& c : children) {
     absl::StrAppend(&summary, c->name, " grpc=", c->grpc, " metrics=", c->metrics,
-                    c->kv.empty() ? "" : " kv=" + c->kv, "\n");
+                    c->kv.empty() ? "" : " kv=" + c->kv, c->http.empty() ? "" : " http=" + c->http,
+                    "\n");
   }
   if (!f->Get("ready-file").empty()) {
     std::ofstream(f->Get("ready-file") + ".tmp") << summary;

@@ -17,6 +17,7 @@ struct Command {
 // Commands built into every `ced` binary.
 void AddModelCommands(std::vector<Command>* commands);
 void AddGenerateCommand(std::vector<Command>* commands);
+void AddTokenizeCommand(std::vector<Command>* commands);
 // Commands of the serving system (linked when services are built).
 void AddServiceCommands(std::vector<Command>* commands);
 

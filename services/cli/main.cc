@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   std::vector<Command>& commands = ced::cli::AllCommands();
   AddModelCommands(&commands);
   AddGenerateCommand(&commands);
+  AddTokenizeCommand(&commands);
   AddServiceCommands(&commands);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {

@@ -66,6 +66,8 @@ absl::Status DecodeWorker::Init() {
   ASSIGN_OR_RETURN(m_->weights_bytes,
                    gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
   RETURN_IF_ERROR(metrics::RegisterCpuKernelInfo(&registry_));
+  ASSIGN_OR_RETURN(m_->prefix, PrefixCacheMetrics::Create(&registry_));
+  registry_.AddCollectHook([this] { m_->prefix.Update(engine_->cache_stats()); });
   ASSIGN_OR_RETURN(m_->steps, counter("ced_decode_steps_total", "Batched decode steps."));
   ASSIGN_OR_RETURN(m_->generated, counter("ced_generated_tokens_total", "Tokens generated."));
   ASSIGN_OR_RETURN(auto* transfer_bytes,
@@ -275,7 +277,11 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   } admitting{this, static_cast<int64_t>(r->prompt.size())};
   {
     std::lock_guard<std::mutex> lock(engine_mu_);
-    auto seq = engine_->CreateSequence(static_cast<int>(r->prompt.size()) + req.max_tokens());
+    // The prefix cache may already hold the prompt's first blocks (an earlier
+    // turn of the session): they are shared, and the prefill worker skips them.
+    int cached = 0;
+    auto seq = engine_->CreateSequenceForPrompt(
+        r->prompt, static_cast<int>(r->prompt.size()) + req.max_tokens(), &cached);
     if (!seq.ok()) {
       if (absl::IsResourceExhausted(seq.status())) {
         m_->admission_rejected->WithLabelValues({"kv_blocks"}).Increment();
@@ -285,6 +291,12 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
       return seq.status();
     }
     r->seq = *seq;
+    r->cached_tokens = cached;
+    m_->prefix.CountLookup(static_cast<int>(r->prompt.size()), cached);
+    if (!r->local_prefill) {
+      std::fill(r->received.begin(), r->received.begin() + cached, 1);
+      r->received_tokens = cached;
+    }
   }
   r->transfer_token = RandomToken();
   ced::internal::ReserveResponse resp;
@@ -294,6 +306,7 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   resp.set_block_size(cs.block_size);
   resp.set_num_blocks((r->prompt.size() + req.max_tokens() + cs.block_size - 1) / cs.block_size);
   resp.set_kv_format(std::string(kernels::KvFormatName(engine_->kv_format())));
+  resp.set_cached_prefix_tokens(r->local_prefill ? 0 : r->cached_tokens);
   {
     std::lock_guard<std::mutex> lock(mu_);
     admitting.Done();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "services/common/prefix_metrics.h"
 #include "services/common/worker_util.h"
 #include "services/decode/decode_worker.h"
 
@@ -27,6 +28,7 @@ struct DecodeWorker::Request {
   bool local_prefill = false;
   std::string prefill_worker_id;  // who sends the K/V (empty with local prefill)
   SeqId seq = 0;
+  int cached_tokens = 0;  // prompt tokens whose K/V this worker's prefix cache held
 
   // Guarded by DecodeWorker::mu_.
   State state = kReserved;
@@ -72,6 +74,7 @@ std::unique_ptr<kv_transport::KvSink> MakeDecodeSink(DecodeWorker* worker);
 std::unique_ptr<grpc::Service> MakeDecodeService(DecodeWorker* worker);
 
 struct DecodeWorker::Metrics {
+  PrefixCacheMetrics prefix;
   metrics::Gauge *running, *waiting, *kv_used, *kv_free, *weights_bytes;
   metrics::Counter *steps, *generated, *transfer_bytes;
   metrics::Family<metrics::Counter>* replays;

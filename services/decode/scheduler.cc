@@ -36,6 +36,7 @@ void DecodeWorker::Finish(Request* r, FinishReason reason, const std::string& de
     last.set_finish_detail(detail);
     last.set_prompt_tokens(static_cast<int>(r->prompt.size()));
     last.set_completion_tokens(r->generated);
+    last.set_cached_prompt_tokens(r->cached_tokens);
     last.set_replayed_here(r->replayed_here);
     auto* t = last.mutable_timings();
     // The exposed (not overlapped) transfer time is measured by the prefill
@@ -121,6 +122,8 @@ void DecodeWorker::StartRequest(Request* r) {
     auto tail = DecodeTail(bytes, c);
     status = tail.status();
     if (tail.ok()) status = engine_->ImportTail(r->seq, *tail);
+    // All of the prompt's global K/V is here: its full blocks join the cache.
+    if (status.ok()) status = engine_->SetPromptTokens(r->seq, r->prompt);
     if (status.ok() && !tail->desc.replay_done) {
       auto rl = engine_->Replay(r->seq);
       status = rl.status();

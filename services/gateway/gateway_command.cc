@@ -35,6 +35,14 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"migration-limit", "3",
        "times a request may move to another decode worker when its own dies mid-stream "
        "(0: off, the client gets UNAVAILABLE)"},
+      {"http-listen", "",
+       "OpenAI-compatible HTTP API address (host:port; port 0 picks one; empty: off)"},
+      {"chat-template", "", "Jinja chat template file for /v1/chat/completions "
+                            "(default: the model's tokenizer_config.json, else a built-in one)"},
+      {"http-include-usage", "false",
+       "HTTP API: end every stream with a usage chunk, as if stream_options.include_usage",
+       true},
+      {"http-request-timeout-ms", "600000", "HTTP API: deadline of each request"},
   };
   auto flags = cli::Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
@@ -88,6 +96,14 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
     return Fail("--migration-limit must be in [0, 16]", 2);
   }
   options.migration_limit = static_cast<int>(*migration_limit);
+  options.http_address = flags->Get("http-listen");
+  options.chat_template_file = flags->Get("chat-template");
+  options.http_force_usage = flags->GetBool("http-include-usage");
+  auto http_timeout = flags->GetInt("http-request-timeout-ms");
+  if (!http_timeout.ok() || *http_timeout < 1 || *http_timeout > 86400000) {
+    return Fail("--http-request-timeout-ms must be in [1, 86400000]", 2);
+  }
+  options.http_request_timeout = absl::Milliseconds(*http_timeout);
   const std::string replay_on = flags->Get("replay-on");
   if (replay_on == "prefill")
     options.default_replay_on = ced::internal::REPLAY_ON_PREFILL;
@@ -110,8 +126,10 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   if (!server.ok()) return Fail(std::string(server.status().message()), 1);
   const std::string metrics =
       (*server)->metrics_address().empty() ? "none" : (*server)->metrics_address();
-  std::printf("gateway listening on %s (metrics %s)\n", (*server)->grpc_address().c_str(),
-              metrics.c_str());
+  const std::string http =
+      (*server)->http_address().empty() ? "" : ", http " + (*server)->http_address();
+  std::printf("gateway listening on %s (metrics %s%s)\n", (*server)->grpc_address().c_str(),
+              metrics.c_str(), http.c_str());
   std::fflush(stdout);
   const int sig = services::WaitForShutdownSignal();
   std::fprintf(stderr, "gateway: signal %d, shutting down\n", sig);

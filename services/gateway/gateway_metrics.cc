@@ -4,31 +4,46 @@
 
 namespace ced::gateway {
 
-absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registry) {
+absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registry, bool openai) {
   GatewayMetrics m;
   ASSIGN_OR_RETURN(m.requests, registry->AddCounter("ced_gateway_requests_total",
-                                                    "Generate requests by outcome.", {"outcome"}));
-  for (const char* outcome : {"length", "stop", "invalid_argument", "cancelled",
-                              "deadline_exceeded", "resource_exhausted", "unavailable"}) {
-    m.requests->WithLabelValues({outcome});
+                                                    "Generate requests by API and outcome.",
+                                                    {"api", "outcome"}));
+  std::vector<Api> apis = {Api::kGrpc};
+  if (openai) apis.push_back(Api::kOpenAi);
+  for (Api api : apis) {
+    for (const char* outcome : {"length", "stop", "invalid_argument", "cancelled",
+                                "deadline_exceeded", "resource_exhausted", "unavailable"}) {
+      m.requests->WithLabelValues({ApiLabel(api), outcome});
+    }
   }
   const std::vector<double> latency = metrics::LatencySecondsBuckets();
   ASSIGN_OR_RETURN(auto* ttft,
                    registry->AddHistogram("ced_gateway_ttft_seconds",
                                           "Time to first token, from request receipt to the "
                                           "first token written to the client.",
-                                          latency));
+                                          latency, {"api"}));
   ASSIGN_OR_RETURN(auto* itl, registry->AddHistogram("ced_gateway_inter_token_latency_seconds",
                                                      "Time between consecutive tokens written "
                                                      "to the client, per token.",
-                                                     latency));
+                                                     latency, {"api"}));
   ASSIGN_OR_RETURN(auto* e2e,
                    registry->AddHistogram("ced_gateway_e2e_latency_seconds",
-                                          "Request receipt to the final message.", latency));
-  ASSIGN_OR_RETURN(auto* prompt, registry->AddCounter("ced_gateway_prompt_tokens_total",
-                                                      "Prompt tokens of admitted requests."));
+                                          "Request receipt to the final message.", latency,
+                                          {"api"}));
+  ASSIGN_OR_RETURN(auto* prompt,
+                   registry->AddCounter("ced_gateway_prompt_tokens_total",
+                                        "Prompt tokens of admitted requests.", {"api"}));
   ASSIGN_OR_RETURN(auto* generated, registry->AddCounter("ced_gateway_generated_tokens_total",
-                                                         "Tokens streamed to clients."));
+                                                         "Tokens streamed to clients.", {"api"}));
+  for (Api api : apis) {
+    ApiMetrics& a = api == Api::kGrpc ? m.grpc : m.openai;
+    a.ttft_seconds = &ttft->WithLabelValues({ApiLabel(api)});
+    a.inter_token_latency_seconds = &itl->WithLabelValues({ApiLabel(api)});
+    a.e2e_latency_seconds = &e2e->WithLabelValues({ApiLabel(api)});
+    a.prompt_tokens = &prompt->WithLabelValues({ApiLabel(api)});
+    a.generated_tokens = &generated->WithLabelValues({ApiLabel(api)});
+  }
   ASSIGN_OR_RETURN(auto* inflight, registry->AddGauge("ced_gateway_inflight_requests",
                                                       "Generate requests being served."));
   ASSIGN_OR_RETURN(auto* inflight_tokens,
@@ -53,17 +68,12 @@ absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registr
                                         {"outcome"}));
   for (const char* outcome : {"ok", "failed"}) m.prefill_retries->WithLabelValues({outcome});
   m.inflight_tokens = &inflight_tokens->WithLabels({});
-  m.ttft_seconds = &ttft->WithLabels({});
-  m.inter_token_latency_seconds = &itl->WithLabels({});
-  m.e2e_latency_seconds = &e2e->WithLabels({});
-  m.prompt_tokens = &prompt->WithLabels({});
-  m.generated_tokens = &generated->WithLabels({});
   m.inflight_requests = &inflight->WithLabels({});
   return m;
 }
 
-void GatewayMetrics::CountRequest(const std::string& outcome) const {
-  requests->WithLabelValues({outcome}).Increment();
+void GatewayMetrics::CountRequest(Api api, const std::string& outcome) const {
+  requests->WithLabelValues({ApiLabel(api), outcome}).Increment();
 }
 
 }  // namespace ced::gateway

@@ -5,24 +5,34 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "services/gateway/generate_sink.h"
 #include "services/metrics/registry.h"
 
 namespace ced::gateway {
 
-struct GatewayMetrics {
-  // Registers every family in `registry` (not owned; must outlive the result).
-  static absl::StatusOr<GatewayMetrics> Create(metrics::Registry* registry);
-
-  // outcome: "length", "stop" for completed requests, otherwise the
-  // lower-case status code ("invalid_argument", "cancelled", ...).
-  void CountRequest(const std::string& outcome) const;
-
-  metrics::Family<metrics::Counter>* requests = nullptr;
+// The per-request series of one public API (label api="grpc" / "openai").
+struct ApiMetrics {
   metrics::Histogram* ttft_seconds = nullptr;
   metrics::Histogram* inter_token_latency_seconds = nullptr;
   metrics::Histogram* e2e_latency_seconds = nullptr;
   metrics::Counter* prompt_tokens = nullptr;
   metrics::Counter* generated_tokens = nullptr;
+};
+
+struct GatewayMetrics {
+  // Registers every family in `registry` (not owned; must outlive the
+  // result). The api="openai" series exist only with `openai` (the HTTP API
+  // is enabled), so a gRPC-only gateway exports one series per metric.
+  static absl::StatusOr<GatewayMetrics> Create(metrics::Registry* registry, bool openai = false);
+
+  // outcome: "length", "stop" for completed requests, otherwise the
+  // lower-case status code ("invalid_argument", "cancelled", ...).
+  void CountRequest(Api api, const std::string& outcome) const;
+  // Api::kOpenAi only when created with `openai`.
+  const ApiMetrics& For(Api api) const { return api == Api::kGrpc ? grpc : openai; }
+
+  metrics::Family<metrics::Counter>* requests = nullptr;  // labels: api, outcome
+  ApiMetrics grpc, openai;
   metrics::Gauge* inflight_requests = nullptr;
   metrics::Gauge* inflight_tokens = nullptr;  // prompt + max_tokens of admitted requests
   // Requests refused by admission control, by the bound that refused them

@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
 
   std::unique_ptr<GatewayServer> server(new GatewayServer());
   RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&server->registry_));
-  ASSIGN_OR_RETURN(GatewayMetrics metrics, GatewayMetrics::Create(&server->registry_));
+  ASSIGN_OR_RETURN(GatewayMetrics metrics, GatewayMetrics::Create(&server->registry_,
+                                                                  !options.http_address.empty()));
   server->core_ = std::make_unique<GatewayCore>(std::move(settings), std::move(tokenizer), metrics);
   server->service_ = std::make_unique<GatewayService>(server->core_.get());
 
@@ -72,6 +73,20 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   server->drain_timeout_ = options.drain_timeout;
   server->server_->SetServing(false);
   GatewayServer* raw = server.get();
+  if (!options.http_address.empty()) {
+    openai::OpenAiServerOptions http;
+    http.listen_address = options.http_address;
+    http.model_dir = options.model_dir;
+    http.chat_template_file = options.chat_template_file;
+    http.force_usage = options.http_force_usage;
+    http.request_timeout = options.http_request_timeout;
+    http.max_request_bytes = options.max_request_bytes;
+    http.threads = options.max_inflight + 8;
+    http.security = options.http_security.value_or(services::ProcessSecurity());
+    ASSIGN_OR_RETURN(server->http_, openai::OpenAiServer::Start(http, server->core_.get(),
+                                                                [raw] { return raw->serving(); }));
+    server->http_address_ = server->http_->address();
+  }
   const absl::Duration interval = options.health_poll_interval;
   server->health_thread_ = std::thread([raw, interval] { raw->HealthLoop(interval); });
   return server;
@@ -115,10 +130,13 @@ void GatewayServer::Shutdown() {
     stop_ = true;
   }
   if (health_thread_.joinable()) health_thread_.join();
+  const absl::Time drain_end = absl::Now() + drain_timeout_;
+  if (http_ != nullptr) http_->StopAccepting();
   if (server_ != nullptr) {
     server_->SetServing(false);
     server_->Shutdown(static_cast<int>(absl::ToInt64Milliseconds(drain_timeout_)));
   }
+  if (http_ != nullptr) http_->Shutdown(std::max(absl::ZeroDuration(), drain_end - absl::Now()));
   if (core_ != nullptr) core_->WaitForCalls();
   absl::MutexLock lock(&mu_);
   server_.reset();

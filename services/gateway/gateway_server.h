@@ -18,6 +18,7 @@
 #include "services/common/grpc_util.h"
 #include "services/gateway/gateway_core.h"
 #include "services/gateway/gateway_service.h"
+#include "services/gateway/openai/openai_server.h"
 #include "services/metrics/registry.h"
 
 namespace ced::gateway {
@@ -45,6 +46,14 @@ struct GatewayServerOptions {
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
   // Request migration (GatewaySettings::migration_limit); 0 = off.
   int migration_limit = 3;
+  // The OpenAI-compatible HTTP API (openai/openai_server.h): host:port, empty
+  // for none. TLS and bearer tokens as the process's SecurityConfig says.
+  std::string http_address;
+  std::string chat_template_file;  // overrides the model's chat template
+  bool http_force_usage = false;   // usage chunk on every stream
+  absl::Duration http_request_timeout = absl::Minutes(10);
+  // The HTTP API's TLS and tokens when set (tests); else the process's.
+  std::optional<services::SecurityConfig> http_security;
 };
 
 // Start() binds and serves; Shutdown() (or the destructor) cancels what is in
@@ -60,6 +69,8 @@ class GatewayServer {
 
   const std::string& grpc_address() const { return grpc_address_; }
   const std::string& metrics_address() const { return metrics_address_; }
+  // The OpenAI HTTP API's "host:port"; empty when it is off.
+  const std::string& http_address() const { return http_address_; }
   // What grpc.health.v1 reports (as of the last poll of the router).
   bool serving() const;
   std::string MetricsText() const { return registry_.Serialize(); }
@@ -75,7 +86,8 @@ class GatewayServer {
   std::unique_ptr<GatewayCore> core_;
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<services::RunningServer> server_;
-  std::string grpc_address_, metrics_address_;
+  std::unique_ptr<openai::OpenAiServer> http_;
+  std::string grpc_address_, metrics_address_, http_address_;
   absl::Duration drain_timeout_ = absl::Seconds(1);
 
   mutable absl::Mutex mu_;

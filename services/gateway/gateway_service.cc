@@ -15,45 +15,39 @@
 
 namespace ced::gateway {
 
+void GrpcSink::Push(ced::v1::GenerateResponse response) {
+  grpc::ByteBuffer buffer;
+  if (SerializeMessage(response, &buffer).ok()) out_->Push(std::move(buffer));
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   const absl::Time received = absl::Now();
   // Cancel() reaches the call through this slot, filled before the reactor is returned.
   auto slot = std::make_shared<std::weak_ptr<GenerateCall>>();
-  auto* writer = new GenerateCall::Writer([slot] {
+  auto* writer = new GrpcSink::Writer([slot] {
     if (std::shared_ptr<GenerateCall> call = slot->lock()) call->Cancel();
   });
-  const GatewayMetrics& metrics = core_->metrics();
   ced::v1::GenerateRequest request;
   absl::Status status = ParseRequest(*raw, &request);
   absl::StatusOr<ValidatedRequest> valid =
       status.ok() ? ValidateGenerateRequest(request, core_->tokenizer(), core_->settings().limits)
                   : absl::StatusOr<ValidatedRequest>(status);
   if (!valid.ok()) {
-    metrics.CountRequest("invalid_argument");
+    core_->metrics().CountRequest(Api::kGrpc, "invalid_argument");
     writer->handle()->Close(services::ToGrpc(valid.status()));
     return writer;
   }
-  const std::string refused = core_->TryAdmit(AdmissionTokens(*valid));
-  if (!refused.empty()) {
-    metrics.CountRequest("resource_exhausted");
-    writer->handle()->Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, refused));
+  std::shared_ptr<GenerateCall> call;
+  const grpc::Status started =
+      StartGenerate(core_, Api::kGrpc, *std::move(valid),
+                    std::make_shared<GrpcSink>(writer->handle()), context->deadline(), received,
+                    &call);
+  if (!started.ok()) {
+    writer->handle()->Close(started);
     return writer;
   }
-  if (valid->request_id.empty()) valid->request_id = core_->NewRequestId();
-  if (!core_->ClaimRequestId(valid->request_id)) {
-    core_->Release(AdmissionTokens(*valid));
-    metrics.CountRequest("already_exists");
-    writer->handle()->Close(grpc::Status(
-        grpc::StatusCode::ALREADY_EXISTS,
-        absl::StrCat("request_id: '", valid->request_id,
-                     "' is already in flight on this gateway; use a new id per request")));
-    return writer;
-  }
-  auto call = std::make_shared<GenerateCall>(core_, *std::move(valid), writer->handle(),
-                                             context->deadline(), received);
   *slot = call;
-  GenerateCall::Launch(std::move(call));
   return writer;
 }
 

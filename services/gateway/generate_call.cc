@@ -43,9 +43,12 @@ std::string OutcomeLabel(grpc::StatusCode code) {
 
 // A worker that does not answer a Cancel (connection refused or lost, or
 // silent until the deadline) is gone.
+// The worker did not answer a Cancel normally: it is gone, or going (a
+// server shutting down cancels the calls it still has).
 bool Unreachable(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         status.error_code() == grpc::StatusCode::CANCELLED;
 }
 
 // The replay window of a request continued after `k` generated tokens: the
@@ -65,13 +68,15 @@ int ContinuationReplayWindow(const ModelConfig& model, ced::internal::ReplayMode
 
 }  // namespace
 
-GenerateCall::GenerateCall(GatewayCore* core, ValidatedRequest request,
-                           std::shared_ptr<Writer::Handle> out,
+GenerateCall::GenerateCall(GatewayCore* core, Api api, ValidatedRequest request,
+                           std::shared_ptr<GenerateSink> sink,
                            std::chrono::system_clock::time_point client_deadline,
                            absl::Time received)
     : core_(core),
+      api_(api),
+      api_metrics_(core->metrics().For(api)),
       request_(std::move(request)),
-      out_(std::move(out)),
+      sink_(std::move(sink)),
       client_deadline_(client_deadline),
       received_(received),
       assembler_(&core->tokenizer(), request_.stop, request_.max_tokens) {}
@@ -81,6 +86,32 @@ GenerateCall::~GenerateCall() {
     if (a->decode_thread.joinable()) a->decode_thread.join();
     if (a->prefill_thread.joinable()) a->prefill_thread.join();
   }
+}
+
+grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
+                           std::shared_ptr<GenerateSink> sink,
+                           std::chrono::system_clock::time_point client_deadline,
+                           absl::Time received, std::shared_ptr<GenerateCall>* call) {
+  const GatewayMetrics& metrics = core->metrics();
+  const std::string refused = core->TryAdmit(AdmissionTokens(request));
+  if (!refused.empty()) {
+    metrics.CountRequest(api, "resource_exhausted");
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, refused);
+  }
+  if (request.request_id.empty()) request.request_id = core->NewRequestId();
+  if (!core->ClaimRequestId(request.request_id)) {
+    core->Release(AdmissionTokens(request));
+    metrics.CountRequest(api, "already_exists");
+    return grpc::Status(
+        grpc::StatusCode::ALREADY_EXISTS,
+        absl::StrCat("request_id: '", request.request_id,
+                     "' is already in flight on this gateway; use a new id per request"));
+  }
+  auto started = std::make_shared<GenerateCall>(core, api, std::move(request), std::move(sink),
+                                                client_deadline, received);
+  if (call != nullptr) *call = started;
+  GenerateCall::Launch(std::move(started));
+  return grpc::Status::OK;
 }
 
 void GenerateCall::Launch(std::shared_ptr<GenerateCall> call) {
@@ -126,7 +157,7 @@ std::chrono::system_clock::time_point GenerateCall::Bounded(absl::Duration limit
 
 void GenerateCall::Run() {
   const GatewayMetrics& metrics = core_->metrics();
-  metrics.prompt_tokens->Increment(static_cast<double>(request_.prompt_token_ids.size()));
+  api_metrics_.prompt_tokens->Increment(static_cast<double>(request_.prompt_token_ids.size()));
   grpc::Status status = Execute();
   bool cancelled;
   {
@@ -145,19 +176,19 @@ void GenerateCall::Run() {
     if (a->prefill_thread.joinable()) a->prefill_thread.join();
   }
   if (status.ok()) {
-    metrics.CountRequest(assembler_.stopped() || current()->final_chunk.finish_reason() ==
+    metrics.CountRequest(api_, assembler_.stopped() || current()->final_chunk.finish_reason() ==
                                                      ced::internal::FINISH_REASON_STOP
                              ? "stop"
                              : "length");
-    metrics.e2e_latency_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - received_));
+    api_metrics_.e2e_latency_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - received_));
   } else {
-    metrics.CountRequest(OutcomeLabel(status.error_code()));
+    metrics.CountRequest(api_, OutcomeLabel(status.error_code()));
   }
   // Free the slot and the id before the client learns the outcome: its next
   // request must be admitted.
   core_->Release(AdmissionTokens(request_));
   core_->ReleaseRequestId(request_.request_id);
-  out_->Close(status);
+  sink_->Close(status);
 }
 
 GenerateCall::Gone GenerateCall::CleanUp(Attempt* a) {

@@ -12,7 +12,8 @@
 //
 // Threads: Run() executes on a thread of its own (synchronous stubs); two
 // reader threads follow the decode and prefill streams and hand their events
-// to it. Cancel() may be called from any thread (the reactor's OnCancel).
+// to it. Cancel() may be called from any thread (the reactor's OnCancel, an
+// HTTP connection that saw its client leave).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -31,8 +32,8 @@
 #include "ced/internal/decode_worker.grpc.pb.h"
 #include "ced/internal/prefill_worker.grpc.pb.h"
 #include "ced/v1/gateway.pb.h"
-#include "services/common/stream_writer.h"
 #include "services/gateway/gateway_core.h"
+#include "services/gateway/generate_sink.h"
 #include "services/gateway/request_validation.h"
 #include "services/gateway/token_assembler.h"
 
@@ -40,11 +41,11 @@ namespace ced::gateway {
 
 class GenerateCall final {
  public:
-  using Writer = services::StreamWriter<grpc::ByteBuffer>;
-
   // `core` must outlive the call (GatewayCore::WaitForCalls). The request
-  // must already hold its request id and be admitted (GatewayCore::TryAdmit).
-  GenerateCall(GatewayCore* core, ValidatedRequest request, std::shared_ptr<Writer::Handle> out,
+  // must already hold its request id and be admitted (GatewayCore::TryAdmit);
+  // StartGenerate does both. `api` labels the call's metrics.
+  GenerateCall(GatewayCore* core, Api api, ValidatedRequest request,
+               std::shared_ptr<GenerateSink> sink,
                std::chrono::system_clock::time_point client_deadline, absl::Time received);
   ~GenerateCall();
 
@@ -133,8 +134,10 @@ class GenerateCall final {
   Attempt* current() { return attempts_.back().get(); }
 
   GatewayCore* const core_;
+  const Api api_;
+  const ApiMetrics& api_metrics_;
   const ValidatedRequest request_;
-  const std::shared_ptr<Writer::Handle> out_;
+  const std::shared_ptr<GenerateSink> sink_;
   const std::chrono::system_clock::time_point client_deadline_;
   const absl::Time received_;
 
@@ -153,5 +156,16 @@ class GenerateCall final {
   // Appended by the Run thread under mu_ (it reads them without); never shrinks.
   std::vector<std::unique_ptr<Attempt>> attempts_;
 };
+
+// The shared entry of both front ends: validates nothing (the caller did),
+// admits `request` (RESOURCE_EXHAUSTED when over the bounds), gives it a
+// request id (ALREADY_EXISTS when its own is in flight), and launches its
+// call, whose output goes to `sink`. On error nothing was launched and the
+// outcome is already counted in the metrics. *call (optional) receives the
+// call, for Cancel().
+grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
+                           std::shared_ptr<GenerateSink> sink,
+                           std::chrono::system_clock::time_point client_deadline,
+                           absl::Time received, std::shared_ptr<GenerateCall>* call);
 
 }  // namespace ced::gateway

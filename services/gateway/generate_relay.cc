@@ -158,7 +158,7 @@ grpc::Status GenerateCall::Conclude(Attempt* a) {
 
 void GenerateCall::Emit(const TokenAssembler::Output& output) {
   if (output.token_ids.empty() && output.text.empty()) return;
-  const GatewayMetrics& metrics = core_->metrics();
+  const ApiMetrics& metrics = api_metrics_;
   const absl::Time now = absl::Now();
   const size_t n = output.token_ids.size();
   if (n > 0) {
@@ -176,8 +176,7 @@ void GenerateCall::Emit(const TokenAssembler::Output& output) {
   response.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
   response.set_text(output.text);
   response.set_request_id(request_.request_id);
-  grpc::ByteBuffer buffer;
-  if (SerializeMessage(response, &buffer).ok()) out_->Push(std::move(buffer));
+  sink_->Push(std::move(response));
 }
 
 void GenerateCall::SendFinal(const std::string& text, ced::internal::FinishReason reason,
@@ -197,9 +196,12 @@ void GenerateCall::SendFinal(const std::string& text, ced::internal::FinishReaso
   const ced::internal::RouteResponse& route = a.route;
   const ced::internal::TokenChunk& final_chunk = a.final_chunk;
   const ced::internal::PrefillDone& prefill_done = a.prefill_done;
-  usage->set_cached_prompt_tokens(final_chunk.cached_prompt_tokens());
-
   const bool local = route.local_prefill();
+  // Prompt tokens not computed for this request: the prefix cache of the
+  // worker that ran the prefill held them.
+  usage->set_cached_prompt_tokens(local ? final_chunk.cached_prompt_tokens()
+                                        : prefill_done.cached_tokens());
+
   const ced::internal::Timings& worker = local ? final_chunk.timings() : prefill_done.timings();
   ced::v1::Timings* timings = response.mutable_timings();
   timings->set_queue_ms(Ms(attempts_.front()->prefill_start - received_) + worker.queue_ms());
@@ -231,9 +233,7 @@ void GenerateCall::SendFinal(const std::string& text, ced::internal::FinishReaso
   placement->set_migrations(migrations_);
   for (const std::string& id : migrated_from_) placement->add_migrated_from_decode_worker_ids(id);
   for (const std::string& id : retried_from_) placement->add_retried_from_prefill_worker_ids(id);
-
-  grpc::ByteBuffer buffer;
-  if (SerializeMessage(response, &buffer).ok()) out_->Push(std::move(buffer));
+  sink_->Push(std::move(response));
 }
 
 }  // namespace ced::gateway

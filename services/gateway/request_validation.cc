@@ -3,14 +3,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 
 namespace ced::gateway {
 namespace {
 
+constexpr char kFieldPayload[] = "type.ced.dev/gateway.field";
+
 absl::Status Invalid(const std::string& field, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+  return InvalidField(field, what);
 }
 
 absl::Status CheckTokenId(const std::string& field, int32_t id, int vocab_size) {
@@ -33,6 +36,20 @@ absl::Status CheckRequestId(const std::string& id, int max_bytes) {
 }
 
 }  // namespace
+
+absl::Status WithField(absl::Status status, const std::string& field) {
+  status.SetPayload(kFieldPayload, absl::Cord(field));
+  return status;
+}
+
+absl::Status InvalidField(const std::string& field, const std::string& what) {
+  return WithField(absl::InvalidArgumentError(absl::StrCat(field, ": ", what)), field);
+}
+
+std::string FieldOf(const absl::Status& status) {
+  const auto field = status.GetPayload(kFieldPayload);
+  return field.has_value() ? std::string(*field) : "";
+}
 
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::GenerateRequest& request,
                                                          const Tokenizer& tokenizer,

@@ -37,6 +37,14 @@ struct ValidatedRequest {
   ced::internal::ReplayMode replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
 };
 
+// INVALID_ARGUMENT "field: what", with the field attached (FieldOf): the
+// OpenAI API reports it as the error's `param`.
+absl::Status InvalidField(const std::string& field, const std::string& what);
+// `status` with `field` attached (any code, e.g. NOT_FOUND for a model).
+absl::Status WithField(absl::Status status, const std::string& field);
+// The field an InvalidField / WithField status names, or "".
+std::string FieldOf(const absl::Status& status);
+
 // Checks every field of `request` against `limits` and tokenizes the prompt
 // with `tokenizer` (which must cover limits.vocab_size). Thread-safe.
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::GenerateRequest& request,

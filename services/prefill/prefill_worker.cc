@@ -1,5 +1,7 @@
 #include "services/prefill/prefill_worker.h"
 
+#include "services/common/prefix_metrics.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +25,7 @@ using kv_transport::KvMessageKind;
 std::unique_ptr<grpc::Service> MakePrefillService(PrefillWorker* worker);
 
 struct PrefillWorker::Metrics {
+  PrefixCacheMetrics prefix;
   metrics::Gauge *queue_depth, *queued_tokens, *weights_bytes;
   metrics::Counter *prompt_tokens, *transfer_bytes, *replays;
   metrics::Family<metrics::Counter>* requests;
@@ -34,6 +37,7 @@ struct PrefillWorker::Metrics {
 struct PrefillWorker::Job {
   ced::internal::PrefillRequest req;
   std::vector<int32_t> tokens;
+  int cached_tokens = 0;  // prompt tokens this worker's prefix cache held
   uint64_t id_hash = 0;
   bool replay_here = false;
   int chunk = 0;
@@ -95,6 +99,8 @@ absl::Status PrefillWorker::Init() {
     return metrics::AddUnlabelledHistogram(registry_, n, h, metrics::LatencySecondsBuckets());
   };
   RETURN_IF_ERROR(metrics::RegisterCpuKernelInfo(&registry_));
+  ASSIGN_OR_RETURN(m_->prefix, PrefixCacheMetrics::Create(&registry_));
+  registry_.AddCollectHook([this] { m_->prefix.Update(engine_->cache_stats()); });
   ASSIGN_OR_RETURN(m_->queue_depth, gauge("ced_prefill_queue_depth", "Prefill requests waiting."));
   ASSIGN_OR_RETURN(m_->queued_tokens,
                    gauge("ced_prefill_outstanding_tokens", "Prompt tokens queued or in flight."));
@@ -480,12 +486,17 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
   {
     // Room held by earlier jobs whose K/V is still in flight comes back when
     // their last message is acknowledged.
-    auto s = engine_->CreateSequence(n);
+    // The longest cached prefix of the prompt is reused (§1.6): the prefill
+    // computes only the encoder rebuild and the new tokens.
+    int cached = 0;
+    auto s = engine_->CreateSequenceForPrompt(job.tokens, n, &cached);
     while (absl::IsResourceExhausted(s.status()) && WaitForRelease()) {
-      s = engine_->CreateSequence(n);
+      s = engine_->CreateSequenceForPrompt(job.tokens, n, &cached);
     }
     if (!s.ok()) return fail(s.status());
     seq = *s;
+    job.cached_tokens = cached;
+    m_->prefix.CountLookup(n, cached);
   }
   job.seq = seq;
   KvMessageHeader base;
@@ -629,6 +640,7 @@ void PrefillWorker::Complete(const std::shared_ptr<Job>& jp) {
   ced::internal::PrefillResponse done;
   auto* d = done.mutable_done();
   d->set_prompt_tokens(static_cast<int32_t>(job.tokens.size()));
+  d->set_cached_tokens(job.cached_tokens);
   d->set_transferred_bytes(job.sent_bytes);
   d->set_replayed(job.replayed);
   d->mutable_timings()->set_queue_ms(job.queue_ms);

@@ -127,7 +127,7 @@ TEST_F(E2eBadInputTest, EveryBadInputGetsItsStatusAndTheClusterKeepsServing) {
     }
     if (bad.code == grpc::StatusCode::INVALID_ARGUMENT) ++invalid;
   }
-  EXPECT_EQ(Metric("gateway", "ced_gateway_requests_total{outcome=\"invalid_argument\"}"), invalid);
+  EXPECT_EQ(Metric("gateway", "ced_gateway_requests_total{api=\"grpc\",outcome=\"invalid_argument\"}"), invalid);
   // No worker saw any of them.
   EXPECT_EQ(Metric("router",
                    "ced_router_decisions_total{replay_on=\"prefill\",local_prefill=\"false\"}") +

@@ -126,7 +126,7 @@ TEST_F(E2eCancelTest, ClientCancelReleasesKvBlocksOnEveryDecodeWorker) {
   ExpectAllKvFree();
   // Generation stopped: two uncancelled requests alone would make 2 * kMaxTokens.
   EXPECT_LT(DecodeSum("ced_generated_tokens_total"), 2.0 * kMaxTokens);
-  EXPECT_EQ(Gateway("ced_gateway_requests_total{outcome=\"cancelled\"}"), 2);
+  EXPECT_EQ(Gateway("ced_gateway_requests_total{api=\"grpc\",outcome=\"cancelled\"}"), 2);
   ExpectStillServing();
 }
 
@@ -167,8 +167,8 @@ TEST_F(E2eCancelTest, ExpiredDeadlineReleasesKvBlocks) {
   EXPECT_LT(DecodeSum("ced_generated_tokens_total"), 2.0 * kMaxTokens);
   // The client's deadline timer fires first and resets the stream, which the
   // gateway cannot tell from a cancel: either label may count it.
-  EXPECT_EQ(Gateway("ced_gateway_requests_total{outcome=\"deadline_exceeded\"}") +
-                Gateway("ced_gateway_requests_total{outcome=\"cancelled\"}"),
+  EXPECT_EQ(Gateway("ced_gateway_requests_total{api=\"grpc\",outcome=\"deadline_exceeded\"}") +
+                Gateway("ced_gateway_requests_total{api=\"grpc\",outcome=\"cancelled\"}"),
             2);
   ExpectStillServing();
 }

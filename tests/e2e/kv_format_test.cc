@@ -38,18 +38,22 @@ TEST_P(E2eKvFormatTest, DisaggregatedEqualsColocatedForBothReplayPlacements) {
   const ModelConfig& config = colocated.engine().config();
 
   // Greedy, bounded replay; the prompt is longer than R so the replay matters.
+  // Each placement gets prompts of its own: the workers' prefix caches would
+  // otherwise hold the first run's blocks, and less would cross the wire.
   constexpr int kPrompt = 150, kTokens = 24;
-  const std::vector<int32_t> prompt = Prompt(kPrompt, 11);
-  const std::vector<int32_t> greedy = colocated.Run(prompt, kTokens);
-  // Sampled, exact replay.
   SamplingParams sp;
   sp.temperature = 0.8f;
   sp.top_k = 40;
   sp.seed = 4321;
-  const std::vector<int32_t> sampled_prompt = Prompt(90, 12);
-  const std::vector<int32_t> sampled = colocated.Run(sampled_prompt, 16, ReplayMode::kExact, sp);
 
   for (auto on : {ced::v1::REPLAY_ON_PREFILL, ced::v1::REPLAY_ON_DECODE}) {
+    const int salt = on == ced::v1::REPLAY_ON_PREFILL ? 0 : 100;
+    const std::vector<int32_t> prompt = Prompt(kPrompt, 11 + salt);
+    const std::vector<int32_t> greedy = colocated.Run(prompt, kTokens);
+    // Sampled, exact replay.
+    const std::vector<int32_t> sampled_prompt = Prompt(90, 12 + salt);
+    const std::vector<int32_t> sampled =
+        colocated.Run(sampled_prompt, 16, ReplayMode::kExact, sp);
     const double bytes_before = KvBytesIn(cluster);
     const GenResult r = Generate(cluster.gateway(), Request(prompt, kTokens, on));
     ASSERT_TRUE(r.status.ok()) << name << " replay_on " << on << ": " << r.status.error_message()

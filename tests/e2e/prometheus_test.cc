@@ -113,12 +113,12 @@ TEST_F(E2ePrometheusTest, ScrapedCountersMatchWhatWasSent) {
     ASSERT_FALSE(r.last.placement().local_prefill());
   }
   const std::vector<std::pair<std::string, double>> expected = {
-      {"ced_gateway_requests_total{job=\"gateway\",outcome=\"length\"}", kRequests},
+      {"ced_gateway_requests_total{job=\"gateway\",api=\"grpc\",outcome=\"length\"}", kRequests},
       {"sum(ced_gateway_requests_total{job=\"gateway\"})", kRequests},
-      {"ced_gateway_prompt_tokens_total{job=\"gateway\"}", prompt_tokens},
-      {"ced_gateway_generated_tokens_total{job=\"gateway\"}", kRequests * kMaxTokens},
-      {"ced_gateway_ttft_seconds_count{job=\"gateway\"}", kRequests},
-      {"ced_gateway_e2e_latency_seconds_count{job=\"gateway\"}", kRequests},
+      {"ced_gateway_prompt_tokens_total{job=\"gateway\",api=\"grpc\"}", prompt_tokens},
+      {"ced_gateway_generated_tokens_total{job=\"gateway\",api=\"grpc\"}", kRequests * kMaxTokens},
+      {"ced_gateway_ttft_seconds_count{job=\"gateway\",api=\"grpc\"}", kRequests},
+      {"ced_gateway_e2e_latency_seconds_count{job=\"gateway\",api=\"grpc\"}", kRequests},
       {"ced_router_decisions_total{job=\"router\",replay_on=\"decode\",local_prefill=\"false\"}",
        kRequests},
       {"sum(ced_router_decisions_total{job=\"router\"})", kRequests},

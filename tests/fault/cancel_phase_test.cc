@@ -37,7 +37,7 @@ class FaultCancelTest : public ::testing::Test {
   }
   // Cancels `s`, expects CANCELLED at the client and every KV block back.
   void CancelAndCheck(Stream& s, const std::string& phase) {
-    const double gw0 = Gateway("ced_gateway_requests_total{outcome=\"cancelled\"}");
+    const double gw0 = Gateway("ced_gateway_requests_total{api=\"grpc\",outcome=\"cancelled\"}");
     const double dec0 = Decode("ced_requests_total{outcome=\"cancelled\"}");
     const auto t0 = SteadyClock::now();
     s.Cancel();
@@ -53,7 +53,10 @@ class FaultCancelTest : public ::testing::Test {
     EXPECT_TRUE(c_->WaitNoKvInUse(Ms(20000), &took, &why)) << phase << ": " << why;
     Figure("cancel_" + phase, "all_workers_idle_after_cancel_ms", MsSince(t0));
     EXPECT_TRUE(WaitUntil(
-        [&] { return Gateway("ced_gateway_requests_total{outcome=\"cancelled\"}") == gw0 + 1; },
+        [&] {
+          return Gateway("ced_gateway_requests_total{api=\"grpc\",outcome=\"cancelled\"}") ==
+                 gw0 + 1;
+        },
         Ms(5000)))
         << phase;
     EXPECT_TRUE(WaitUntil(
@@ -135,8 +138,8 @@ TEST_F(FaultCancelTest, ExpiredDeadline) {
   // which the gateway cannot tell from a cancel.
   EXPECT_TRUE(WaitUntil(
       [&] {
-        return Gateway("ced_gateway_requests_total{outcome=\"deadline_exceeded\"}") +
-                   Gateway("ced_gateway_requests_total{outcome=\"cancelled\"}") ==
+        return Gateway("ced_gateway_requests_total{api=\"grpc\",outcome=\"deadline_exceeded\"}") +
+                   Gateway("ced_gateway_requests_total{api=\"grpc\",outcome=\"cancelled\"}") ==
                1;
       },
       Ms(5000)));

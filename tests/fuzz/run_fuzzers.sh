@@ -61,12 +61,19 @@ skip() {
 kv_codec_sources="kernels/cpu/kv_codec.cc kernels/cpu/isa.cc kernels/cpu/kv_codec_rows.cc@0
   kernels/cpu/kv_codec_rows.cc@1 kernels/cpu/kv_codec_rows.cc@2"
 
+# The tokenizer library (byte tokenizer and tokenizer.json BPE).
+tokenizer_sources="engine/tokenizer/tokenizer.cc engine/tokenizer/utf8.cc
+  engine/tokenizer/added_tokens.cc engine/tokenizer/bpe.cc engine/tokenizer/hf_tokenizer.cc
+  engine/tokenizer/hf_tokenizer_load.cc engine/tokenizer/normalizer.cc
+  engine/tokenizer/onig_regex.cc engine/tokenizer/pre_tokenizer.cc"
+tokenizer_modules="oniguruma libutf8proc absl_hash absl_raw_hash_set"
+
 # Per-fuzzer settings: project sources, pkg-config modules, -max_len.
 sources_of() {
   case "$1" in
     request)
       echo services/gateway/request_parsing.cc services/gateway/request_validation.cc \
-        engine/tokenizer/tokenizer.cc engine/tokenizer/utf8.cc engine/sampling/sampler.cc \
+        $tokenizer_sources engine/sampling/sampler.cc \
         engine/common/status.cc gen:ced/v1/gateway.pb.cc gen:ced/internal/common.pb.cc ;;
     kv_wire)
       echo services/kv_transport/wire.cc services/kv_transport/checksum.cc \
@@ -77,14 +84,15 @@ sources_of() {
     config)
       echo engine/model/config.cc engine/common/status.cc $kv_codec_sources ;;
     tokenizer)
-      echo engine/tokenizer/tokenizer.cc engine/tokenizer/utf8.cc engine/common/status.cc ;;
+      echo $tokenizer_sources engine/common/status.cc ;;
     *) echo "[fuzz] unknown fuzzer '$1' (known: ${all_fuzzers[*]})" >&2; exit 2 ;;
   esac
 }
 absl_modules="absl_status absl_statusor absl_strings absl_str_format absl_span"
 modules_of() {
   case "$1" in
-    request) echo "$absl_modules protobuf grpc++" ;;
+    request) echo "$absl_modules $tokenizer_modules protobuf grpc++" ;;
+    tokenizer) echo "$absl_modules $tokenizer_modules" ;;
     *) echo "$absl_modules" ;;
   esac
 }

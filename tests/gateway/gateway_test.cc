@@ -170,9 +170,12 @@ TEST_F(GatewayTest, StreamsOrderedTokensAndAFinalMessage) {
 
   const std::string metrics = gateway_->MetricsText();
   for (const char* line :
-       {"ced_gateway_requests_total{outcome=\"length\"} 1", "ced_gateway_generated_tokens_total 5",
-        "ced_gateway_prompt_tokens_total 2", "ced_gateway_ttft_seconds_count 1",
-        "ced_gateway_e2e_latency_seconds_count 1", "ced_gateway_inflight_requests 0"}) {
+       {"ced_gateway_requests_total{api=\"grpc\",outcome=\"length\"} 1",
+        "ced_gateway_generated_tokens_total{api=\"grpc\"} 5",
+        "ced_gateway_prompt_tokens_total{api=\"grpc\"} 2",
+        "ced_gateway_ttft_seconds_count{api=\"grpc\"} 1",
+        "ced_gateway_e2e_latency_seconds_count{api=\"grpc\"} 1",
+        "ced_gateway_inflight_requests 0"}) {
     EXPECT_NE(metrics.find(line), std::string::npos) << line;
   }
 }
@@ -309,7 +312,8 @@ TEST_F(GatewayTest, InvalidRequestsNameTheFieldAndReachNoWorker) {
   }
   EXPECT_TRUE(decode_.reserves().empty());
   EXPECT_NE(gateway_->MetricsText().find(absl::StrCat(
-                "ced_gateway_requests_total{outcome=\"invalid_argument\"} ", cases.size())),
+                "ced_gateway_requests_total{api=\"grpc\",outcome=\"invalid_argument\"} ",
+                cases.size())),
             std::string::npos);
 }
 

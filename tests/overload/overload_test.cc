@@ -150,7 +150,8 @@ TEST_F(OverloadTest, GatewayRequestBoundRefusesExcessAtOnce) {
       topo_->Metric(topo_->gateway(), "ced_gateway_admission_rejected_total{bound=\"requests\"}"),
       kExcess);
   EXPECT_EQ(
-      topo_->Metric(topo_->gateway(), "ced_gateway_requests_total{outcome=\"resource_exhausted\"}"),
+      topo_->Metric(topo_->gateway(),
+                    "ced_gateway_requests_total{api=\"grpc\",outcome=\"resource_exhausted\"}"),
       kExcess);
   // Refused requests never reached a worker: the decode worker saw only the two.
   EXPECT_EQ(DecodeRequests(), 2);

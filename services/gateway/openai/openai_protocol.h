@@ -1,0 +1,99 @@
+// The OpenAI wire format of the gateway's HTTP API: request bodies of
+// /v1/completions and /v1/chat/completions parsed into a ced.v1
+// GenerateRequest (the gRPC API's request, so both APIs share validation),
+// and the JSON of responses, stream chunks and errors. Pure functions, no
+// I/O; thread-safe.
+//
+// Request fields (JSON null = absent):
+//   model (required), prompt (string, token ids, or a list of one of either),
+//   messages (chat), max_tokens, max_completion_tokens (chat), temperature,
+//   top_p, seed, stop (string or list of strings), n (1 only), stream,
+//   stream_options.include_usage, user (ignored).
+//   Accepted at their neutral value only: presence_penalty, frequency_penalty
+//   (0), logprobs (null/false), echo (false), best_of (1), logit_bias ({}),
+//   tool_choice ("none"/"auto"), parallel_tool_calls.
+//   Extensions: top_k, stop_token_ids, ignore_eos, replay_on ("prefill",
+//   "decode", "auto"), replay_mode ("bounded", "exact"), add_bos
+//   (completions), session_id (a string hint, accepted and unused), request_id.
+//   Chat: tools (passed to the template).
+// Any other field: 400 naming it. Errors are InvalidArgument whose message
+// starts with the field; FieldOf() gives the field for OpenAI's `param`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ced/v1/gateway.pb.h"
+#include "engine/chat/chat_template.h"
+#include "services/gateway/request_validation.h"
+
+namespace ced::gateway::openai {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // prompt / prompt_token_ids (completions; chat fills it after rendering),
+  // sampling, stop and the extensions. max_tokens is 0 when not given.
+  ced::v1::GenerateRequest generate;
+  std::vector<ChatMessage> messages;    // chat
+  std::vector<std::string> tools_json;  // chat: `tools`, each as JSON text
+};
+
+// Parses a request body for `endpoint`. InvalidArgument naming the field
+// (FieldOf names it) for malformed JSON, wrong types, unknown fields and bad
+// values that need no model facts (the rest is ValidateGenerateRequest's).
+absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view body);
+
+// The HTTP status and OpenAI error body for a status:
+// InvalidArgument/FailedPrecondition 400, Unauthenticated 401,
+// PermissionDenied 403, NotFound 404, AlreadyExists 409, ResourceExhausted
+// 429, Unavailable 503, DeadlineExceeded 504, Cancelled 499, else 500.
+int HttpStatusOf(absl::StatusCode code);
+// {"error": {"message", "type", "param", "code"}}; `code` may be empty (null).
+std::string ErrorJson(const std::string& message, const std::string& type, const std::string& param,
+                      const std::string& code);
+std::string ErrorJson(const absl::Status& status);
+
+// The parts of a response that do not change while it streams.
+struct ResponseHeader {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  std::string system_fingerprint;
+};
+
+struct UsageCounts {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_prompt_tokens = 0;
+};
+
+// "stop" / "length" from the final message's finish_reason.
+std::string FinishReasonName(ced::v1::FinishReason reason);
+
+// A whole (non-streamed) response.
+std::string CompletionJson(const ResponseHeader& header, const std::string& text,
+                           const std::string& finish_reason, const UsageCounts& usage);
+
+// One stream chunk: `text` as choices[0].text / choices[0].delta.content;
+// finish_reason "" = null. `role_only` (chat's first chunk): the delta is
+// {"role": "assistant", "content": ""}. `with_usage_null` adds "usage": null
+// (OpenAI's shape when include_usage is on).
+std::string ChunkJson(const ResponseHeader& header, const std::string& text,
+                      const std::string& finish_reason, bool role_only, bool with_usage_null);
+// The final usage chunk: "choices": [] and usage.
+std::string UsageChunkJson(const ResponseHeader& header, const UsageCounts& usage);
+
+// GET /v1/models.
+std::string ModelsJson(const std::string& model, int64_t created);
+
+}  // namespace ced::gateway::openai

@@ -1,0 +1,427 @@
+#include "services/gateway/openai/openai_server.h"
+
+#include <httplib.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/chat/chat_template.h"
+#include "services/common/grpc_util.h"
+#include "services/common/worker_util.h"
+#include "services/gateway/generate_call.h"
+#include "services/gateway/openai/http_sink.h"
+#include "services/gateway/openai/openai_protocol.h"
+#include "services/gateway/openai/openai_stream.h"
+
+namespace ced::gateway::openai {
+namespace {
+
+constexpr char kJson[] = "application/json";
+
+void SendError(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatusOf(status.code());
+  res.set_content(ErrorJson(status), kJson);
+}
+
+// cert (+ chain), key and an optional client CA into `ctx`.
+bool SetUpTls(const services::SecurityConfig& config, SSL_CTX& ctx) {
+  SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+  BIO* cert_bio = BIO_new_mem_buf(config.server_cert_pem.data(),
+                                  static_cast<int>(config.server_cert_pem.size()));
+  bool ok = false;
+  if (X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr)) {
+    ok = SSL_CTX_use_certificate(&ctx, cert) == 1;
+    X509_free(cert);
+    while (X509* extra = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr)) {
+      if (SSL_CTX_add_extra_chain_cert(&ctx, extra) != 1) X509_free(extra);  // owned on success
+    }
+  }
+  BIO_free(cert_bio);
+  BIO* key_bio =
+      BIO_new_mem_buf(config.server_key_pem.data(), static_cast<int>(config.server_key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  BIO_free(key_bio);
+  ok = ok && key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key) == 1 &&
+       SSL_CTX_check_private_key(&ctx) == 1;
+  EVP_PKEY_free(key);
+  if (ok && !config.client_ca_pem.empty()) {
+    X509_STORE* store = X509_STORE_new();
+    BIO* ca_bio =
+        BIO_new_mem_buf(config.client_ca_pem.data(), static_cast<int>(config.client_ca_pem.size()));
+    int added = 0;
+    while (X509* ca = PEM_read_bio_X509(ca_bio, nullptr, nullptr, nullptr)) {
+      added += X509_STORE_add_cert(store, ca) == 1;
+      X509_free(ca);
+    }
+    BIO_free(ca_bio);
+    SSL_CTX_set_cert_store(&ctx, store);  // owns it
+    SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    ok = added > 0;
+  }
+  ERR_clear_error();
+  return ok;
+}
+
+bool SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = address.substr(0, colon);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return absl::SimpleAtoi(address.substr(colon + 1), port) && *port >= 0 && *port < 65536;
+}
+
+}  // namespace
+
+class OpenAiServer::Impl {
+ public:
+  Impl(const OpenAiServerOptions& options, GatewayCore* core, std::function<bool()> serving)
+      : options_(options), core_(core), serving_(std::move(serving)) {}
+
+  absl::Status Start();
+  void StopAccepting() {
+    if (server_ != nullptr) server_->stop();
+  }
+  void Shutdown(absl::Duration drain);
+  const std::string& address() const { return address_; }
+
+ private:
+  // A request's call, registered while its connection serves it.
+  struct Live {
+    std::shared_ptr<GenerateCall> call;
+  };
+  void Route();
+  bool Authorized(const httplib::Request& req, httplib::Response& res) const;
+  void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  absl::Status PreparePrompt(OpenAiRequest* request) const;
+  uint64_t Register(std::shared_ptr<GenerateCall> call);
+  void Unregister(uint64_t key);
+
+  const OpenAiServerOptions options_;
+  GatewayCore* const core_;
+  const std::function<bool()> serving_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  ChatRenderOptions chat_options_;
+  std::string fingerprint_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listen_thread_;
+  std::string address_;
+
+  absl::Mutex mu_;
+  uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::shared_ptr<GenerateCall>> live_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+absl::Status OpenAiServer::Impl::Start() {
+  auto chat = LoadChatTemplate(options_.model_dir, options_.chat_template_file, &chat_options_);
+  if (!chat.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("chat template: ", chat.status().message()));
+  }
+  chat_template_ = *std::move(chat);
+  fingerprint_ = services::ModelFingerprint(core_->settings().model);
+  if (options_.security.tls_server()) {
+    const services::SecurityConfig security = options_.security;
+    auto tls = std::make_unique<httplib::SSLServer>(
+        [security](SSL_CTX& ctx) { return SetUpTls(security, ctx); });
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(
+          "http: the TLS certificate, key or client CA cannot be used");
+    }
+    server_ = std::move(tls);
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
+  const int threads = std::max(4, options_.threads);
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_tcp_nodelay(true);
+  server_->set_keep_alive_max_count(100000);
+  server_->set_keep_alive_timeout(30);
+  server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
+  server_->set_read_timeout(30, 0);
+  server_->set_write_timeout(30, 0);
+  Route();
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(options_.listen_address, &host, &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http: bad listen address '", options_.listen_address, "' (host:port)"));
+  }
+  if (host.find(':') != std::string::npos) server_->set_address_family(AF_INET6);
+  if (port == 0) {
+    port = server_->bind_to_any_port(host);
+    if (port <= 0) port = -1;
+  } else if (!server_->bind_to_port(host, port)) {
+    port = -1;
+  }
+  if (port < 0) {
+    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", options_.listen_address));
+  }
+  address_ = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                                 : absl::StrCat(host, ":", port);
+  listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return absl::OkStatus();
+}
+
+void OpenAiServer::Impl::Route() {
+  httplib::Server& s = *server_;
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ok = serving_ == nullptr || serving_();
+    res.status = ok ? 200 : 503;
+    res.set_content(ok ? R"({"status":"ok"})" : R"({"status":"no workers"})", kJson);
+  });
+  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    res.set_content(ModelsJson(core_->settings().model_name, 0), kJson);
+  });
+  s.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res)) return;
+    if (req.matches[1] != core_->settings().model_name) {
+      SendError(res, WithField(absl::NotFoundError(absl::StrCat("model: '", req.matches[1].str(),
+                                                                "' does not exist")),
+                               "model"));
+      return;
+    }
+    const std::string list = ModelsJson(core_->settings().model_name, 0);
+    const size_t open = list.find("[{") + 1;
+    res.set_content(list.substr(open, list.rfind("}]") + 1 - open), kJson);
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGenerate(Endpoint::kCompletions, req, res);
+  });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGenerate(Endpoint::kChat, req, res);
+  });
+  // Answers httplib produced itself (unknown path, body too large, a bad
+  // request line) get OpenAI's error shape too.
+  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message;
+    if (res.status == 413) {
+      message = absl::StrCat("request body larger than ", options_.max_request_bytes,
+                             " bytes (--max-request-bytes)");
+    } else if (res.status == 404) {
+      message = absl::StrCat("no such endpoint: ", req.method, " ", req.path);
+    } else {
+      message = absl::StrCat("HTTP status ", res.status, " for ", req.method, " ", req.path);
+    }
+    res.set_content(ErrorJson(message, "invalid_request_error", "", ""), kJson);
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    res.status = 500;
+    res.set_content(ErrorJson("internal error", "server_error", "", ""), kJson);
+  });
+}
+
+bool OpenAiServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) const {
+  const std::vector<std::string>& tokens = options_.security.bearer_tokens;
+  if (tokens.empty()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string bearer = "Bearer ";
+  if (header.size() > bearer.size() && absl::StartsWith(header, bearer) &&
+      services::TokenMatches(tokens, header.substr(bearer.size()))) {
+    return true;
+  }
+  SendError(res, absl::UnauthenticatedError(
+                     "missing or unknown bearer token (header Authorization: Bearer <token>)"));
+  return false;
+}
+
+uint64_t OpenAiServer::Impl::Register(std::shared_ptr<GenerateCall> call) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t key = next_key_++;
+  live_.emplace(key, std::move(call));
+  if (shut_down_) live_[key]->Cancel();
+  return key;
+}
+
+void OpenAiServer::Impl::Unregister(uint64_t key) {
+  absl::MutexLock lock(&mu_);
+  live_.erase(key);
+}
+
+void OpenAiServer::Impl::Shutdown(absl::Duration drain) {
+  StopAccepting();
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return live_.empty(); };
+    mu_.AwaitWithTimeout(absl::Condition(&idle), drain);
+    shut_down_ = true;
+    for (auto& [key, call] : live_) call->Cancel();
+  }
+  if (listen_thread_.joinable()) listen_thread_.join();  // joins the connection threads
+}
+
+absl::Status OpenAiServer::Impl::PreparePrompt(OpenAiRequest* request) const {
+  ced::v1::GenerateRequest& g = request->generate;
+  std::string text;
+  bool add_bos = g.add_bos();
+  if (request->endpoint == Endpoint::kChat) {
+    ChatRenderOptions options = chat_options_;
+    options.tools_json = request->tools_json;
+    auto rendered = chat_template_->Render(request->messages, options);
+    if (!rendered.ok()) {
+      return absl::InvalidArgumentError(std::string(rendered.status().message()));
+    }
+    text = *std::move(rendered);
+    add_bos = false;  // the template writes the BOS string when the model wants one
+  } else if (g.prompt_token_ids_size() > 0) {
+    text.clear();
+  } else {
+    text = g.prompt();
+  }
+  if (g.prompt_token_ids_size() == 0) {
+    if (text.empty() && !add_bos) {
+      return InvalidField(request->endpoint == Endpoint::kChat ? "messages" : "prompt",
+                          "renders to an empty prompt");
+    }
+    for (int id : core_->tokenizer().Encode(text, add_bos)) g.add_prompt_token_ids(id);
+    g.clear_prompt();
+  }
+  if (g.max_tokens() == 0) {
+    // OpenAI's defaults: 16 for completions, the rest of the context for chat.
+    const int room = core_->settings().limits.max_position - g.prompt_token_ids_size();
+    g.set_max_tokens(std::max(1, request->endpoint == Endpoint::kChat ? room : std::min(16, room)));
+  }
+  return absl::OkStatus();
+}
+
+void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
+                                        httplib::Response& res) {
+  const absl::Time received = absl::Now();
+  if (!Authorized(req, res)) return;
+  const GatewayMetrics& metrics = core_->metrics();
+  absl::StatusOr<OpenAiRequest> parsed = ParseRequest(endpoint, req.body);
+  if (parsed.ok() && parsed->model != core_->settings().model_name) {
+    parsed = WithField(absl::NotFoundError(absl::StrCat("model: '", parsed->model,
+                                                        "' does not exist; this gateway serves '",
+                                                        core_->settings().model_name, "'")),
+                       "model");
+  }
+  if (parsed.ok()) {
+    if (absl::Status s = PreparePrompt(&*parsed); !s.ok()) parsed = s;
+  }
+  absl::StatusOr<ValidatedRequest> valid =
+      parsed.ok()
+          ? ValidateGenerateRequest(parsed->generate, core_->tokenizer(), core_->settings().limits)
+          : absl::StatusOr<ValidatedRequest>(parsed.status());
+  if (!valid.ok()) {
+    metrics.CountRequest(Api::kOpenAi, valid.status().code() == absl::StatusCode::kNotFound
+                                           ? "not_found"
+                                           : "invalid_argument");
+    SendError(res, valid.status());
+    return;
+  }
+  if (valid->request_id.empty()) valid->request_id = core_->NewRequestId();
+  ResponseHeader header;
+  header.endpoint = endpoint;
+  header.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", valid->request_id);
+  header.created = absl::ToUnixSeconds(received);
+  header.model = core_->settings().model_name;
+  header.system_fingerprint = fingerprint_;
+  const bool stream = parsed->stream;
+  auto builder = std::make_shared<ResponseBuilder>(
+      std::move(header), stream && (parsed->include_usage || options_.force_usage));
+
+  auto sink = std::make_shared<HttpSink>();
+  const auto deadline = absl::ToChronoTime(received + options_.request_timeout);
+  std::shared_ptr<GenerateCall> call;
+  const grpc::Status started =
+      StartGenerate(core_, Api::kOpenAi, *std::move(valid), sink, deadline, received, &call);
+  if (!started.ok()) {
+    SendError(res, FromGrpcStatus(started));
+    return;
+  }
+  const uint64_t key = Register(call);
+  const int fd = req.ssl != nullptr ? SSL_get_fd(req.ssl)
+                                    : FindConnectionSocket(req.local_addr, req.local_port,
+                                                           req.remote_addr, req.remote_port);
+  // The call ends by itself at its deadline; this bounds the wait for its close.
+  const absl::Time give_up = received + options_.request_timeout + absl::Seconds(10);
+  // Waits for the call's next messages; false once the client is gone (the
+  // call is then cancelled and left to end on its own).
+  auto next = [sink, call, fd, give_up](std::deque<ced::v1::GenerateResponse>* out) {
+    const HttpSink::Wake wake = sink->Take(fd, give_up, out);
+    if (wake == HttpSink::Wake::kReady) return true;
+    call->Cancel();
+    return false;
+  };
+
+  if (!stream) {
+    std::deque<ced::v1::GenerateResponse> messages;
+    bool connected = true;
+    while (connected && !sink->closed().has_value()) {
+      connected = next(&messages);
+      for (const auto& m : messages) builder->Add(m);
+      messages.clear();
+    }
+    Unregister(key);
+    const std::optional<grpc::Status> status = sink->closed();
+    if (!connected || !status.has_value()) return;  // nobody to answer
+    if (!status->ok()) {
+      SendError(res, FromGrpcStatus(*status));
+      return;
+    }
+    res.set_content(builder->Body(), kJson);
+    return;
+  }
+
+  // Streaming: errors before the first token are plain HTTP errors.
+  auto first = std::make_shared<std::deque<ced::v1::GenerateResponse>>();
+  while (first->empty() && !sink->closed().has_value()) {
+    if (!next(first.get())) {
+      Unregister(key);
+      return;
+    }
+  }
+  if (first->empty()) {
+    Unregister(key);
+    SendError(res, FromGrpcStatus(*sink->closed()));
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [builder, sink, call, first, next](size_t, httplib::DataSink& out) {
+        std::deque<ced::v1::GenerateResponse> messages;
+        messages.swap(*first);
+        if (messages.empty() && !sink->closed().has_value() && !next(&messages)) return false;
+        std::string events;
+        for (const auto& m : messages) builder->AppendEvents(m, &events);
+        const std::optional<grpc::Status> status = sink->closed();
+        if (status.has_value()) events += builder->End(*status);
+        if (!events.empty() && !out.write(events.data(), events.size())) {
+          call->Cancel();  // the client is unreachable
+          return false;
+        }
+        if (status.has_value()) out.done();
+        return true;
+      },
+      [this, key](bool) { Unregister(key); });
+}
+
+OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OpenAiServer::~OpenAiServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(
+    const OpenAiServerOptions& options, GatewayCore* core, std::function<bool()> serving) {
+  auto impl = std::make_unique<Impl>(options, core, std::move(serving));
+  if (absl::Status s = impl->Start(); !s.ok()) return s;
+  return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
+}
+
+const std::string& OpenAiServer::address() const { return impl_->address(); }
+void OpenAiServer::StopAccepting() { impl_->StopAccepting(); }
+void OpenAiServer::Shutdown(absl::Duration drain) { impl_->Shutdown(drain); }
+
+}  // namespace ced::gateway::openai

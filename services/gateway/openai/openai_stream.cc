@@ -1,0 +1,68 @@
+#include "services/gateway/openai/openai_stream.h"
+
+#include "services/common/grpc_util.h"
+
+namespace ced::gateway::openai {
+namespace {
+
+UsageCounts UsageOf(const ced::v1::GenerateResponse& final) {
+  UsageCounts u;
+  u.prompt_tokens = final.usage().prompt_tokens();
+  u.completion_tokens = final.usage().completion_tokens();
+  u.cached_prompt_tokens = final.usage().cached_prompt_tokens();
+  return u;
+}
+
+bool IsFinal(const ced::v1::GenerateResponse& m) {
+  return m.finish_reason() != ced::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) { return services::FromGrpc(status); }
+
+void ResponseBuilder::AppendEvent(const std::string& json, std::string* out) const {
+  out->append("data: ");
+  out->append(json);
+  out->append("\n\n");
+}
+
+void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std::string* out) {
+  if (finished_) return;
+  if (!opened_ && header_.endpoint == Endpoint::kChat) {
+    AppendEvent(ChunkJson(header_, "", "", /*role_only=*/true, include_usage_), out);
+  }
+  opened_ = true;
+  if (!IsFinal(message)) {
+    if (!message.text().empty()) {
+      AppendEvent(ChunkJson(header_, message.text(), "", false, include_usage_), out);
+    }
+    return;
+  }
+  finished_ = true;
+  AppendEvent(ChunkJson(header_, message.text(), FinishReasonName(message.finish_reason()), false,
+                        include_usage_),
+              out);
+  if (include_usage_) AppendEvent(UsageChunkJson(header_, UsageOf(message)), out);
+}
+
+std::string ResponseBuilder::End(const grpc::Status& status) const {
+  if (status.ok()) return "data: [DONE]\n\n";
+  return "data: " + ErrorJson(FromGrpcStatus(status)) + "\n\n";
+}
+
+void ResponseBuilder::Add(const ced::v1::GenerateResponse& message) {
+  if (finished_) return;
+  text_ += message.text();
+  if (IsFinal(message)) {
+    finished_ = true;
+    finish_reason_ = FinishReasonName(message.finish_reason());
+    usage_ = UsageOf(message);
+  }
+}
+
+std::string ResponseBuilder::Body() const {
+  return CompletionJson(header_, text_, finish_reason_, usage_);
+}
+
+}  // namespace ced::gateway::openai

@@ -1,0 +1,51 @@
+// Turns a GenerateCall's messages (ced.v1.GenerateResponse deltas, then the
+// final message) into an OpenAI response: server-sent events while it
+// streams, or one JSON body. No I/O; not thread-safe (one per response).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+
+#include "ced/v1/gateway.pb.h"
+#include "services/gateway/openai/openai_protocol.h"
+
+namespace ced::gateway::openai {
+
+class ResponseBuilder {
+ public:
+  // `include_usage`: a usage chunk ends the stream (and every chunk carries
+  // "usage": null, as OpenAI sends them).
+  ResponseBuilder(ResponseHeader header, bool include_usage)
+      : header_(std::move(header)), include_usage_(include_usage) {}
+
+  // Streaming: appends to *out the events for `message` ("data: {...}\n\n").
+  // Chat streams open with a role chunk. Deltas without text (a character
+  // still incomplete) give nothing; the final message gives the last text
+  // with finish_reason, then the usage chunk when asked for.
+  void AppendEvents(const ced::v1::GenerateResponse& message, std::string* out);
+  // Streaming: the end of the stream after the call closed with `status`:
+  // "data: [DONE]\n\n", or an error event when the call failed.
+  std::string End(const grpc::Status& status) const;
+
+  // Non-streaming: collects the text; Body() once the final message came.
+  void Add(const ced::v1::GenerateResponse& message);
+  bool finished() const { return finished_; }
+  std::string Body() const;
+
+ private:
+  void AppendEvent(const std::string& json, std::string* out) const;
+
+  const ResponseHeader header_;
+  const bool include_usage_;
+  bool opened_ = false;
+  bool finished_ = false;
+  std::string text_;  // non-streaming
+  std::string finish_reason_;
+  UsageCounts usage_;
+};
+
+// The status of a grpc::Status as absl's (for HttpStatusOf / ErrorJson).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace ced::gateway::openai

@@ -1,0 +1,206 @@
+// The OpenAI-compatible API on a real `ced cluster` (router, gateway,
+// prefill and decode workers as processes on loopback), driven by the
+// official `openai` npm client and by `curl -N`: the streamed text equals the
+// non-streamed text equals the gRPC API's text for the same request and seed.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/chat/chat_template.h"
+#include "nlohmann/json.hpp"
+#include "tests/common/missing_tool.h"
+#include "tests/e2e/cluster_fixture.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace ced::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string SourceDir() {
+  const char* dir = std::getenv("CED_SOURCE_DIR");
+  return dir != nullptr ? dir : CED_SOURCE_DIR_DEFAULT;
+}
+
+// Runs `command` through the shell; its stdout (exit status in *status).
+std::string Shell(const std::string& command, int* status) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  *status = pclose(pipe);
+  return out;
+}
+
+bool HaveCommand(const std::string& name) {
+  int status = 0;
+  Shell("command -v " + name + " >/dev/null 2>&1", &status);
+  return status == 0;
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The text of a gRPC Generate with the sampling the clients use.
+std::string GrpcText(const std::string& gateway, const std::string& prompt) {
+  ced::v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_tokens(12);
+  req.set_temperature(0.8f);
+  req.set_seed(42);
+  req.set_ignore_eos(true);
+  const GenResult r = Generate(gateway, req);
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.last.usage().completion_tokens(), 12);
+  return r.text;
+}
+
+class OpenAiClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_dir_ = new std::string(MakeModelDir("tiny"));
+    cluster_ = new LocalCluster(*model_dir_, {});
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    delete model_dir_;
+  }
+  std::string Http() {
+    const auto& gateway = cluster_->addresses().at("gateway");
+    auto it = gateway.find("http");
+    return it == gateway.end() ? "" : it->second;
+  }
+  static std::string Model() { return std::filesystem::path(*model_dir_).filename().string(); }
+  std::string Grpc() { return cluster_->gateway(); }
+
+  static std::string* model_dir_;
+  static LocalCluster* cluster_;
+};
+std::string* OpenAiClusterTest::model_dir_ = nullptr;
+LocalCluster* OpenAiClusterTest::cluster_ = nullptr;
+
+TEST_F(OpenAiClusterTest, OfficialOpenAiClientGetsTheGrpcText) {
+  const std::string modules = SourceDir() + "/tests/node/node_modules";
+  if (!HaveCommand("node")) CED_SKIP_OR_FAIL_WHEN_MISSING("node");
+  if (!std::ifstream(modules + "/openai/index.mjs")) {
+    CED_SKIP_OR_FAIL_WHEN_MISSING("the openai npm package (tests/node/node_modules)");
+  }
+  ASSERT_FALSE(Http().empty()) << "the cluster's gateway has no http= address";
+  int status = -1;
+  const std::string model = Model();
+  const std::string out =
+      Shell(absl::StrCat("node ", Quote(SourceDir() + "/tests/gateway_http/openai_client.mjs"), " ",
+                         Quote(modules), " ", Quote("http://" + Http() + "/v1"), " ", Quote(model)),
+            &status);
+  ASSERT_EQ(status, 0) << out;
+  const Json j = Json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+
+  const std::string expected = GrpcText(Grpc(), "The quick brown fox");
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(j["completion"]["text"], expected) << out;
+  EXPECT_EQ(j["completion"]["object"], "text_completion");
+  EXPECT_EQ(j["completion"]["finish_reason"], "length");
+  EXPECT_EQ(j["completion"]["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(j["completion_stream"]["text"], expected) << out;
+  EXPECT_EQ(j["completion_stream"]["usage"]["completion_tokens"], 12) << out;
+  const Json& reasons = j["completion_stream"]["finish_reasons"];
+  ASSERT_FALSE(reasons.empty());
+  for (size_t i = 0; i + 1 < reasons.size(); ++i) EXPECT_TRUE(reasons[i].is_null()) << out;
+  EXPECT_EQ(reasons.back(), "length");
+
+  // Chat: the model's (built-in) template renders the messages.
+  std::vector<ChatMessage> messages(2);
+  messages[0].role = "system";
+  messages[0].content = "Be brief.";
+  messages[1].role = "user";
+  messages[1].content = "Say hi";
+  ChatRenderOptions options;
+  auto chat_template = LoadChatTemplate(*model_dir_, "", &options);
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status();
+  auto rendered = (*chat_template)->Render(messages, options);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  const std::string chat_expected = GrpcText(Grpc(), *rendered);
+  EXPECT_EQ(j["chat"]["text"], chat_expected) << out;
+  EXPECT_EQ(j["chat"]["role"], "assistant");
+  EXPECT_EQ(j["chat"]["finish_reason"], "length");
+  EXPECT_EQ(j["chat_stream"]["text"], chat_expected) << out;
+  EXPECT_EQ(j["chat_stream"]["role"], "assistant");
+  EXPECT_EQ(j["chat_stream"]["finish_reasons"].back(), "length");
+
+  EXPECT_EQ(j["unknown_model"]["status"], 404) << out;
+  EXPECT_EQ(j["unknown_model"]["code"], "model_not_found") << out;
+  EXPECT_EQ(j["n_two"]["status"], 400) << out;
+  EXPECT_EQ(j["n_two"]["param"], "n") << out;
+  EXPECT_EQ(j["models"], Json::array({model})) << out;
+}
+
+TEST_F(OpenAiClusterTest, CurlStreamsServerSentEvents) {
+  if (!HaveCommand("curl")) CED_SKIP_OR_FAIL_WHEN_MISSING("curl");
+  ASSERT_FALSE(Http().empty());
+  const std::string body =
+      "{\"model\": \"" + Model() +
+      R"(", "prompt": "The quick brown fox", "max_tokens": 12, "temperature": 0.8,
+          "seed": 42, "ignore_eos": true, "stream": true,
+          "stream_options": {"include_usage": true}})";
+  int status = -1;
+  const std::string out =
+      Shell(absl::StrCat("curl -sSN --max-time 60 -X POST -H 'Content-Type: application/json' -d ",
+                         Quote(body), " http://", Http(), "/v1/completions"),
+            &status);
+  ASSERT_EQ(status, 0) << out;
+  ASSERT_TRUE(absl::EndsWith(out, "data: [DONE]\n\n")) << out;
+  std::string text;
+  int usage_chunks = 0;
+  for (absl::string_view event : absl::StrSplit(out, "\n\n", absl::SkipEmpty())) {
+    ASSERT_TRUE(absl::StartsWith(event, "data: ")) << out;
+    if (event == "data: [DONE]") continue;
+    const Json chunk = Json::parse(event.substr(6), nullptr, false);
+    ASSERT_FALSE(chunk.is_discarded()) << event;
+    if (chunk["choices"].empty()) {
+      ++usage_chunks;
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], 12);
+      continue;
+    }
+    text += chunk["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(usage_chunks, 1) << out;
+  EXPECT_EQ(text, GrpcText(Grpc(), "The quick brown fox"));
+
+  // The same request not streamed: one JSON body with the same text.
+  const std::string whole =
+      Shell(absl::StrCat(
+                "curl -sS --max-time 60 -X POST -H 'Content-Type: application/json' -d ",
+                Quote(absl::StrCat(R"({"model": ")", Model(), R"(", "prompt": "The quick brown fox",
+                                          "max_tokens": 12, "temperature": 0.8, "seed": 42,
+                                          "ignore_eos": true})")),
+                " http://", Http(), "/v1/completions"),
+            &status);
+  const Json j = Json::parse(whole, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << whole;
+  EXPECT_EQ(j["choices"][0]["text"], text);
+  // Errors keep OpenAI's shape through curl too.
+  const std::string error = Shell(
+      absl::StrCat("curl -sS -o - -w '\\n%{http_code}' -X POST -H 'Content-Type: application/json' "
+                   "-d '{\"model\": \"",
+                   Model(), "\", \"prompt\": \"x\", \"bogus\": 1}' http://", Http(),
+                   "/v1/completions"),
+      &status);
+  EXPECT_TRUE(absl::EndsWith(error, "\n400")) << error;
+  EXPECT_NE(error.find(R"("param":"bogus")"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace ced::testing

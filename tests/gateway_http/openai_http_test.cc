@@ -1,0 +1,509 @@
+// The gateway's OpenAI HTTP API in process, against a real router and the
+// fake worker services: response and SSE shapes, stop strings across chunks,
+// error shapes and statuses, and a client that hangs up cancelling its work.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "services/common/grpc_util.h"
+#include "services/gateway/gateway_server.h"
+#include "services/router/router_server.h"
+#include "tests/gateway/fake_workers.h"
+#include "tests/gateway/gateway_test_util.h"
+
+namespace ced::gateway {
+namespace {
+
+using ced::internal::FINISH_REASON_LENGTH;
+using ced::internal::FINISH_REASON_STOP;
+using Json = nlohmann::json;
+using testing::Chunk;
+using testing::FakeDecodeWorker;
+using testing::FakePrefillWorker;
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  Json json;  // body parsed (discarded when not JSON)
+};
+
+// The events of an SSE body: every event is "data: <payload>\n\n".
+struct Events {
+  std::vector<Json> chunks;
+  bool done = false;        // ended with data: [DONE]
+  bool well_formed = true;  // every event framed as above, nothing after [DONE]
+  std::string text;         // concatenated choices[0].text / delta.content
+};
+
+Events ParseEvents(const std::string& body) {
+  Events e;
+  if (!absl::EndsWith(body, "\n\n")) e.well_formed = false;
+  for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    if (e.done || !absl::StartsWith(event, "data: ")) {
+      e.well_formed = false;
+      continue;
+    }
+    const std::string payload(event.substr(6));
+    if (payload == "[DONE]") {
+      e.done = true;
+      continue;
+    }
+    Json j = Json::parse(payload, nullptr, false);
+    if (j.is_discarded()) {
+      e.well_formed = false;
+      continue;
+    }
+    if (j.contains("choices") && !j["choices"].empty()) {
+      const Json& c = j["choices"][0];
+      if (c.contains("text")) e.text += c["text"].get<std::string>();
+      if (c.contains("delta") && c["delta"].contains("content")) {
+        e.text += c["delta"]["content"].get<std::string>();
+      }
+    }
+    e.chunks.push_back(std::move(j));
+  }
+  return e;
+}
+
+bool WaitForMetric(GatewayServer* gateway, const std::string& line) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < give_up) {
+    if (gateway->MetricsText().find(line) != std::string::npos) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+class OpenAiHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(); }
+
+  void Start(std::function<void(GatewayServerOptions*)> tweak = nullptr, bool workers = true) {
+    router::RouterServerOptions ro;
+    ro.heartbeat_timeout = absl::Seconds(600);
+    auto router = router::RouterServer::Start(ro);
+    ASSERT_TRUE(router.ok()) << router.status();
+    router_ = std::move(*router);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&decode_);
+    builder.RegisterService(&prefill_);
+    workers_ = builder.BuildAndStart();
+    ASSERT_NE(workers_, nullptr);
+    const std::string address = absl::StrCat("127.0.0.1:", port);
+    if (workers) {
+      auto stub = ced::internal::Router::NewStub(services::MakeChannel(router_->grpc_address()));
+      ASSERT_TRUE(RegisterWorker(stub.get(), PrefillInfo(address)).ok());
+      ASSERT_TRUE(RegisterWorker(stub.get(), DecodeInfo(address)).ok());
+    }
+    GatewayServerOptions go = TestGatewayOptions(router_->grpc_address());
+    go.http_address = "127.0.0.1:0";
+    if (tweak) tweak(&go);
+    auto gateway = GatewayServer::Start(go);
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    gateway_ = std::move(*gateway);
+    ASSERT_FALSE(gateway_->http_address().empty());
+  }
+
+  void TearDown() override {
+    if (gateway_ != nullptr) gateway_->Shutdown();
+    if (workers_ != nullptr) workers_->Shutdown(std::chrono::system_clock::now());
+  }
+
+  void ScriptHello() {
+    decode_.SetScript({grpc::Status::OK,
+                       {Chunk(0, "He"), Chunk(2, "llo", FINISH_REASON_LENGTH)},
+                       /*hold_open=*/false});
+    prefill_.SetScript({'H', true, true, false, grpc::Status::OK});
+  }
+
+  std::unique_ptr<httplib::Client> Client() {
+    auto client = std::make_unique<httplib::Client>("http://" + gateway_->http_address());
+    client->set_read_timeout(20, 0);
+    return client;
+  }
+
+  Reply Post(const std::string& path, const std::string& body,
+             const httplib::Headers& headers = {}) {
+    Reply reply;
+    auto result = Client()->Post(path.c_str(), headers, body, "application/json");
+    if (!result) return reply;
+    reply.status = result->status;
+    reply.body = result->body;
+    reply.json = Json::parse(reply.body, nullptr, false);
+    return reply;
+  }
+
+  Reply Get(const std::string& path, const httplib::Headers& headers = {}) {
+    Reply reply;
+    auto result = Client()->Get(path.c_str(), headers);
+    if (!result) return reply;
+    reply.status = result->status;
+    reply.body = result->body;
+    reply.json = Json::parse(reply.body, nullptr, false);
+    return reply;
+  }
+
+  // A 4xx/5xx in OpenAI's shape; returns error.param (or "null").
+  static std::string ExpectError(const Reply& r, int status) {
+    EXPECT_EQ(r.status, status) << r.body;
+    EXPECT_TRUE(r.json.is_object() && r.json.contains("error")) << r.body;
+    if (!r.json.is_object() || !r.json.contains("error")) return "";
+    const Json& e = r.json["error"];
+    for (const char* key : {"message", "type", "param", "code"}) {
+      EXPECT_TRUE(e.contains(key)) << key << " missing: " << r.body;
+    }
+    EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << r.body;
+    return e["param"].is_string() ? e["param"].get<std::string>() : "null";
+  }
+
+  FakeDecodeWorker decode_;
+  FakePrefillWorker prefill_;
+  std::unique_ptr<grpc::Server> workers_;
+  std::unique_ptr<router::RouterServer> router_;
+  std::unique_ptr<GatewayServer> gateway_;
+};
+
+TEST_F(OpenAiHttpTest, CompletionWithoutStreaming) {
+  ScriptHello();
+  const Reply r = Post("/v1/completions",
+                       R"({"model": "test-model", "prompt": "hi", "max_tokens": 5, "seed": 7,
+                           "temperature": 0.5, "top_p": 0.9, "user": "u1", "session_id": "s"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "text_completion");
+  EXPECT_TRUE(absl::StartsWith(r.json["id"].get<std::string>(), "cmpl-")) << r.body;
+  EXPECT_EQ(r.json["model"], "test-model");
+  ASSERT_EQ(r.json["choices"].size(), 1u);
+  EXPECT_EQ(r.json["choices"][0]["text"], "Hello");
+  EXPECT_EQ(r.json["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(r.json["usage"]["total_tokens"], 7);
+  // The request the decode worker got: the same fields as over gRPC.
+  const auto reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), 1u);
+  EXPECT_EQ(reserves[0].prompt_token_ids_size(), 2);
+  EXPECT_EQ(reserves[0].max_tokens(), 5);
+  EXPECT_EQ(reserves[0].sampling().seed(), 7u);
+  EXPECT_FLOAT_EQ(reserves[0].sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(reserves[0].sampling().top_p(), 0.9f);
+  const std::string metrics = gateway_->MetricsText();
+  for (const char* line : {"ced_gateway_requests_total{api=\"openai\",outcome=\"length\"} 1",
+                           "ced_gateway_generated_tokens_total{api=\"openai\"} 5",
+                           "ced_gateway_ttft_seconds_count{api=\"openai\"} 1",
+                           "ced_gateway_requests_total{api=\"grpc\",outcome=\"length\"} 0"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line;
+  }
+}
+
+TEST_F(OpenAiHttpTest, PromptAsTokenIdsAndDefaultMaxTokens) {
+  ScriptHello();
+  const Reply r = Post("/v1/completions", R"({"model": "test-model", "prompt": [72, 105, 33]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), 1u);
+  ASSERT_EQ(reserves[0].prompt_token_ids_size(), 3);
+  EXPECT_EQ(reserves[0].prompt_token_ids(2), 33);
+  EXPECT_EQ(reserves[0].max_tokens(), 16);  // OpenAI's default for completions
+}
+
+TEST_F(OpenAiHttpTest, StreamedCompletionIsServerSentEvents) {
+  ScriptHello();
+  const Reply r = Post("/v1/completions",
+                       R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                           "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Events e = ParseEvents(r.body);
+  EXPECT_TRUE(e.well_formed) << r.body;
+  EXPECT_TRUE(e.done) << r.body;
+  EXPECT_EQ(e.text, "Hello");
+  ASSERT_GE(e.chunks.size(), 3u) << r.body;
+  // finish_reason null until the last choice chunk; then the usage chunk.
+  for (size_t i = 0; i + 2 < e.chunks.size(); ++i) {
+    EXPECT_TRUE(e.chunks[i]["choices"][0]["finish_reason"].is_null()) << r.body;
+    EXPECT_TRUE(e.chunks[i]["usage"].is_null()) << r.body;
+  }
+  const Json& last = e.chunks[e.chunks.size() - 2];
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  const Json& usage = e.chunks.back();
+  EXPECT_TRUE(usage["choices"].empty()) << r.body;
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 2);
+  for (const Json& c : e.chunks) EXPECT_EQ(c["id"], e.chunks[0]["id"]);
+}
+
+TEST_F(OpenAiHttpTest, StreamWithoutIncludeUsageHasNoUsageChunk) {
+  ScriptHello();
+  const Reply r =
+      Post("/v1/completions",
+           R"({"model": "test-model", "prompt": "hi", "max_tokens": 5, "stream": true})");
+  const Events e = ParseEvents(r.body);
+  ASSERT_TRUE(e.done) << r.body;
+  ASSERT_FALSE(e.chunks.empty());
+  for (const Json& c : e.chunks) {
+    EXPECT_FALSE(c.contains("usage")) << r.body;
+    EXPECT_EQ(c["choices"].size(), 1u);
+  }
+  EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(OpenAiHttpTest, ForcedUsage) {
+  TearDown();
+  Start([](GatewayServerOptions* o) { o->http_force_usage = true; });
+  ScriptHello();
+  const Reply r =
+      Post("/v1/completions",
+           R"({"model": "test-model", "prompt": "hi", "max_tokens": 5, "stream": true})");
+  const Events e = ParseEvents(r.body);
+  ASSERT_TRUE(e.done) << r.body;
+  EXPECT_TRUE(e.chunks.back()["choices"].empty()) << r.body;
+  EXPECT_EQ(e.chunks.back()["usage"]["total_tokens"], 7) << r.body;
+}
+
+TEST_F(OpenAiHttpTest, StreamedChat) {
+  ScriptHello();
+  const Reply r = Post("/v1/chat/completions",
+                       R"({"model": "test-model", "max_completion_tokens": 5, "stream": true,
+                           "messages": [{"role": "system", "content": "Be brief."},
+                                        {"role": "user", "content": [{"type": "text", "text": "hi"}]}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Events e = ParseEvents(r.body);
+  EXPECT_TRUE(e.well_formed && e.done) << r.body;
+  ASSERT_GE(e.chunks.size(), 2u);
+  EXPECT_EQ(e.chunks[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(e.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(e.text, "Hello");
+  EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "length");
+  // The prompt is the rendered template, tokenized.
+  const auto reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), 1u);
+  std::string prompt;
+  for (int id : reserves[0].prompt_token_ids()) prompt += static_cast<char>(id);
+  EXPECT_NE(prompt.find("Be brief."), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("hi"), std::string::npos) << prompt;
+  EXPECT_EQ(reserves[0].max_tokens(), 5);
+}
+
+TEST_F(OpenAiHttpTest, ChatWithoutStreaming) {
+  ScriptHello();
+  const Reply r = Post("/v1/chat/completions",
+                       R"({"model": "test-model", "max_tokens": 5,
+                           "messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "chat.completion");
+  EXPECT_EQ(r.json["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r.json["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(r.json["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(OpenAiHttpTest, StopStringsNeverLeakAcrossChunks) {
+  // "lo w" spans three worker chunks; nothing of it may reach the client.
+  decode_.SetScript({grpc::Status::OK,
+                     {Chunk(0, "Hel"), Chunk(3, "l"), Chunk(4, "o"), Chunk(5, " w"),
+                      Chunk(7, "orld", FINISH_REASON_LENGTH)},
+                     false});
+  prefill_.SetScript({std::nullopt, true, true, false, grpc::Status::OK});
+  for (const char* stop : {R"("lo w")", R"(["xyz", "lo w"])"}) {
+    const Reply r = Post("/v1/completions",
+                         absl::StrCat(R"({"model": "test-model", "prompt": "hi", "max_tokens": 11,
+                                          "stream": true, "stop": )",
+                                      stop, "}"));
+    const Events e = ParseEvents(r.body);
+    ASSERT_TRUE(e.done) << r.body;
+    EXPECT_EQ(e.text, "Hel") << r.body;
+    EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "stop") << r.body;
+    const Reply whole =
+        Post("/v1/completions", absl::StrCat(R"({"model": "test-model", "prompt": "hi",
+                                              "max_tokens": 11, "stop": )",
+                                             stop, "}"));
+    EXPECT_EQ(whole.json["choices"][0]["text"], "Hel") << whole.body;
+    EXPECT_EQ(whole.json["choices"][0]["finish_reason"], "stop") << whole.body;
+  }
+}
+
+TEST_F(OpenAiHttpTest, BadRequestsNameTheField) {
+  struct Case {
+    std::string body, param;
+  };
+  const std::vector<Case> cases = {
+      {R"({"model": "test-model", "prompt": "hi",)", "body"},
+      {R"([1, 2])", "body"},
+      {R"({"model": "test-model", "prompt": "hi", "max_tokens": "5"})", "max_tokens"},
+      {R"({"model": "test-model", "prompt": "hi", "max_tokens": 2.5})", "max_tokens"},
+      {R"({"model": "test-model", "prompt": "hi", "frobnicate": 1})", "frobnicate"},
+      {R"({"model": "test-model", "prompt": "hi", "n": 2})", "n"},
+      {R"({"model": "test-model", "prompt": "hi", "stop": 3})", "stop"},
+      {R"({"model": "test-model", "prompt": "hi", "stop": ["a", 4]})", "stop[1]"},
+      {R"({"model": "test-model", "prompt": "hi", "temperature": -1})", "temperature"},
+      {R"({"model": "test-model", "prompt": "hi", "stream": "yes"})", "stream"},
+      {R"({"model": "test-model", "prompt": "hi", "stream_options": {"include_usage": true}})",
+       "stream_options"},
+      {R"({"model": "test-model", "prompt": "hi", "replay_on": "left"})", "replay_on"},
+      {R"({"model": "test-model", "prompt": "hi", "ignore_eos": 1})", "ignore_eos"},
+      {R"({"model": "test-model", "prompt": "hi", "presence_penalty": 0.5})", "presence_penalty"},
+      {R"({"model": "test-model", "prompt": [1, 999999]})", "prompt_token_ids[1]"},
+      {R"({"model": "test-model", "prompt": ["a", "b"]})", "prompt"},
+      {R"({"model": "test-model", "prompt": "hi", "max_tokens": 100000})", "max_tokens"},
+      {R"({"prompt": "hi"})", "model"},
+      {R"({"model": "test-model"})", "prompt"},
+      {"{\"model\": \"test-model\", \"prompt\": \"\xff\"}", "body"},
+  };
+  for (const Case& c : cases) {
+    const Reply r = Post("/v1/completions", c.body);
+    EXPECT_EQ(ExpectError(r, 400), c.param) << c.body << " -> " << r.body;
+    EXPECT_EQ(r.json["error"]["type"], "invalid_request_error") << r.body;
+  }
+  const std::vector<Case> chat = {
+      {R"({"model": "test-model", "messages": "hi"})", "messages"},
+      {R"({"model": "test-model", "messages": [{"role": "robot", "content": "x"}]})",
+       "messages[0].role"},
+      {R"({"model": "test-model", "messages": [{"role": "user", "content": "x", "mood": 1}]})",
+       "messages[0].mood"},
+      {R"({"model": "test-model", "messages": [{"role": "user", "content": "x"}], "prompt": "p"})",
+       "prompt"},
+  };
+  for (const Case& c : chat) {
+    const Reply r = Post("/v1/chat/completions", c.body);
+    EXPECT_EQ(ExpectError(r, 400), c.param) << c.body << " -> " << r.body;
+  }
+  EXPECT_TRUE(decode_.reserves().empty());
+  EXPECT_NE(gateway_->MetricsText().find(absl::StrCat(
+                "ced_gateway_requests_total{api=\"openai\",outcome=\"invalid_argument\"} ",
+                cases.size() + chat.size())),
+            std::string::npos);
+}
+
+TEST_F(OpenAiHttpTest, UnknownModelIs404AndUnknownPathToo) {
+  const Reply r = Post("/v1/completions", R"({"model": "gpt-4", "prompt": "hi"})");
+  EXPECT_EQ(ExpectError(r, 404), "model");
+  EXPECT_EQ(r.json["error"]["code"], "model_not_found");
+  ExpectError(Post("/v1/embeddings", R"({"model": "test-model", "input": "hi"})"), 404);
+}
+
+TEST_F(OpenAiHttpTest, OversizedBodyIs413) {
+  TearDown();
+  Start([](GatewayServerOptions* o) { o->max_request_bytes = 2048; });
+  const std::string prompt(4096, 'a');
+  ExpectError(Post("/v1/completions",
+                   absl::StrCat(R"({"model": "test-model", "prompt": ")", prompt, R"("})")),
+              413);
+}
+
+TEST_F(OpenAiHttpTest, AdmissionRefusalIs429) {
+  TearDown();
+  Start([](GatewayServerOptions* o) { o->max_inflight = 1; });
+  decode_.SetScript({grpc::Status::OK, {Chunk(0, "H")}, /*hold_open=*/true});
+  prefill_.SetScript({std::nullopt, true, true, false, grpc::Status::OK});
+  std::thread first([&] {
+    Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "max_tokens": 5})");
+  });
+  ASSERT_TRUE(decode_.WaitForStreams(1, absl::Seconds(10)));
+  const Reply r = Post("/v1/completions", R"({"model": "test-model", "prompt": "hi"})");
+  ExpectError(r, 429);
+  EXPECT_EQ(r.json["error"]["type"], "rate_limit_error");
+  gateway_->Shutdown();  // cancels the held request
+  first.join();
+}
+
+TEST_F(OpenAiHttpTest, NoWorkersIs503) {
+  TearDown();
+  Start(nullptr, /*workers=*/false);
+  const Reply r = Post("/v1/completions", R"({"model": "test-model", "prompt": "hi"})");
+  ExpectError(r, 503);
+  const Reply s =
+      Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "stream": true})");
+  ExpectError(s, 503);  // before the first token: a plain HTTP error, not an event
+  EXPECT_EQ(Get("/health").status, 503);
+}
+
+TEST_F(OpenAiHttpTest, BearerTokens) {
+  TearDown();
+  Start([](GatewayServerOptions* o) {
+    services::SecurityConfig security;
+    security.bearer_tokens = {"sesame"};
+    o->http_security = security;
+  });
+  ScriptHello();
+  const std::string body = R"({"model": "test-model", "prompt": "hi", "max_tokens": 5})";
+  const Reply none = Post("/v1/completions", body);
+  ExpectError(none, 401);
+  EXPECT_EQ(none.json["error"]["code"], "invalid_api_key");
+  ExpectError(Post("/v1/completions", body, {{"Authorization", "Bearer wrong"}}), 401);
+  ExpectError(Get("/v1/models"), 401);
+  EXPECT_EQ(Post("/v1/completions", body, {{"Authorization", "Bearer sesame"}}).status, 200);
+  EXPECT_EQ(Get("/v1/models", {{"Authorization", "Bearer sesame"}}).status, 200);
+  EXPECT_TRUE(decode_.reserves().size() == 1u);
+}
+
+TEST_F(OpenAiHttpTest, ModelsAndHealth) {
+  const Reply models = Get("/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(models.json["object"], "list");
+  ASSERT_EQ(models.json["data"].size(), 1u);
+  EXPECT_EQ(models.json["data"][0]["id"], "test-model");
+  EXPECT_EQ(Get("/v1/models/test-model").json["id"], "test-model");
+  ExpectError(Get("/v1/models/other"), 404);
+  ASSERT_TRUE(WaitForHealth(gateway_->grpc_address(), true, absl::Seconds(10)));
+  EXPECT_EQ(Get("/health").status, 200);
+}
+
+// Streams the request and hangs up after the first event; returns what came.
+std::string StreamAndHangUp(const std::string& address, const std::string& body) {
+  httplib::Client client("http://" + address);
+  client.set_read_timeout(20, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  std::string got;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    got.append(data, n);
+    return got.find("\n\n") == std::string::npos;  // false: abort the transfer
+  };
+  client.send(req);
+  return got;
+}
+
+TEST_F(OpenAiHttpTest, ClientThatHangsUpCancelsBothWorkers) {
+  decode_.SetScript({grpc::Status::OK, {Chunk(0, "Hi")}, /*hold_open=*/true});
+  prefill_.SetScript({std::nullopt, true, true, /*hold_open=*/true, grpc::Status::OK});
+  const std::string got =
+      StreamAndHangUp(gateway_->http_address(),
+                      R"({"model": "test-model", "prompt": "hi", "max_tokens": 50, "stream": true,
+          "request_id": "hang-1"})");
+  EXPECT_NE(got.find("\"text\":\"Hi\""), std::string::npos) << got;
+  EXPECT_TRUE(decode_.WaitForCancel("hang-1", absl::Seconds(10)));
+  EXPECT_TRUE(prefill_.WaitForCancel("hang-1", absl::Seconds(10)));
+  EXPECT_TRUE(decode_.WaitForCancelledStreams(1, absl::Seconds(10)));
+}
+
+TEST_F(OpenAiHttpTest, NonStreamingClientThatGivesUpCancels) {
+  decode_.SetScript({grpc::Status::OK, {Chunk(0, "Hi")}, /*hold_open=*/true});
+  prefill_.SetScript({std::nullopt, true, true, false, grpc::Status::OK});
+  httplib::Client client("http://" + gateway_->http_address());
+  client.set_read_timeout(0, 300000);  // gives up after 0.3 s: closes the connection
+  auto result = client.Post("/v1/completions",
+                            R"({"model": "test-model", "prompt": "hi", "max_tokens": 50,
+                                "request_id": "gone-1"})",
+                            "application/json");
+  EXPECT_FALSE(result);
+  EXPECT_TRUE(decode_.WaitForCancel("gone-1", absl::Seconds(10)));
+  EXPECT_TRUE(WaitForMetric(gateway_.get(),
+                            "ced_gateway_requests_total{api=\"openai\",outcome=\"cancelled\"} 1"));
+}
+
+}  // namespace
+}  // namespace ced::gateway

@@ -1,0 +1,113 @@
+// OpenAI request parsing and response JSON, without a server.
+#include "services/gateway/openai/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+#include "services/gateway/openai/openai_stream.h"
+
+namespace ced::gateway::openai {
+namespace {
+
+using Json = nlohmann::json;
+
+TEST(OpenAiProtocolTest, CompletionFieldsMapOntoTheGrpcRequest) {
+  auto r = ParseRequest(Endpoint::kCompletions, R"({
+      "model": "m", "prompt": "hello", "max_tokens": 9, "temperature": 0.7, "top_p": 0.5,
+      "seed": -1, "stop": ["a", "bc"], "n": 1, "user": "x", "stream": true,
+      "stream_options": {"include_usage": true}, "ignore_eos": true, "replay_on": "decode",
+      "replay_mode": "exact", "top_k": 5, "stop_token_ids": [7], "session_id": "s1",
+      "presence_penalty": 0, "logprobs": null, "echo": false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, "m");
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  const ced::v1::GenerateRequest& g = r->generate;
+  EXPECT_EQ(g.prompt(), "hello");
+  EXPECT_EQ(g.max_tokens(), 9);
+  EXPECT_FLOAT_EQ(g.temperature(), 0.7f);
+  EXPECT_FLOAT_EQ(g.top_p(), 0.5f);
+  EXPECT_EQ(g.seed(), ~uint64_t{0});
+  ASSERT_EQ(g.stop_size(), 2);
+  EXPECT_EQ(g.stop(1), "bc");
+  EXPECT_TRUE(g.ignore_eos());
+  EXPECT_EQ(g.replay_on(), ced::v1::REPLAY_ON_DECODE);
+  EXPECT_EQ(g.replay_mode(), ced::v1::REPLAY_MODE_EXACT);
+  EXPECT_EQ(g.top_k(), 5);
+  EXPECT_EQ(g.stop_token_ids(0), 7);
+}
+
+TEST(OpenAiProtocolTest, PromptForms) {
+  auto ids = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": [[1, 2, 3]]})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->generate.prompt_token_ids_size(), 3);
+  auto big = ParseRequest(Endpoint::kCompletions,
+                          R"({"model": "m", "prompt": "x", "seed": 18446744073709551615})");
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->generate.seed(), ~uint64_t{0});
+  auto one =
+      ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": ["x"], "stop": "s"})");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->generate.prompt(), "x");
+  EXPECT_EQ(one->generate.stop(0), "s");
+}
+
+TEST(OpenAiProtocolTest, ChatMessagesAndMaxCompletionTokens) {
+  auto r = ParseRequest(Endpoint::kChat, R"({"model": "m", "max_completion_tokens": 4,
+      "messages": [{"role": "user", "content": "hi"},
+                   {"role": "assistant", "content": null,
+                    "tool_calls": [{"id": "c1", "type": "function",
+                                    "function": {"name": "f", "arguments": "{}"}}]},
+                   {"role": "tool", "tool_call_id": "c1", "content": "42"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.max_tokens(), 4);
+  ASSERT_EQ(r->messages.size(), 3u);
+  EXPECT_TRUE(r->messages[1].content_is_null);
+  EXPECT_EQ(r->messages[1].tool_calls[0].name, "f");
+  EXPECT_EQ(r->messages[2].tool_call_id, "c1");
+  EXPECT_FALSE(r->messages[2].content_is_null);
+}
+
+TEST(OpenAiProtocolTest, ErrorsNameTheField) {
+  auto bad = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 3})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(FieldOf(bad.status()), "n");
+  EXPECT_EQ(HttpStatusOf(bad.status().code()), 400);
+  const Json e = Json::parse(ErrorJson(bad.status()));
+  EXPECT_EQ(e["error"]["param"], "n");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("n = 1"), std::string::npos);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnauthenticated), 401);
+}
+
+TEST(OpenAiProtocolTest, ChatStreamEventsOpenWithTheRoleAndEndWithDone) {
+  ResponseHeader h;
+  h.endpoint = Endpoint::kChat;
+  h.id = "chatcmpl-1";
+  h.model = "m";
+  ResponseBuilder b(h, /*include_usage=*/false);
+  std::string events;
+  ced::v1::GenerateResponse delta;
+  delta.set_text("Hi");
+  b.AppendEvents(delta, &events);
+  ced::v1::GenerateResponse final;
+  final.set_finish_reason(ced::v1::FINISH_REASON_STOP);
+  final.mutable_usage()->set_completion_tokens(2);
+  b.AppendEvents(final, &events);
+  events += b.End(grpc::Status::OK);
+  EXPECT_EQ(events.find("data: {"), 0u);
+  const size_t n = events.size();
+  EXPECT_EQ(events.substr(n - 14), "data: [DONE]\n\n");
+  const Json first = Json::parse(events.substr(6, events.find("\n\n") - 6));
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_NE(events.find(R"("finish_reason":"stop")"), std::string::npos);
+  const std::string error = b.End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone"));
+  EXPECT_NE(error.find(R"("error":)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ced::gateway::openai
