@@ -87,7 +87,9 @@ class LoadRunner::GrpcCall final : public LoadRunner::Call,
                                    public grpc::ClientReadReactor<ced::v1::GenerateResponse> {
  public:
   GrpcCall(LoadRunner* owner, const PlannedRequest& planned)
-      : owner_(owner), request_(MakeGenerateRequest(planned, owner->options_)) {
+      : owner_(owner),
+        channel_(owner->channel_),
+        request_(MakeGenerateRequest(planned, owner->options_)) {
     record_.index = planned.index;
     record_.prompt_tokens = planned.prompt_tokens;
     record_.max_tokens = planned.output_tokens;
@@ -132,12 +134,20 @@ class LoadRunner::GrpcCall final : public LoadRunner::Call,
   void OnDone(const grpc::Status& status) override {
     record_.end_s = owner_->Now();
     record_.outcome = status.ok() ? finish_ : OutcomeName(status.error_code());
-    owner_->Finished(this, std::move(record_));
+    // The runner may be destroyed as soon as Finished() reports the last
+    // call: free this call (its context) first, and touch nothing after.
+    LoadRunner* owner = owner_;
+    Call* key = this;
+    RequestRecord record = std::move(record_);
     delete this;
+    owner->Finished(key, std::move(record));
   }
 
  private:
   LoadRunner* const owner_;
+  // Declared before the context: the channel outlives the call's context
+  // even when the runner (and its reference) is gone.
+  const std::shared_ptr<grpc::Channel> channel_;
   grpc::ClientContext context_;
   const ced::v1::GenerateRequest request_;
   ced::v1::GenerateResponse response_;

@@ -99,8 +99,12 @@ class LoadRunner::HttpCall final : public LoadRunner::Call {
   void Start() override {
     std::thread([this] {
       Run();
-      owner_->Finished(this, std::move(record_));
+      // Free this call first: the runner may go as soon as Finished() returns.
+      LoadRunner* owner = owner_;
+      Call* key = this;
+      RequestRecord record = std::move(record_);
       delete this;
+      owner->Finished(key, std::move(record));
     }).detach();
   }
   void Cancel() override { cancelled_.store(true); }
