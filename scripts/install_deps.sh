@@ -29,6 +29,9 @@ PACKAGES=(
   # verbatim; utf8proc gives NFC. Python's Jinja2 is the reference the chat
   # template engine is checked against (tests/chat).
   libonig-dev libutf8proc-dev python3-jinja2
+  # The shared KV tier (services/kv_store): hiredis to talk to Redis, and
+  # redis-server for `ced cluster --kv-store local` and the tier's tests.
+  libhiredis-dev redis-server
   # libFuzzer + ASan/UBSan runtimes for tests/fuzz (run_fuzzers.sh builds with clang++).
   clang libclang-rt-14-dev
 )

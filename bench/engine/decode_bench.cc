@@ -15,11 +15,14 @@ namespace ced::bench {
 namespace {
 
 // f32 weight bytes one decode step of `batch` sequences reads: every matmul
-// (incl. the LM head), the norms and one embedding row per sequence.
+// (incl. the LM head), the norms and one embedding row per sequence. On MoE
+// layers: the activated experts, plus the further routed experts the batch's
+// other tokens are expected to touch (engine/accounting).
 double WeightBytesPerStep(const ModelConfig& c, int batch) {
   const Accounting a = ComputeAccounting(c);
   const double norms = (2.0 * c.num_layers + 2) * c.hidden_size;
-  return 4.0 * (static_cast<double>(a.params_per_generated_token) + norms +
+  const double experts = NumMoeLayers(c, 0, c.num_layers) * MoeExtraParamsReadPerLayer(c, batch);
+  return 4.0 * (static_cast<double>(a.params_per_generated_token) + experts + norms +
                 static_cast<double>(batch) * c.hidden_size);
 }
 

@@ -45,6 +45,10 @@ struct Flags {
   std::string replay_presets = "small,tiny";
   std::string replay_lengths = "64,128,256,512,1024,2048";
   int replay_steps = 64;
+  std::string resume_presets = "tiny,small";
+  std::string resume_lengths = "256,1024,4096";
+  std::string resume_cached = "0.25,0.5,1";
+  int resume_steps = 64;
   int seed = 0;
   std::string scratch_dir;
   std::string compare_blas_core = "none";
@@ -120,13 +124,22 @@ absl::Status Validate(const Flags& f) {
       {"prompt_tokens", f.prompt_tokens}, {"chunk_tokens", f.chunk_tokens},
       {"prefill_reps", f.prefill_reps},   {"decode_context", f.decode_context},
       {"decode_steps", f.decode_steps},   {"decode_reps", f.decode_reps},
-      {"bandwidth_mib", f.bandwidth_mib}, {"replay_steps", f.replay_steps}};
+      {"bandwidth_mib", f.bandwidth_mib}, {"replay_steps", f.replay_steps},
+      {"resume_steps", f.resume_steps}};
   for (const auto& [name, value] : positive) {
     if (value <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " must be positive"));
     }
   }
   if (f.fma_seconds <= 0) return absl::InvalidArgumentError("--fma_seconds must be positive");
+  for (absl::string_view part : absl::StrSplit(f.resume_cached, ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || !(v > 0 && v <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resume_cached: '", part, "' is not a fraction in (0, 1]"));
+    }
+  }
+  RETURN_IF_ERROR(ParseInts("resume_lengths", f.resume_lengths).status());
   if (f.peers != "auto" && f.peers != "on" && f.peers != "off") {
     return absl::InvalidArgumentError("--peers must be auto, on or off");
   }
@@ -175,9 +188,9 @@ absl::Status Run(const Flags& f, const std::string& command) {
   const std::vector<std::string> section_list = absl::StrSplit(f.sections, ',', absl::SkipEmpty());
   const std::set<std::string> sections(section_list.begin(), section_list.end());
   for (const std::string& s : sections) {
-    if (s != "prefill" && s != "decode" && s != "replay") {
+    if (s != "prefill" && s != "decode" && s != "replay" && s != "resume") {
       return absl::InvalidArgumentError(
-          absl::StrCat("--sections: unknown section '", s, "' (prefill, decode, replay)"));
+          absl::StrCat("--sections: unknown section '", s, "' (prefill, decode, replay, resume)"));
     }
   }
   std::string scratch = f.scratch_dir;
@@ -253,6 +266,31 @@ absl::Status Run(const Flags& f, const std::string& command) {
       }
       ASSIGN_OR_RETURN(auto rows, RunReplayError(ro, std::string(preset), w));
       report.replay.insert(report.replay.end(), rows.begin(), rows.end());
+    }
+  }
+  if (sections.count("resume")) {
+    ResumeErrorOptions ro;
+    ASSIGN_OR_RETURN(ro.lengths, ParseInts("resume_lengths", f.resume_lengths));
+    ro.cached_fractions.clear();
+    for (absl::string_view part : absl::StrSplit(f.resume_cached, ',', absl::SkipEmpty())) {
+      double v = 0;
+      if (!absl::SimpleAtod(part, &v) || !(v > 0 && v <= 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--resume_cached: '", part, "' is not a fraction in (0, 1]"));
+      }
+      ro.cached_fractions.push_back(v);
+    }
+    if (ro.cached_fractions.empty()) return absl::InvalidArgumentError("--resume_cached is empty");
+    ro.steps = f.resume_steps;
+    for (absl::string_view preset : absl::StrSplit(f.resume_presets, ',', absl::SkipEmpty())) {
+      std::shared_ptr<const ModelWeights> w = preset == "small" ? ced : nullptr;
+      if (w == nullptr) {
+        ASSIGN_OR_RETURN(w, LoadPreset(scratch, std::string(preset), f.seed));
+      }
+      ASSIGN_OR_RETURN(auto rows, RunResumeError(ro, std::string(preset), w));
+      report.resume.insert(report.resume.end(), rows.begin(), rows.end());
+      ASSIGN_OR_RETURN(auto at_rest, RunAtRest(std::string(preset), w));
+      report.at_rest.insert(report.at_rest.end(), at_rest.begin(), at_rest.end());
     }
   }
   if (f.variants == "all" && (report.has_prefill || report.has_decode)) {
@@ -343,7 +381,9 @@ int main(int argc, char** argv) {
   }
   ced::bench::FlagSet flags;
   flags.Bool("quick", &f.quick, "fewer repetitions and replay lengths (about half the time)");
-  flags.String("sections", &f.sections, "comma list of: prefill, decode, replay");
+  flags.String("sections", &f.sections,
+               "comma list of: prefill, decode, replay, resume (resume: prefix-cache resume "
+               "error, run only when named)");
   flags.Int("prompt_tokens", &f.prompt_tokens, "prefill prompt length");
   flags.Int("chunk_tokens", &f.chunk_tokens, "prefill chunk size");
   flags.Int("prefill_reps", &f.prefill_reps, "prefill repetitions per variant");
@@ -356,6 +396,12 @@ int main(int argc, char** argv) {
   flags.String("replay_presets", &f.replay_presets, "models for the replay-error sweep");
   flags.String("replay_lengths", &f.replay_lengths, "prompt lengths of the replay sweep");
   flags.Int("replay_steps", &f.replay_steps, "greedy steps K compared per length");
+  flags.String("resume_presets", &f.resume_presets,
+               "models for the resume-error sweep (section resume, not in the default set)");
+  flags.String("resume_lengths", &f.resume_lengths, "prompt lengths N of the resume sweep");
+  flags.String("resume_cached", &f.resume_cached,
+               "cached prefixes P as fractions of N - 1 (rounded down to full blocks)");
+  flags.Int("resume_steps", &f.resume_steps, "greedy steps K compared per (N, P)");
   flags.Int("seed", &f.seed, "synthetic weights seed");
   flags.String("scratch_dir", &f.scratch_dir,
                "where models are written (kept and reused); default: a temporary directory");
@@ -387,7 +433,9 @@ int main(int argc, char** argv) {
                                 "  2. decode tokens/s vs the measured memory-bandwidth "
                                 "roofline,\n"
                                 "  3. prefill GFLOP/s vs the measured FMA peak,\n"
-                                "  4. bounded-replay error against the full forward.\n"
+                                "  4. bounded-replay error against the full forward,\n"
+                                "  8. (--sections=resume) prefix-cache resume error against a "
+                                "fresh prefill.\n"
                                 "Run from the repository root; threads follow "
                                 "OMP_NUM_THREADS (default: all cores).")
                           .c_str());

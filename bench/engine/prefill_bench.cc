@@ -49,12 +49,13 @@ void Account(const ModelConfig& c, int n, int replay_start, PrefillVariant* v) {
   const int replayed = c.IsDecoderOnly() ? 0 : n - replay_start;
   v->replay_tokens = replayed;
   v->matmul_flops = MatmulFlops(PrefillMatmulParams(a, n, replayed));
+  // By layer range: window-only layers (source -1) attend no global keys.
   if (c.IsDecoderOnly()) {
-    v->attention_flops = AttentionFlopsForPositions(c, 0, n, c.num_layers);
+    v->attention_flops = AttentionFlopsForLayers(c, 0, n, 0, c.num_layers);
   } else {
-    v->attention_flops =
-        AttentionFlopsForPositions(c, 0, n, c.num_encoder_layers) +
-        AttentionFlopsForPositions(c, replay_start, n, c.num_layers - c.num_encoder_layers);
+    v->attention_flops = AttentionFlopsForLayers(c, 0, n, 0, c.num_encoder_layers) +
+                         AttentionFlopsForLayers(c, replay_start, n, c.num_encoder_layers,
+                                                 c.num_layers);
   }
 }
 

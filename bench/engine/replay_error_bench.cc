@@ -23,14 +23,6 @@ std::vector<double> LogSoftmax(const float* logits, int n) {
   return out;
 }
 
-// KL(p || q) for logits p (reference) and q.
-double Kl(const float* p_logits, const float* q_logits, int n) {
-  const std::vector<double> lp = LogSoftmax(p_logits, n), lq = LogSoftmax(q_logits, n);
-  double kl = 0;
-  for (int i = 0; i < n; ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-  return std::max(0.0, kl);
-}
-
 // Prefill + `steps` steps. With `forced` empty, greedy (argmax fed back);
 // otherwise step k+1 is fed forced[k]. Returns the logits of every step.
 absl::StatusOr<std::vector<std::vector<float>>> Run(Engine& engine,
@@ -55,6 +47,13 @@ absl::StatusOr<std::vector<std::vector<float>>> Run(Engine& engine,
 }
 
 }  // namespace
+
+double LogitKl(const float* p_logits, const float* q_logits, int n) {
+  const std::vector<double> lp = LogSoftmax(p_logits, n), lq = LogSoftmax(q_logits, n);
+  double kl = 0;
+  for (int i = 0; i < n; ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return std::max(0.0, kl);
+}
 
 absl::StatusOr<std::vector<ReplayErrorRow>> RunReplayError(
     const ReplayErrorOptions& options, const std::string& preset,
@@ -92,14 +91,14 @@ absl::StatusOr<std::vector<ReplayErrorRow>> RunReplayError(
     for (int k = 0; k < K; ++k) {
       const float* ref = full.data() + static_cast<size_t>(n - 1 + k) * V;
       const int ref_top = Argmax(ref, V);
-      const double kl = Kl(ref, bounded[k].data(), V);
+      const double kl = LogitKl(ref, bounded[k].data(), V);
       if (k == 0) row.kl_first = kl;
       row.kl_mean += kl / K;
       row.kl_max = std::max(row.kl_max, kl);
       const bool same = Argmax(bounded[k].data(), V) == ref_top;
       agree += same;
       if (!same && row.first_divergence < 0) row.first_divergence = k;
-      row.exact_kl_max = std::max(row.exact_kl_max, Kl(ref, exact[k].data(), V));
+      row.exact_kl_max = std::max(row.exact_kl_max, LogitKl(ref, exact[k].data(), V));
       if (tokens[k] != ref_top && row.exact_first_divergence < 0) row.exact_first_divergence = k;
     }
     row.top1_agreement = static_cast<double>(agree) / K;

@@ -40,6 +40,10 @@ struct ReplayErrorRow {
   double full_forward_s = 0;  // time of the reference forward
 };
 
+// KL(p || q) in nats of the softmaxes of two logit vectors of length n
+// (computed in double; clamped at 0).
+double LogitKl(const float* p_logits, const float* q_logits, int n);
+
 // Runs every length on `weights` (lengths above max_position are skipped).
 absl::StatusOr<std::vector<ReplayErrorRow>> RunReplayError(
     const ReplayErrorOptions& options, const std::string& preset,

@@ -162,6 +162,7 @@ void AppendPrefillSummary(const Json& p, const std::string& blas_core, const std
 }
 
 void AppendSummary(const Json& d, std::string* md) {
+  if (!d.contains("prefill") && !d.contains("decode")) return;  // e.g. --sections=resume
   absl::StrAppend(md,
                   "## Summary\n\n\"CPU-normalized\" divides out contention: each figure and each "
                   "probe sample is divided by the CPU share it got (see below), which estimates "
@@ -341,6 +342,7 @@ std::string FormatMarkdown(const Json& d) {
   if (d.contains("decode")) AppendDecode(d["decode"], &md);
   if (d.contains("prefill")) AppendPeak(d, &md);
   if (d.contains("replay_error")) AppendReplay(d, &md);
+  if (d.contains("resume_error") || d.contains("kv_at_rest")) AppendResumeMarkdown(d, &md);
   if (d.contains("kernel_variants")) AppendVariants(d, &md);
   if (d.contains("peer_gemm")) {
     absl::StrAppend(&md, "## 6. The engine's GEMM against OpenBLAS and oneDNN\n\n",

@@ -14,6 +14,7 @@
 #include "bench/engine/machine.h"
 #include "bench/engine/prefill_bench.h"
 #include "bench/engine/replay_error_bench.h"
+#include "bench/engine/resume_error_bench.h"
 #include "engine/model/config.h"
 #include "nlohmann/json.hpp"
 
@@ -37,6 +38,8 @@ struct BenchReport {
   PrefillReport prefill;
   DecodeReport decode;
   std::vector<ReplayErrorRow> replay;
+  std::vector<ResumeErrorRow> resume;  // section "resume" (report_resume.cc)
+  std::vector<AtRestRow> at_rest;      // section "resume" too
   // Prefill rerun in a child process with another OpenBLAS kernel set: the
   // child's JSON document; null when not run.
   std::string alt_blas_core;
@@ -58,6 +61,11 @@ std::string BlasIsa(const std::string& blas_core);
 std::string KernelIsa();
 
 nlohmann::ordered_json BuildJson(const BenchReport& report);
+// The "resume_error" rows and their markdown section (report_resume.cc).
+nlohmann::ordered_json ResumeErrorJson(const std::vector<ResumeErrorRow>& rows);
+nlohmann::ordered_json AtRestJson(const std::vector<AtRestRow>& rows);
+// `doc`: the whole report (reads "resume_error" and "kv_at_rest").
+void AppendResumeMarkdown(const nlohmann::ordered_json& doc, std::string* md);
 std::string FormatMarkdown(const nlohmann::ordered_json& doc);
 
 }  // namespace ced::bench

@@ -193,11 +193,13 @@ Json BuildJson(const BenchReport& report) {
                                  {"exact_first_divergence", row.exact_first_divergence},
                                  {"full_forward_s", row.full_forward_s}});
   }
+  if (!report.resume.empty()) j["resume_error"] = ResumeErrorJson(report.resume);
+  if (!report.at_rest.empty()) j["kv_at_rest"] = AtRestJson(report.at_rest);
   // Every variant's prefill and decode, this run's first.
   Json own = {{"isa", KernelIsa()}};
   if (j.contains("prefill")) own["prefill"] = j["prefill"];
   if (j.contains("decode")) own["decode"] = j["decode"];
-  j["kernel_variants"].push_back(own);
+  if (report.has_prefill || report.has_decode) j["kernel_variants"].push_back(own);
   for (const Json& child : report.variant_reports) {
     Json v = {{"isa", child["machine"].value("kernel_isa", "")}};
     if (child.contains("prefill")) v["prefill"] = child["prefill"];

@@ -1,5 +1,6 @@
 #include "bench/loadgen/flags.h"
 
+#include <fstream>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -123,6 +124,14 @@ absl::StatusOr<std::vector<Target>> ParseTargets(const std::string& text) {
     out.push_back(std::move(t));
   }
   return out;
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat(path, ": cannot write"));
+  return absl::OkStatus();
 }
 
 }  // namespace ced::loadgen

@@ -49,4 +49,7 @@ struct Target {
 // "gateway"); an error naming --target on an empty item or duplicate label.
 absl::StatusOr<std::vector<Target>> ParseTargets(const std::string& text);
 
+// Writes `text` to `path`; an error naming the path.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
+
 }  // namespace ced::loadgen

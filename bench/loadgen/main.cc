@@ -5,10 +5,10 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/loadgen/agent_cli.h"
 #include "bench/loadgen/flags.h"
 #include "bench/loadgen/progress.h"
 #include "bench/loadgen/report.h"
@@ -36,6 +36,8 @@ struct Args {
   std::string api = "grpc";
   std::string json_out, md_out;
   bool json_requests = false;
+  std::string workload = "poisson";
+  AgentArgs agent;
 };
 
 absl::StatusOr<ced::v1::ReplayOn> ParseReplayOn(const std::string& s) {
@@ -45,14 +47,6 @@ absl::StatusOr<ced::v1::ReplayOn> ParseReplayOn(const std::string& s) {
   if (s == "auto") return ced::v1::REPLAY_ON_AUTO;
   return absl::InvalidArgumentError(
       absl::StrCat("--replay-on: expected prefill, decode or auto, got '", s, "'"));
-}
-
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat(path, ": cannot write"));
-  return absl::OkStatus();
 }
 
 // One run of `workload` against `target` at one load.
@@ -85,7 +79,27 @@ absl::StatusOr<RunSummary> RunOne(const Target& target, const ced::v1::ModelInfo
   return s;
 }
 
+absl::Status MainAgent(const Args& a) {
+  AgentCommon c;
+  c.target = a.target;
+  c.seed = a.seed;
+  c.timeout_s = a.timeout_s;
+  c.temperature = a.temperature;
+  ASSIGN_OR_RETURN(c.replay_on, ParseReplayOn(a.replay_on));
+  c.api = a.api;
+  c.json_out = a.json_out;
+  c.md_out = a.md_out;
+  c.json_requests = a.json_requests;
+  c.interrupt = &g_interrupt;
+  return RunAgentWorkload(a.agent, c);
+}
+
 absl::Status Main(const Args& a) {
+  if (a.workload == "agent") return MainAgent(a);
+  if (a.workload != "poisson") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workload: expected poisson or agent, got '", a.workload, "'"));
+  }
   ASSIGN_OR_RETURN(std::vector<Target> targets, ParseTargets(a.target));
   ASSIGN_OR_RETURN(std::vector<double> rates, ParseDoubleList("rate", a.rate));
   std::vector<double> concurrencies;
@@ -160,9 +174,9 @@ absl::Status Main(const Args& a) {
   if (a.md_out.empty()) {
     std::printf("%s", md.c_str());
   } else {
-    RETURN_IF_ERROR(WriteFile(a.md_out, md));
+    RETURN_IF_ERROR(WriteTextFile(a.md_out, md));
   }
-  if (!a.json_out.empty()) RETURN_IF_ERROR(WriteFile(a.json_out, ReportJson(ctx, runs)));
+  if (!a.json_out.empty()) RETURN_IF_ERROR(WriteTextFile(a.json_out, ReportJson(ctx, runs)));
   if (g_interrupt.load()) return absl::CancelledError("interrupted; partial results written");
   return absl::OkStatus();
 }
@@ -207,6 +221,11 @@ int main(int argc, char** argv) {
   f.String("json-out", &a.json_out, "write the JSON report here");
   f.String("md-out", &a.md_out, "write the markdown table here instead of stdout");
   f.Bool("json-requests", &a.json_requests, "include every request's record in the JSON");
+  f.String("workload", &a.workload,
+           "poisson (independent requests, --rate / --concurrency) or agent (sessions of turns, "
+           "each resending the conversation: the agent flags below; --rate, --concurrency, "
+           "--duration-s, --num-requests and the length flags are then unused)");
+  AddAgentFlags(&f, &a.agent);
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "ced-loadgen: %s (see --help)\n", std::string(s.message()).c_str());
     return 2;

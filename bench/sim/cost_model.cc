@@ -47,9 +47,10 @@ CostModel::CostModel(const Options& options)
                       KvBytesReadPerDecodeStep(c, kv_format_, w);
     kv_read_local_ = at_one - kv_read_global_;
   }
-  // AttentionFlopsPerLayer(ctx) = 4HD * (ctx + min(W, ctx)), for every layer.
+  // AttentionFlopsPerLayer(ctx) = 4HD * (ctx + min(W, ctx)), global keys
+  // for every layer but the window-only ones (source -1), local for all.
   const double per_key = AttentionFlopsPerLayer(c, 1) / (w > 0 ? 2.0 : 1.0);
-  attn_flops_global_ = per_key * c.num_layers;
+  attn_flops_global_ = per_key * NumGlobalReadingLayers(c, 0, c.num_layers);
   attn_flops_local_ = w > 0 ? per_key * c.num_layers : 0;
 }
 
@@ -64,20 +65,23 @@ Work CostModel::PrefillWork(int64_t prompt, bool replay_here) const {
   Work work;
   if (decoder_only()) {
     const int64_t params = PrefillMatmulParams(a, prompt, 0);
-    work.flops = MatmulFlops(params) + AttentionFlopsForPositions(c, 0, prompt, c.num_layers);
-    work.bytes = static_cast<double>(a.params_per_prompt_token + a.lm_head_params) *
+    work.flops = MatmulFlops(params) + AttentionFlopsForLayers(c, 0, prompt, 0, c.num_layers);
+    work.bytes = (static_cast<double>(a.params_per_prompt_token + a.lm_head_params) +
+                  NumMoeLayers(c, 0, c.num_layers) * MoeExtraParamsReadPerLayer(c, prompt)) *
                  bytes_per_param_;
   } else {
     const int64_t r = replay_here ? ReplayedTokens(prompt) : 0;
     const int64_t params = replay_here ? PrefillMatmulParams(a, prompt, r)
                                        : prompt * a.params_per_prompt_token;
-    work.flops = MatmulFlops(params) +
-                 AttentionFlopsForPositions(c, 0, prompt, c.num_encoder_layers) +
-                 AttentionFlopsForPositions(c, prompt - r, prompt,
-                                            c.num_layers - c.num_encoder_layers);
+    const int e = c.num_encoder_layers;
+    work.flops = MatmulFlops(params) + AttentionFlopsForLayers(c, 0, prompt, 0, e) +
+                 AttentionFlopsForLayers(c, prompt - r, prompt, e, c.num_layers);
     const int64_t touched =
         a.params_per_prompt_token + (replay_here ? a.params_per_replayed_token + a.lm_head_params : 0);
-    work.bytes = static_cast<double>(touched) * bytes_per_param_;
+    // MoE: the prompt's tokens touch more routed experts than one token's k.
+    const double experts = NumMoeLayers(c, 0, e) * MoeExtraParamsReadPerLayer(c, prompt) +
+                           NumMoeLayers(c, e, c.num_layers) * MoeExtraParamsReadPerLayer(c, r);
+    work.bytes = (static_cast<double>(touched) + experts) * bytes_per_param_;
   }
   work.bytes += static_cast<double>(prompt) * kv_bytes_per_token_;  // K/V written
   return work;
@@ -90,15 +94,20 @@ Work CostModel::DecodeReplayWork(int64_t prompt) const {
   const int64_t r = ReplayedTokens(prompt);
   const int decoder_layers = c.num_layers - c.num_encoder_layers;
   work.flops = MatmulFlops(r * accounting_.params_per_replayed_token + accounting_.lm_head_params) +
-               AttentionFlopsForPositions(c, prompt - r, prompt, decoder_layers);
+               AttentionFlopsForLayers(c, prompt - r, prompt, c.num_encoder_layers, c.num_layers);
   // The decoder layers read the prompt's global K/V once (flash-style).
   work.bytes = KvBytesReadPerDecodeStep(c, kv_format_, prompt) * decoder_layers /
                c.num_layers;
   return work;
 }
 
-Work CostModel::DecodeStepBaseWork() const {
-  return Work{0, static_cast<double>(accounting_.params_per_generated_token) *
+Work CostModel::DecodeStepBaseWork(int64_t batch, int64_t replayed) const {
+  const ModelConfig& c = options_.config;
+  const int e = c.IsDecoderOnly() ? c.num_layers : c.num_encoder_layers;
+  const double experts =
+      NumMoeLayers(c, 0, e) * MoeExtraParamsReadPerLayer(c, batch) +
+      NumMoeLayers(c, e, c.num_layers) * MoeExtraParamsReadPerLayer(c, batch + replayed);
+  return Work{0, (static_cast<double>(accounting_.params_per_generated_token) + experts) *
                      bytes_per_param_};
 }
 

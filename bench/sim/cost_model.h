@@ -64,8 +64,13 @@ class CostModel {
   // layers over the last R positions and the LM head; weights are counted
   // by the decode step it rides in.
   Work DecodeReplayWork(int64_t prompt) const;
-  // One decode step's fixed part: the full weights read once.
-  Work DecodeStepBaseWork() const;
+  // One decode step's fixed part: the weights read once. On MoE layers
+  // (DESIGN.md §1.7) a step of `batch` sequences reads the shared experts,
+  // the router and the routed experts its tokens are expected to touch
+  // (engine/accounting ExpectedExpertsTouched): k of them at batch 1; in
+  // the decoder layers also those of the `replayed` positions of the replays
+  // riding in the step.
+  Work DecodeStepBaseWork(int64_t batch = 1, int64_t replayed = 0) const;
   // One sequence's part of a decode step at `context` tokens (including the
   // new one): matmuls, attention and K/V reads.
   Work DecodeSequenceWork(int64_t context) const;

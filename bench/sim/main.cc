@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/sim/agent_sim_cli.h"
 #include "bench/sim/flags.h"
 #include "bench/sim/planner.h"
 #include "bench/sim/report.h"
@@ -25,6 +26,7 @@ struct Args {
   int instances = 6, prefill_instances = 3, total_gpus = 0;
   int prefill_gpus = 4, decode_gpus = 4;
   std::string gpu = "h100", device_profile, requests_out;
+  double bytes_per_param = 0;  // 0: the device's (bf16 on the GPU kinds)
   bool start_lag = false, colocated = false;
   double link_gbps = 50, heartbeat_ms = 50;
   int block_size = 16, max_batch = 256;
@@ -35,6 +37,8 @@ struct Args {
   double tpot_ms = 25, ttft_factor = 5, ttft_ms = 0, target = 0.9;
   bool plan = false, info = false, naive_router = false, summary_line = false;
   int bisection_steps = 7;
+  std::string workload = "poisson";
+  AgentSimArgs agent;
 };
 
 absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
@@ -51,6 +55,10 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
   } else {
     ASSIGN_OR_RETURN(o.gpu, LoadDeviceProfile(a.device_profile));
   }
+  if (a.bytes_per_param < 0) {
+    return absl::InvalidArgumentError("--bytes-per-param must be positive (0 = the device's)");
+  }
+  if (a.bytes_per_param > 0) o.gpu.bytes_per_param = a.bytes_per_param;
   if (a.replay_on == "prefill") {
     o.replay_on = router::ReplayOnChoice::kPrefill;
   } else if (a.replay_on == "decode") {
@@ -105,6 +113,8 @@ absl::Status Main(int argc, char** argv) {
   f.Int("prefill-gpus", &a.prefill_gpus, "tensor-parallel GPUs per prefill instance");
   f.Int("decode-gpus", &a.decode_gpus, "tensor-parallel GPUs per decode instance");
   f.String("gpu", &a.gpu, "GPU kind: h100 | h200");
+  f.Double("bytes-per-param", &a.bytes_per_param,
+           "weight bytes per parameter (1 = fp8 weights); 0 = the device's (2 on the GPUs)");
   f.String("device-profile", &a.device_profile,
            "measured device profile file (ced-sim-calibrate) instead of --gpu");
   f.Double("link-gbps", &a.link_gbps, "K/V link per prefill instance, GB/s");
@@ -141,6 +151,10 @@ absl::Status Main(int argc, char** argv) {
            "output_tokens, ttft_s, tpot_s, prefill_s, completed) here");
   f.Bool("summary-line", &a.summary_line,
          "simulation mode: also print the summary as one line of full-precision figures");
+  f.String("workload", &a.workload,
+           "simulation mode: poisson (independent requests at --rate) or agent (sessions of "
+           "turns, each resending the conversation, with prefix caches: the agent flags)");
+  AddAgentSimFlags(&f, &a.agent);
   RETURN_IF_ERROR(f.Parse(argc, argv));
   if (f.help_requested()) {
     std::printf("%s", f.Help("Usage: ced-sim [--plan | --info] [flags]\n\n"
@@ -176,6 +190,11 @@ absl::Status Main(int argc, char** argv) {
   }
   if (o.decode_instances < 1) {
     return absl::InvalidArgumentError("--prefill-instances must be below --instances");
+  }
+  if (a.workload == "agent") return RunAgentSim(a.agent, o, a.seed);
+  if (a.workload != "poisson") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workload: expected poisson or agent, got '", a.workload, "'"));
   }
   ASSIGN_OR_RETURN(SimSummary s, RunSimulation(o));
   std::printf("%s", SummaryTable(s).c_str());

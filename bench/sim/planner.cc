@@ -46,7 +46,7 @@ absl::StatusOr<SplitResult> MaxRate(const SimOptions& options, double target, in
   const double room = cost->KvRoomBytes(WeightSet::kFull, options.decode_gpus);
   const double batch =
       std::max(1.0, std::min<double>(options.max_batch, room / (cost->kv_bytes_per_token() * (in + out))));
-  Work step = cost->DecodeStepBaseWork();
+  Work step = cost->DecodeStepBaseWork(static_cast<int64_t>(batch));
   step += cost->DecodeBatchWork(static_cast<int64_t>(batch),
                                 static_cast<int64_t>(batch * (in + out / 2)), 0);
   const double decode_rate =

@@ -93,6 +93,7 @@ struct DecodeInst {
   std::vector<int> first_pending;  // replays on decode: their first token this step
   bool busy = false;
   Work replay_work;  // replays on decode in the batch
+  int64_t replay_tokens = 0;  // ... and the positions they replay (MoE experts touched)
   Step step;
   double end_t = 0;  // the running step's end, when busy
   uint64_t end_seq = 0;
@@ -372,6 +373,7 @@ void Simulator::JoinBatch(DecodeInst& inst, int r) {
   ++inst.running;
   if (q.generated == 0) {
     inst.replay_work += cost_->DecodeReplayWork(q.spec.prompt_tokens);
+    inst.replay_tokens += cost_->ReplayedTokens(q.spec.prompt_tokens);
     inst.first_pending.push_back(r);
     return;
   }
@@ -423,7 +425,7 @@ void Simulator::StartDecodeStep(int d) {
     SetDecodeIdle(d);
     return;
   }
-  Work work = cost_->DecodeStepBaseWork();
+  Work work = cost_->DecodeStepBaseWork(inst.batch, inst.replay_tokens);
   work += inst.replay_work;
   work += cost_->DecodeBatchWork(inst.batch, inst.sum_context, inst.sum_local);
   const bool was_busy = inst.busy;
@@ -470,6 +472,7 @@ void Simulator::OnDecodeStepDone(int d) {
   }
   // Replays on decode made their first token.
   inst.replay_work = Work{};
+  inst.replay_tokens = 0;
   for (int r : inst.first_pending) {
     Req& q = reqs_[r];
     q.generated = 1;

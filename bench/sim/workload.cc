@@ -6,37 +6,26 @@
 #include "absl/strings/str_cat.h"
 
 namespace ced::sim {
-namespace {
+uint64_t TraceRng::Next() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 
-// splitmix64 stream: small, fast and portable.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in (0, 1).
-  double Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) * 0x1.0p-53; }
-  double Normal() {
-    const double u1 = Uniform(), u2 = Uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-  }
+double TraceRng::Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) * 0x1.0p-53; }
 
- private:
-  uint64_t state_;
-};
+double TraceRng::Normal() {
+  const double u1 = Uniform(), u2 = Uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
 
-int64_t LogNormal(Rng& rng, double mean, double cv) {
+int64_t LogNormalLength(TraceRng& rng, double mean, double cv) {
   if (cv <= 0) return std::max<int64_t>(1, std::llround(mean));
   const double sigma2 = std::log1p(cv * cv);
   const double mu = std::log(mean) - sigma2 / 2;
   return std::max<int64_t>(1, std::llround(std::exp(mu + std::sqrt(sigma2) * rng.Normal())));
 }
-
-}  // namespace
 
 absl::StatusOr<std::vector<RequestSpec>> MakeWorkload(const WorkloadOptions& o) {
   if (!(o.input_mean >= 1) || !(o.output_mean >= 1)) {
@@ -51,14 +40,14 @@ absl::StatusOr<std::vector<RequestSpec>> MakeWorkload(const WorkloadOptions& o) 
   int64_t n = o.num_requests;
   if (o.duration_s > 0) n = std::max<int64_t>(n, std::llround(std::ceil(o.rate * o.duration_s)));
   if (o.max_requests > 0) n = std::min<int64_t>(n, o.max_requests);
-  Rng rng(o.seed);
+  TraceRng rng(o.seed);
   std::vector<RequestSpec> requests(n);
   double t = 0;
   for (RequestSpec& r : requests) {
     t += -std::log(rng.Uniform()) / o.rate;
     r.arrival_s = t;
-    r.prompt_tokens = LogNormal(rng, o.input_mean, o.input_cv);
-    r.output_tokens = LogNormal(rng, o.output_mean, o.output_cv);
+    r.prompt_tokens = LogNormalLength(rng, o.input_mean, o.input_cv);
+    r.output_tokens = LogNormalLength(rng, o.output_mean, o.output_cv);
   }
   return requests;
 }

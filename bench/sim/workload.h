@@ -34,4 +34,21 @@ struct WorkloadOptions {
 // arrival order (the lower rate's trace may be longer). Lengths are rounded and clamped to >= 1.
 absl::StatusOr<std::vector<RequestSpec>> MakeWorkload(const WorkloadOptions& options);
 
+// The traces' random stream (splitmix64): small, fast, the same on every
+// platform. Shared with the agent trace (agent_workload.h).
+class TraceRng {
+ public:
+  explicit TraceRng(uint64_t seed) : state_(seed) {}
+  uint64_t Next();
+  double Uniform();  // in (0, 1)
+  double Normal();   // standard normal (Box-Muller)
+
+ private:
+  uint64_t state_;
+};
+
+// A lognormal length with this mean and coefficient of variation (cv 0:
+// the mean), rounded and clamped to >= 1.
+int64_t LogNormalLength(TraceRng& rng, double mean, double cv);
+
 }  // namespace ced::sim

@@ -51,6 +51,7 @@ DNS_IP = SUBNET + ".2"
 CLIENT_IP = SUBNET + ".3"
 PROMETHEUS_IMAGES = ("prom/prometheus", "quay.io/prometheus/prometheus")
 PROMETHEUS_UID = 65534  # the prom/prometheus image runs as nobody
+REDIS_IMAGES = ("redis:", "redis/", "docker.io/library/redis:")
 
 
 class Failure(Exception):
@@ -280,6 +281,15 @@ class Topology:
       svc.entrypoint = [binary]
       svc.command = spec.get("command", [])
       svc.uid = svc.gid = PROMETHEUS_UID
+    elif image.startswith(REDIS_IMAGES):
+      binary = shutil.which("redis-server")
+      if not binary:
+        raise Skip("redis-server is not installed (apt: redis-server)")
+      # The image's entrypoint runs the command ("redis-server ..."); here the
+      # host's redis-server does, in the work directory.
+      command = list(spec.get("command") or ["redis-server"])
+      svc.entrypoint = [binary]
+      svc.command = command[1:] if command and command[0] == "redis-server" else command
     else:
       raise Failure(f"service {svc.name}: no way to run image '{image}' without a container")
     if isinstance(svc.command, str):

@@ -16,6 +16,10 @@ bool OwnGlobalSource(const ModelConfig& c, int layer) {
   if (static_cast<int>(c.global_kv_source.size()) != c.num_layers) return true;
   return c.global_kv_source[layer] == layer;
 }
+bool ReadsGlobal(const ModelConfig& c, int layer) {
+  if (static_cast<int>(c.global_kv_source.size()) != c.num_layers) return true;
+  return c.global_kv_source[layer] >= 0;
+}
 
 int NumEncoderLayers(const ModelConfig& c) {
   return std::clamp(c.num_encoder_layers, 0, c.num_layers);
@@ -49,8 +53,42 @@ LayerMatmulParams ComputeLayerMatmulParams(const ModelConfig& c, int layer) {
   p.local_kv = c.sliding_window > 0 ? 2 * kv * d : 0;
   p.global_kv = OwnGlobalSource(c, layer) ? 2 * kv * d : 0;
   p.wo = d * q;
-  p.ffn = 3 * f * d;
+  if (c.IsMoeLayer(layer)) {
+    const MoeConfig& m = *c.moe;
+    const int64_t router = I64(m.num_routed_experts) * d;
+    const int64_t shared = 3 * I64(m.SharedWidth()) * d;
+    p.expert = 3 * I64(m.moe_intermediate_size) * d;
+    p.ffn = router + m.num_experts_per_tok * p.expert + shared;
+    p.ffn_held = router + m.num_routed_experts * p.expert + shared;
+  } else {
+    p.ffn = p.ffn_held = 3 * f * d;
+  }
   return p;
+}
+
+int NumMoeLayers(const ModelConfig& c, int l0, int l1) {
+  int n = 0;
+  for (int l = std::max(0, l0); l < std::min(l1, c.num_layers); ++l) n += c.IsMoeLayer(l);
+  return n;
+}
+
+double ExpectedExpertsTouched(const ModelConfig& c, int64_t tokens) {
+  if (!c.moe.has_value() || tokens <= 0) return 0;
+  const double n = c.moe->num_routed_experts, k = c.moe->num_experts_per_tok;
+  if (k >= n) return n;
+  return n * (1.0 - std::pow(1.0 - k / n, static_cast<double>(tokens)));
+}
+
+double MoeExtraParamsReadPerLayer(const ModelConfig& c, int64_t tokens) {
+  if (!c.moe.has_value() || tokens <= 0) return 0;
+  const double expert = 3.0 * c.moe->moe_intermediate_size * c.hidden_size;
+  return std::max(0.0, ExpectedExpertsTouched(c, tokens) - c.moe->num_experts_per_tok) * expert;
+}
+
+int NumGlobalReadingLayers(const ModelConfig& c, int l0, int l1) {
+  int n = 0;
+  for (int l = std::max(0, l0); l < std::min(l1, c.num_layers); ++l) n += ReadsGlobal(c, l);
+  return n;
 }
 
 int64_t GlobalKvBytesPerToken(const ModelConfig& c, KvFormat format) {
@@ -74,7 +112,7 @@ int64_t WeightSetParams(const ModelConfig& c, WeightSet set) {
   for (int l = 0; l < c.num_layers; ++l) {
     LayerMatmulParams m = ComputeLayerMatmulParams(c, l);
     if (full || l < e) {
-      params += m.total() + LayerNormParams(c);
+      params += m.held() + LayerNormParams(c);
     } else {
       params += m.global_kv;
     }
@@ -117,6 +155,12 @@ Accounting ComputeAccounting(const ModelConfig& c) {
     a.global_kv_bytes_per_token[i] = GlobalKvBytesPerToken(c, format);
     a.local_kv_bytes_per_sequence[i] = LocalKvBytesPerSequence(c, format);
   }
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerMatmulParams m = ComputeLayerMatmulParams(c, l);
+    const int64_t experts = c.IsMoeLayer(l) ? c.moe->num_routed_experts * m.expert : 0;
+    a.decode_expert_params += experts;
+    if (!ced || l < e) a.prefill_expert_params += experts;
+  }
   a.prefill_params = WeightSetParams(c, WeightSet::kEncoderOnly);
   a.prefill_replay_params = WeightSetParams(c, WeightSet::kEncoderReplay);
   a.decode_params = WeightSetParams(c, WeightSet::kFull);
@@ -146,11 +190,32 @@ double AttentionFlopsForPositions(const ModelConfig& c, int64_t begin, int64_t e
   return per_key * keys * num_layers;
 }
 
+double AttentionFlopsForLayers(const ModelConfig& c, int64_t begin, int64_t end, int l0,
+                               int l1) {
+  l0 = std::max(0, l0);
+  l1 = std::min(l1, c.num_layers);
+  begin = std::max<int64_t>(begin, 0);
+  if (end <= begin || l1 <= l0) return 0;
+  const int readers = NumGlobalReadingLayers(c, l0, l1);
+  // Every layer reads global keys: the uniform form, bit for bit.
+  if (readers == l1 - l0) return AttentionFlopsForPositions(c, begin, end, l1 - l0);
+  const double per_key = 4.0 * c.num_heads * c.head_dim;
+  const double global = static_cast<double>(begin + 1 + end) * (end - begin) / 2.0;
+  const double local =
+      c.sliding_window > 0 ? SumMinWindow(c.sliding_window, begin + 1, end) : 0.0;
+  return per_key * (global * readers + local * (l1 - l0));
+}
+
 double KvBytesReadPerDecodeStep(const ModelConfig& c, KvFormat format, int64_t context) {
   if (context <= 0) return 0;
   const double row = static_cast<double>(KvRowBytesOf(c, format));
   int64_t local = c.sliding_window > 0 ? std::min<int64_t>(c.sliding_window, context) : 0;
-  return 2.0 * row * c.num_layers * static_cast<double>(context + local);
+  const int readers = NumGlobalReadingLayers(c, 0, c.num_layers);
+  if (readers == c.num_layers) {
+    return 2.0 * row * c.num_layers * static_cast<double>(context + local);
+  }
+  return 2.0 * row *
+         (static_cast<double>(readers) * context + static_cast<double>(c.num_layers) * local);
 }
 
 std::string FormatParamCount(int64_t params) {
@@ -180,10 +245,36 @@ std::string FormatAccounting(const ModelConfig& c, const Accounting& a) {
                         c.num_layers, c.num_encoder_layers, ced ? "CED" : "decoder-only",
                         c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
                         c.vocab_size, c.sliding_window, c.replay_window);
-  out += "matmul parameters touched\n";
+  if (c.moe.has_value()) {
+    const MoeConfig& m = *c.moe;
+    absl::StrAppendFormat(
+        &out, "moe: %d routed (%d active) + %d shared experts, F_e=%d, %s%s x%g, layers %d..%d\n",
+        m.num_routed_experts, m.num_experts_per_tok, m.num_shared_experts,
+        m.moe_intermediate_size, MoeScoringName(m.scoring),
+        m.norm_topk_prob ? ", normalised gates" : "", m.routed_scaling_factor,
+        m.first_dense_layers, c.num_layers - 1);
+  }
+  if (static_cast<int>(c.global_kv_source.size()) == c.num_layers) {
+    std::string sources, window_only;
+    for (int l = 0; l < c.num_layers; ++l) {
+      if (c.global_kv_source[l] == l) absl::StrAppend(&sources, sources.empty() ? "" : " ", l);
+      if (c.global_kv_source[l] < 0) {
+        absl::StrAppend(&window_only, window_only.empty() ? "" : " ", l);
+      }
+    }
+    absl::StrAppendFormat(&out, "global K/V source layers: %s%s\n", sources,
+                          window_only.empty() ? "" : " (window-only: " + window_only + ")");
+  }
   auto row = [&out](const char* name, int64_t v) {
     absl::StrAppendFormat(&out, "  %-34s %10s\n", name, FormatParamCount(v));
   };
+  absl::StrAppendFormat(&out, "parameters in all: %s", FormatParamCount(a.decode_params));
+  if (a.decode_expert_params > 0) {
+    absl::StrAppendFormat(&out, " (routed experts %s)", FormatParamCount(a.decode_expert_params));
+  }
+  out += "\n";
+  out += c.moe.has_value() ? "matmul parameters touched (activated: k routed + shared + router)\n"
+                           : "matmul parameters touched\n";
   row("per prompt token", a.params_per_prompt_token);
   row(ced ? "  encoder layers" : "  all layers", a.encoder_params_per_prompt_token);
   if (ced) row("  decoder global K/V projections", a.decoder_kv_params_per_prompt_token);
@@ -192,14 +283,21 @@ std::string FormatAccounting(const ModelConfig& c, const Accounting& a) {
   row("per generated token", a.params_per_generated_token);
   absl::StrAppendFormat(&out, "  %-34s %10.3f\n", "prompt / generated",
                         a.prompt_to_generated_ratio);
-  out += "parameters held (all tensors)\n";
+  out += "parameters held (all tensors)          params   bf16 bytes    fp8 bytes\n";
+  auto held = [&out](const char* name, int64_t v, int64_t experts) {
+    absl::StrAppendFormat(&out, "  %-34s %10s %12s %12s", name, FormatParamCount(v),
+                          FormatBytes(2.0 * static_cast<double>(v)),
+                          FormatBytes(static_cast<double>(v)));
+    if (experts > 0) absl::StrAppendFormat(&out, "  (routed experts %s)", FormatParamCount(experts));
+    out += "\n";
+  };
   if (ced) {
-    row("prefill instance (encoder-only)", a.prefill_params);
-    row("prefill instance with replay", a.prefill_replay_params);
+    held("prefill instance (encoder-only)", a.prefill_params, a.prefill_expert_params);
+    held("prefill instance with replay", a.prefill_replay_params, a.decode_expert_params);
   } else {
-    row("prefill instance", a.prefill_params);
+    held("prefill instance", a.prefill_params, a.decode_expert_params);
   }
-  row("decode instance", a.decode_params);
+  held("decode instance", a.decode_params, a.decode_expert_params);
   out += "K/V cache           global/token   local/sequence\n";
   for (int i = 0; i < kernels::kNumKvFormats; ++i) {
     auto format = static_cast<KvFormat>(i);

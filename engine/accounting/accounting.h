@@ -22,14 +22,19 @@
 
 namespace ced {
 
-// Matmul parameters of one layer, by tensor group.
+// Matmul parameters of one layer, by tensor group. On an MoE layer (§1.7)
+// `ffn` counts what one token activates (router + k routed experts + the
+// shared experts) and `ffn_held` every expert the layer holds.
 struct LayerMatmulParams {
   int64_t wq = 0;
   int64_t local_kv = 0;   // local_k + local_v; 0 when W == 0
   int64_t global_kv = 0;  // global_k + global_v; 0 unless the layer is its own source
   int64_t wo = 0;
-  int64_t ffn = 0;  // w_gate + w_up + w_down
-  int64_t total() const { return wq + local_kv + global_kv + wo + ffn; }
+  int64_t ffn = 0;        // dense: w_gate + w_up + w_down; MoE: activated per token
+  int64_t ffn_held = 0;   // dense: == ffn; MoE: router + all routed + shared experts
+  int64_t expert = 0;     // one routed expert (3 F_e d); 0 on dense layers
+  int64_t total() const { return wq + local_kv + global_kv + wo + ffn; }  // activated
+  int64_t held() const { return wq + local_kv + global_kv + wo + ffn_held; }
 };
 LayerMatmulParams ComputeLayerMatmulParams(const ModelConfig& config, int layer);
 
@@ -56,10 +61,14 @@ struct Accounting {
   // Local K/V ring per sequence: W tokens × L layers × 2 rows (0 when W == 0).
   std::array<int64_t, kernels::kNumKvFormats> local_kv_bytes_per_sequence{};
 
-  // All parameters (embed, norms, every matrix) held by an instance.
+  // All parameters (embed, norms, every matrix, every expert) held by an
+  // instance; decode_params is the model's total.
   int64_t prefill_params = 0;         // WeightSet::kEncoderOnly
   int64_t prefill_replay_params = 0;  // WeightSet::kEncoderReplay (== decode_params)
   int64_t decode_params = 0;          // WeightSet::kFull
+  // Of those, routed-expert parameters (0 without MoE).
+  int64_t prefill_expert_params = 0;
+  int64_t decode_expert_params = 0;
 };
 
 Accounting ComputeAccounting(const ModelConfig& config);
@@ -72,6 +81,20 @@ int64_t LocalKvBytesPerSequence(const ModelConfig& config, KvFormat format);
 // at `bytes_per_param` (4 for f32, 2 for bf16, ...).
 int64_t WeightSetParams(const ModelConfig& config, WeightSet set);
 int64_t WeightSetBytes(const ModelConfig& config, WeightSet set, double bytes_per_param);
+
+// ---- Mixture of experts (§1.7) ----------------------------------------------
+
+// Layers in [l0, l1) whose FFN is MoE.
+int NumMoeLayers(const ModelConfig& config, int l0, int l1);
+// Expected distinct routed experts that `tokens` tokens touch in one MoE
+// layer when each picks k of n uniformly: n (1 - (1 - k/n)^tokens); k for
+// one token, 0 without MoE.
+double ExpectedExpertsTouched(const ModelConfig& config, int64_t tokens);
+// Routed-expert parameters one MoE layer reads from memory for a step over
+// `tokens` tokens beyond the k experts counted as activated:
+// (ExpectedExpertsTouched - k) * expert. Weight bytes of a step = (activated
+// params + NumMoeLayers x this) x bytes per param.
+double MoeExtraParamsReadPerLayer(const ModelConfig& config, int64_t tokens);
 
 // ---- FLOPs and bytes for the simulator's roofline model -------------------
 
@@ -87,7 +110,8 @@ int64_t PrefillMatmulParams(const Accounting& accounting, int64_t prompt_tokens,
 
 // Attention FLOPs of one query in one layer seeing `context` global keys
 // (including itself): QK and PV = 4·H·D·context, plus 4·H·D·min(W, context)
-// for the local branch.
+// for the local branch. (A layer with a global branch; see
+// AttentionFlopsForLayers for window-only layers.)
 double AttentionFlopsPerLayer(const ModelConfig& config, int64_t context);
 
 // Attention FLOPs of the queries at positions [begin, end) (query t sees
@@ -96,11 +120,17 @@ double AttentionFlopsPerLayer(const ModelConfig& config, int64_t context);
 // decoder-only prefill.
 double AttentionFlopsForPositions(const ModelConfig& config, int64_t begin, int64_t end,
                                   int num_layers);
+// The same through layers [l0, l1), counting no global keys for window-only
+// layers (global_kv_source = -1).
+double AttentionFlopsForLayers(const ModelConfig& config, int64_t begin, int64_t end, int l0,
+                               int l1);
+// Layers in [l0, l1) that attend global keys (global_kv_source != -1).
+int NumGlobalReadingLayers(const ModelConfig& config, int l0, int l1);
 
 // K/V bytes one sequence reads in one decode step at `context` tokens: every
-// layer reads the global K/V of its source layer (context tokens; shared
-// sources are read once per reading layer) and its local ring
-// (min(W, context) tokens).
+// layer with a global branch reads the global K/V of its source layer
+// (context tokens; shared sources are read once per reading layer) and every
+// layer its local ring (min(W, context) tokens).
 double KvBytesReadPerDecodeStep(const ModelConfig& config, KvFormat format, int64_t context);
 
 // ---- Printing -------------------------------------------------------------

@@ -65,6 +65,16 @@ class Backend {
                     double theta) = 0;
   // gate[i] = silu(gate[i]) * up[i].
   virtual void SiluMul(float* gate, const float* up, size_t count) = 0;
+  // out[i, :] = x[rows_host[i], :] for i < n; x [*, d], out [n, d] (no alias).
+  // The default is Embed (the same gather).
+  virtual void GatherRows(const float* x, int d, const int32_t* rows_host, int n, float* out) {
+    Embed(rows_host, n, x, d, out);
+  }
+  // Mixture-of-experts combine (DESIGN.md §1.7): for each row i < n of
+  // x [n, d], x[i] += Σ_{j<k}, in order of j, weights_host[i*k+j] *
+  // y[rows_host[i*k+j], :]. y holds the experts' outputs (must not alias x).
+  virtual void MoeCombine(float* x, int n, int d, int k, const float* y,
+                          const int32_t* rows_host, const float* weights_host) = 0;
   // Encodes n rows of row_elems floats (src row stride src_stride floats)
   // into the cache format at dst_rows_host[i].
   virtual void StoreRows(KvFormat format, const float* src, int n, int row_elems, size_t src_stride,

@@ -2,6 +2,7 @@
 
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -99,6 +100,8 @@ void PrefixCache::EvictLocked(int count) {
     lru_.pop_front();
     Entry& e = entries_[b];
     by_hash_.erase(e.hash);
+    if (evict_hook_) evict_hook_(b, e.hash);
+    LogEventLocked(e.hash, false);
     e = Entry();
     (void)allocator_->Free({b});
     ++evicted_total_;
@@ -131,6 +134,7 @@ void PrefixCache::Publish(int block, const BlockHash& hash) {
   e.hash = hash;
   by_hash_.emplace(hash, block);
   ++published_total_;
+  LogEventLocked(hash, true);
 }
 
 absl::Status PrefixCache::Release(absl::Span<const int> blocks) {
@@ -179,6 +183,37 @@ PrefixCacheStats PrefixCache::stats() const {
   s.evicted_total = evicted_total_;
   s.published_total = published_total_;
   return s;
+}
+
+void PrefixCache::LogEventLocked(const BlockHash& hash, bool published) {
+  ++event_seq_;
+  if (event_capacity_ == 0) return;
+  if (events_.size() == event_capacity_) events_.pop_front();
+  events_.push_back(PrefixCacheEvent{hash, published});
+}
+
+void PrefixCache::EnableEventLog(size_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  event_capacity_ = capacity;
+  while (events_.size() > capacity) events_.pop_front();
+}
+
+PrefixCacheEventLog PrefixCache::EventsSince(uint64_t from_seq, size_t max_events) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  PrefixCacheEventLog log;
+  log.end_seq = event_seq_;
+  const uint64_t first_held = event_seq_ - events_.size();
+  if (from_seq == 0 || from_seq < first_held || from_seq > event_seq_) {
+    log.published.reserve(by_hash_.size());
+    for (const auto& [hash, block] : by_hash_) log.published.push_back(hash);
+    return log;
+  }
+  log.complete = true;
+  const size_t begin = static_cast<size_t>(from_seq - first_held);
+  const size_t n = std::min(events_.size() - begin, max_events);
+  log.events.assign(events_.begin() + begin, events_.begin() + begin + n);
+  log.end_seq = from_seq + n;
+  return log;
 }
 
 }  // namespace ced

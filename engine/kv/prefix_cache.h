@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <string>
@@ -50,6 +52,24 @@ struct PrefixCacheStats {
   int64_t published_total = 0;
 };
 
+// Routing reports (DESIGN.md 1.6): a publish or an eviction of a block hash.
+struct PrefixCacheEvent {
+  BlockHash hash;
+  bool published = false;  // false: evicted
+};
+
+// What EventsSince returns. Events are numbered 1, 2, ... in the order the
+// cache changed; end_seq is the number the next event will get.
+struct PrefixCacheEventLog {
+  uint64_t end_seq = 1;
+  // true: `events` are exactly those numbered [from_seq, end_seq). false: the
+  // log no longer holds them all (or from_seq is 0 or from the future), and
+  // `published` is every block published now, as of end_seq (a resync).
+  bool complete = false;
+  std::vector<PrefixCacheEvent> events;
+  std::vector<BlockHash> published;
+};
+
 class PrefixCache {
  public:
   // `allocator` (not owned) is the pool of global blocks.
@@ -82,6 +102,20 @@ class PrefixCache {
   int available_blocks() const;
   PrefixCacheStats stats() const;
 
+  // KV tiers (engine/kv/kv_tiers.h): called with each published block an
+  // eviction is about to free, under the cache's mutex, while its bytes are
+  // still intact; the hook copies them and must not call back into the cache.
+  // Set once, before the cache is shared between threads.
+  using EvictHook = std::function<void(int block, const BlockHash& hash)>;
+  void SetEvictHook(EvictHook hook) { evict_hook_ = std::move(hook); }
+
+  // Keeps the last `capacity` publish/evict events for EventsSince (0, the
+  // default, keeps none: EventsSince always answers with a full resync).
+  void EnableEventLog(size_t capacity);
+  // Events numbered >= from_seq, at most `max_events` of them (end_seq then
+  // stops after the last one returned); see PrefixCacheEventLog.
+  PrefixCacheEventLog EventsSince(uint64_t from_seq, size_t max_events) const;
+
  private:
   struct Hasher {
     size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo ^ h.hi); }
@@ -93,6 +127,7 @@ class PrefixCache {
     std::list<int>::iterator lru;  // valid when published && refs == 0
   };
   void EvictLocked(int count);
+  void LogEventLocked(const BlockHash& hash, bool published);
 
   BlockAllocator* allocator_;
   mutable std::mutex mu_;
@@ -101,6 +136,11 @@ class PrefixCache {
   std::list<int> lru_;  // unreferenced published blocks, least recent first
   int referenced_ = 0;
   int64_t evicted_total_ = 0, published_total_ = 0;
+  EvictHook evict_hook_;
+  // Event log: events_[i] is number event_seq_ - events_.size() + i.
+  size_t event_capacity_ = 0;
+  uint64_t event_seq_ = 1;  // number of the next event
+  std::deque<PrefixCacheEvent> events_;
 };
 
 }  // namespace ced

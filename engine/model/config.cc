@@ -28,6 +28,7 @@ constexpr int kMaxPosition = 1 << 24;  // max_position, windows
 constexpr int kMinVocab = 258;         // 256 bytes + BOS + EOS
 constexpr int64_t kMaxConfigFileBytes = 16 << 20;
 constexpr int kMaxJsonDepth = 16;  // a valid config nests 2 deep
+constexpr int kMaxExperts = 4096;
 
 // absl::string_view is not std::string_view in every absl build.
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -81,6 +82,80 @@ absl::StatusOr<bool> ReadDouble(const Json& obj, const char* key, double* out) {
   }
   *out = it->get<double>();
   return true;
+}
+
+absl::StatusOr<bool> ReadBool(const Json& obj, const char* key, bool* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return false;
+  if (!it->is_boolean()) {
+    return KeyError(key, absl::StrCat("expected true or false, got ", it->type_name()));
+  }
+  *out = it->get<bool>();
+  return true;
+}
+
+// The `moe` block (§1.7). Errors name the key inside the block; the caller
+// prefixes "moe.".
+absl::Status ParseMoe(const Json& obj, MoeConfig* m) {
+  RETURN_IF_ERROR(ReadRequiredInt(obj, "num_routed_experts", &m->num_routed_experts));
+  RETURN_IF_ERROR(ReadRequiredInt(obj, "num_experts_per_tok", &m->num_experts_per_tok));
+  RETURN_IF_ERROR(ReadRequiredInt(obj, "moe_intermediate_size", &m->moe_intermediate_size));
+  ASSIGN_OR_RETURN(bool has_shared, ReadInt(obj, "num_shared_experts", &m->num_shared_experts));
+  if (!has_shared) m->num_shared_experts = 0;
+  ASSIGN_OR_RETURN(bool has_dense, ReadInt(obj, "first_dense_layers", &m->first_dense_layers));
+  if (!has_dense) m->first_dense_layers = 0;
+  ASSIGN_OR_RETURN(bool has_norm, ReadBool(obj, "norm_topk_prob", &m->norm_topk_prob));
+  if (!has_norm) m->norm_topk_prob = false;
+  ASSIGN_OR_RETURN(bool has_scale,
+                   ReadDouble(obj, "routed_scaling_factor", &m->routed_scaling_factor));
+  if (!has_scale) m->routed_scaling_factor = 1.0;
+  m->scoring = MoeScoring::kSoftmax;
+  auto it = obj.find("scoring");
+  if (it != obj.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      return KeyError("scoring", absl::StrCat("expected a string, got ", it->type_name()));
+    }
+    const std::string& name = it->get_ref<const std::string&>();
+    if (name == "softmax") {
+      m->scoring = MoeScoring::kSoftmax;
+    } else if (name == "sigmoid") {
+      m->scoring = MoeScoring::kSigmoid;
+    } else {
+      return KeyError("scoring",
+                      absl::StrCat("unknown scoring '", name, "' (expected softmax or sigmoid)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrefixKey(absl::Status s, std::string_view block) {
+  if (s.ok()) return s;
+  std::string_view msg(s.message().data(), s.message().size());
+  constexpr std::string_view kKey = "key '";
+  if (msg.substr(0, kKey.size()) == kKey) {
+    return absl::Status(s.code(),
+                        absl::StrCat(Sv(kKey), Sv(block), ".", Sv(msg.substr(kKey.size()))));
+  }
+  return absl::Status(s.code(), absl::StrCat(Sv(block), ": ", Sv(msg)));
+}
+
+absl::Status ValidateMoe(const ModelConfig& c, const MoeConfig& m) {
+  RETURN_IF_ERROR(CheckRange("num_routed_experts", m.num_routed_experts, 1, kMaxExperts));
+  RETURN_IF_ERROR(
+      CheckRange("num_experts_per_tok", m.num_experts_per_tok, 1, m.num_routed_experts));
+  RETURN_IF_ERROR(CheckRange("num_shared_experts", m.num_shared_experts, 0, kMaxExperts));
+  RETURN_IF_ERROR(CheckRange("moe_intermediate_size", m.moe_intermediate_size, 1, kMaxWidth));
+  if (static_cast<int64_t>(m.num_shared_experts) * m.moe_intermediate_size > kMaxWidth) {
+    return KeyError("num_shared_experts",
+                    absl::StrCat(m.num_shared_experts, " shared experts of width ",
+                                 m.moe_intermediate_size, " exceed ", kMaxWidth, " in all"));
+  }
+  RETURN_IF_ERROR(CheckRange("first_dense_layers", m.first_dense_layers, 0, c.num_layers));
+  if (!std::isfinite(m.routed_scaling_factor) || m.routed_scaling_factor <= 0) {
+    return KeyError("routed_scaling_factor",
+                    absl::StrCat(m.routed_scaling_factor, " is not a positive number"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseObject(const Json& obj, ModelConfig* c) {
@@ -147,10 +222,25 @@ absl::Status ParseObject(const Json& obj, ModelConfig* c) {
           absl::StrCat("unknown format '", name, "' (expected f32, bf16, fp8_e4m3 or fp4_e2m1)"));
     }
   }
+
+  c->moe.reset();
+  auto moe = obj.find("moe");
+  if (moe != obj.end() && !moe->is_null()) {
+    if (!moe->is_object()) {
+      return KeyError("moe", absl::StrCat("expected an object, got ", moe->type_name()));
+    }
+    MoeConfig m;
+    RETURN_IF_ERROR(PrefixKey(ParseMoe(*moe, &m), "moe"));
+    c->moe = m;
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+const char* MoeScoringName(MoeScoring scoring) {
+  return scoring == MoeScoring::kSigmoid ? "sigmoid" : "softmax";
+}
 
 int ModelConfig::NumGlobalSourceLayers() const {
   int n = 0;
@@ -215,11 +305,21 @@ absl::Status ValidateConfig(const ModelConfig& c) {
         absl::StrCat("has ", src.size(), " entries, expected num_layers = ", c.num_layers));
   }
   const int e = c.num_encoder_layers;
+  int sources = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     const int s = src[l];
+    if (s == -1) {  // window-only layer
+      if (c.sliding_window == 0) {
+        return KeyError("global_kv_source",
+                        absl::StrCat("layer ", l, " has no global branch (-1), which needs a "
+                                     "local window (sliding_window > 0)"));
+      }
+      continue;
+    }
     if (s < 0 || s > l) {
-      return KeyError("global_kv_source", absl::StrCat("layer ", l, " reads layer ", s,
-                                                       "; a source must be in [0, ", l, "]"));
+      return KeyError("global_kv_source",
+                      absl::StrCat("layer ", l, " reads layer ", s, "; a source must be in [0, ",
+                                   l, "], or -1 for none"));
     }
     if ((s < e) != (l < e)) {
       return KeyError("global_kv_source",
@@ -230,7 +330,14 @@ absl::Status ValidateConfig(const ModelConfig& c) {
       return KeyError("global_kv_source", absl::StrCat("layer ", l, " reads layer ", s,
                                                        ", which is not its own source"));
     }
+    sources += s == l;
   }
+  if (sources == 0) {
+    return KeyError("global_kv_source",
+                    "no layer is its own source: the global K/V cache (what prefill sends and "
+                    "the prefix cache keeps) would be empty");
+  }
+  if (c.moe.has_value()) RETURN_IF_ERROR(PrefixKey(ValidateMoe(c, *c.moe), "moe"));
   return absl::OkStatus();
 }
 
@@ -311,6 +418,19 @@ std::string ConfigToJson(const ModelConfig& c) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["max_position"] = c.max_position;
   j["kv_cache_dtype"] = std::string(kernels::KvFormatName(c.kv_cache_dtype));
+  if (c.moe.has_value()) {
+    const MoeConfig& m = *c.moe;
+    Json moe;
+    moe["num_routed_experts"] = m.num_routed_experts;
+    moe["num_shared_experts"] = m.num_shared_experts;
+    moe["num_experts_per_tok"] = m.num_experts_per_tok;
+    moe["moe_intermediate_size"] = m.moe_intermediate_size;
+    moe["first_dense_layers"] = m.first_dense_layers;
+    moe["scoring"] = std::string(MoeScoringName(m.scoring));
+    moe["norm_topk_prob"] = m.norm_topk_prob;
+    moe["routed_scaling_factor"] = m.routed_scaling_factor;
+    j["moe"] = std::move(moe);
+  }
   return j.dump(2) + "\n";
 }
 

@@ -7,8 +7,22 @@
 //   tiny-shared     tiny with global K/V shared by layer pairs (0,0,2,2,4,4,6,6)
 //   small           V 260, d 512, L 12 (E 6), H 8, G 4, D 64, F 1536, W 64, R 64 (~41M params)
 //   small-dec       small with E = L
+//   tiny-moe        tiny with MoE FFNs from layer 1 (8 routed, 2 active, 1
+//                   shared, F_e 64, sigmoid, normalised gates x 2.5) and
+//                   sources (-1, 1, 1, 3, 4, 4, 4, 4): layer 0 window-only
+//   tiny-moe-dec    tiny-moe with E = L
+//   small-moe       small with MoE FFNs from layer 1 (16 routed, 2 active, 1
+//                   shared, F_e 256, softmax, normalised) and sources
+//                   (-1, 1, 1, 3, 3, 3, 6, ...) (~95M params)
+//   small-moe-dec   small-moe with E = L
 //   llama3-70b-ced  Llama-3-70B shape split 40 + 40, W 0 (shape only)
 //   llama3-70b      the same with E = L (shape only)
+//   deepseek-v4.1-flash      DeepSeek-V4.1-Flash (DESIGN.md §1.7; shape only):
+//                   40 layers 20 + 20, d 5120, 384 routed + 1 shared experts
+//                   of width 2304, 6 active, W = R = 128, sources 2/8/14/20,
+//                   layers 0-1 window-only; attention H 64, G 8, D 192 and
+//                   V 129280 chosen here (see presets.cc)
+//   deepseek-v4.1-flash-dec  the same with E = L (shape only)
 // A "-dec" twin has exactly the tensors and bytes of its CED preset, minus
 // encoder_norm: every tensor is drawn from its own generator seeded by
 // (seed, tensor name), so comparisons run on the same weights.

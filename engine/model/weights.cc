@@ -34,6 +34,32 @@ bool SplitLayerName(std::string_view name, int* layer, std::string_view* suffix)
   return true;
 }
 
+Tensor* FfnTensor(FfnWeights* w, std::string_view suffix) {
+  if (suffix == "w_gate") return &w->w_gate;
+  if (suffix == "w_up") return &w->w_up;
+  if (suffix == "w_down") return &w->w_down;
+  return nullptr;
+}
+
+// "experts.{e}.{w_gate|w_up|w_down}" and "shared.{...}" of an MoE layer.
+Tensor* MoeTensor(LayerWeights* w, std::string_view suffix) {
+  constexpr std::string_view kShared = "shared.", kExperts = "experts.";
+  if (suffix.substr(0, kShared.size()) == kShared) {
+    return FfnTensor(&w->shared, suffix.substr(kShared.size()));
+  }
+  if (suffix.substr(0, kExperts.size()) != kExperts) return nullptr;
+  suffix.remove_prefix(kExperts.size());
+  const size_t dot = suffix.find('.');
+  if (dot == std::string_view::npos || dot == 0) return nullptr;
+  int e = 0;
+  auto [ptr, ec] = std::from_chars(suffix.data(), suffix.data() + dot, e);
+  if (ec != std::errc() || ptr != suffix.data() + dot || e < 0 ||
+      e >= static_cast<int>(w->experts.size())) {
+    return nullptr;
+  }
+  return FfnTensor(&w->experts[e], suffix.substr(dot + 1));
+}
+
 Tensor* LayerTensor(LayerWeights* w, std::string_view suffix) {
   if (suffix == "attn_norm") return &w->attn_norm;
   if (suffix == "wq") return &w->wq;
@@ -46,7 +72,8 @@ Tensor* LayerTensor(LayerWeights* w, std::string_view suffix) {
   if (suffix == "w_gate") return &w->w_gate;
   if (suffix == "w_up") return &w->w_up;
   if (suffix == "w_down") return &w->w_down;
-  return nullptr;
+  if (suffix == "router") return &w->router;
+  return MoeTensor(w, suffix);
 }
 
 // Holds the file map (for tensors used in place) and converted buffers.
@@ -56,6 +83,9 @@ class LoadedWeights final : public ModelWeights {
     config_ = config;
     set_ = set;
     layers.resize(config.num_layers);
+    for (int l = 0; l < config.num_layers; ++l) {
+      if (config.IsMoeLayer(l)) layers[l].experts.resize(config.moe->num_routed_experts);
+    }
   }
 
   Tensor* Slot(const std::string& name) {
@@ -133,9 +163,26 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c) {
     }
     out.push_back({p + "wo", {d, q}});
     out.push_back({p + "ffn_norm", {d}});
-    out.push_back({p + "w_gate", {f, d}});
-    out.push_back({p + "w_up", {f, d}});
-    out.push_back({p + "w_down", {d, f}});
+    if (!c.IsMoeLayer(l)) {
+      out.push_back({p + "w_gate", {f, d}});
+      out.push_back({p + "w_up", {f, d}});
+      out.push_back({p + "w_down", {d, f}});
+      continue;
+    }
+    const MoeConfig& m = *c.moe;
+    const int64_t fe = m.moe_intermediate_size, fs = m.SharedWidth();
+    out.push_back({p + "router", {m.num_routed_experts, d}});
+    for (int e = 0; e < m.num_routed_experts; ++e) {
+      const std::string pe = absl::StrCat(p, "experts.", e, ".");
+      out.push_back({pe + "w_gate", {fe, d}});
+      out.push_back({pe + "w_up", {fe, d}});
+      out.push_back({pe + "w_down", {d, fe}});
+    }
+    if (fs > 0) {
+      out.push_back({p + "shared.w_gate", {fs, d}});
+      out.push_back({p + "shared.w_up", {fs, d}});
+      out.push_back({p + "shared.w_down", {d, fs}});
+    }
   }
   if (!c.IsDecoderOnly()) out.push_back({"encoder_norm", {d}});
   out.push_back({"final_norm", {d}});

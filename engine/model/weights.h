@@ -28,8 +28,19 @@ struct Tensor {
   bool loaded() const { return data != nullptr; }
 };
 
+// One SwiGLU FFN (DESIGN.md §1.3): w_gate, w_up [F, d], w_down [d, F].
+struct FfnWeights {
+  Tensor w_gate, w_up, w_down;
+};
+
 struct LayerWeights {
+  // w_gate / w_up / w_down: the dense FFN (not loaded on MoE layers).
   Tensor attn_norm, wq, local_k, local_v, global_k, global_v, wo, ffn_norm, w_gate, w_up, w_down;
+  // MoE layers (§1.7): router [n_routed, d], the routed experts, and the
+  // shared experts as one FFN of width n_shared * F_e (when n_shared > 0).
+  Tensor router;
+  std::vector<FfnWeights> experts;
+  FfnWeights shared;
 };
 
 // Owns the memory behind every Tensor (a memory map for f32 files, converted

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
+#include "engine/kv/kv_tiers.h"
 #include "engine/runtime/engine_internal.h"
 
 namespace ced {
@@ -25,6 +26,7 @@ Engine::~Engine() {
   sequences_.clear();
   prefix_.reset();
   cache_.reset();
+  tiers_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
@@ -85,6 +87,17 @@ absl::Status Engine::Init(const EngineOptions& options,
     ASSIGN_OR_RETURN(o.w_gate, upload(w.w_gate, "w_gate"));
     ASSIGN_OR_RETURN(o.w_up, upload(w.w_up, "w_up"));
     ASSIGN_OR_RETURN(o.w_down, upload(w.w_down, "w_down"));
+    // MoE layers (§1.7): router, routed experts, shared experts.
+    ASSIGN_OR_RETURN(o.router, upload(w.router, "router"));
+    o.experts.resize(w.experts.size());
+    for (size_t e = 0; e < w.experts.size(); ++e) {
+      ASSIGN_OR_RETURN(o.experts[e].w_gate, upload(w.experts[e].w_gate, "experts.w_gate"));
+      ASSIGN_OR_RETURN(o.experts[e].w_up, upload(w.experts[e].w_up, "experts.w_up"));
+      ASSIGN_OR_RETURN(o.experts[e].w_down, upload(w.experts[e].w_down, "experts.w_down"));
+    }
+    ASSIGN_OR_RETURN(o.shared.w_gate, upload(w.shared.w_gate, "shared.w_gate"));
+    ASSIGN_OR_RETURN(o.shared.w_up, upload(w.shared.w_up, "shared.w_up"));
+    ASSIGN_OR_RETURN(o.shared.w_down, upload(w.shared.w_down, "shared.w_down"));
   }
 
   KvCacheOptions co;
@@ -105,6 +118,7 @@ absl::Status Engine::Init(const EngineOptions& options,
   root_hash_ = RootBlockHash(
       options.model_identity.empty() ? ConfigToJson(config_) : options.model_identity,
       co.block_size);
+  RETURN_IF_ERROR(InitKvTiers(options));
   return absl::OkStatus();
 }
 
@@ -196,6 +210,7 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
       max_blocks > 0 ? ChainBlockHashes(root_hash_, bs, prompt.first(max_blocks * bs))
                      : std::vector<BlockHash>();
   std::vector<int> shared = prefix_->Acquire(hashes, max_blocks);
+  if (tiers_ != nullptr) LoadFromTiers(hashes, &shared);
   absl::StatusOr<SeqId> created = [&]() -> absl::StatusOr<SeqId> {
     // The shared blocks stay referenced while the rest is allocated.
     const int total = (capacity_tokens + bs - 1) / bs;
@@ -282,6 +297,7 @@ int Engine::EvictCachedBlocks() { return prefix_->EvictAll(); }
 absl::Status Engine::ReleaseSequence(SeqId id) {
   std::unique_lock<std::shared_mutex> lock(seq_mu_);
   ASSIGN_OR_RETURN(Sequence * seq, Find(id));
+  if (tiers_ != nullptr) WriteBehind(*seq);
   absl::Status s = prefix_->Release(seq->blocks);
   if (seq->local_slot >= 0) s.Update(cache_->local_slots().Free({seq->local_slot}));
   sequences_.erase(id);

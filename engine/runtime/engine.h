@@ -25,12 +25,15 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/backend/backend.h"
+#include "engine/kv/block_store.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/kv/sequence_state.h"
 #include "engine/model/weights.h"
 
 namespace ced {
+
+class KvTiers;
 
 enum class ReplayMode { kBounded, kExact };
 const char* ReplayModeName(ReplayMode mode);
@@ -50,6 +53,15 @@ struct EngineOptions {
   // Names the model in block identities (h_0 hashes it with the cache format
   // and block size); empty: the model's config.json text.
   std::string model_identity;
+  // KV tiers below the prefix cache (engine/kv/kv_tiers.h), all off by
+  // default: blocks evicted from the cache go to host memory, from there to
+  // disk; finished sequences' blocks go to the shared store; a prompt's cached
+  // prefix continues in them (loaded, not recomputed).
+  int64_t kv_host_bytes = 0;
+  std::string kv_disk_dir;  // one directory per engine
+  int64_t kv_disk_bytes = 0;
+  std::shared_ptr<KvBlockStore> kv_shared_store;
+  int64_t kv_tier_queue_bytes = 64ll << 20;  // writes waiting; more are dropped
 };
 
 using SeqId = int64_t;
@@ -135,7 +147,20 @@ class Engine {
   absl::Status SetPromptTokens(SeqId seq, absl::Span<const int32_t> prompt);
   // Drops every cached block nobody references; returns how many.
   int EvictCachedBlocks();
+  // Routing reports (DESIGN.md 1.6). May be called from any thread. h_0 of
+  // this engine's block chain; whether the prefix cache is on; the cache's
+  // publish/evict event log (PrefixCache::EnableEventLog / EventsSince).
+  const BlockHash& prefix_root_hash() const { return root_hash_; }
+  bool prefix_cache_enabled() const { return prefix_enabled_; }
+  void EnablePrefixCacheEventLog(size_t capacity) { prefix_->EnableEventLog(capacity); }
+  PrefixCacheEventLog PrefixCacheEventsSince(uint64_t from_seq, size_t max_events) const {
+    return prefix_->EventsSince(from_seq, max_events);
+  }
   absl::Status ReleaseSequence(SeqId seq);
+  // KV tiers: waits until the writes queued so far are done (tests); the
+  // tiers' counters (host, disk, shared: those configured). Any thread.
+  void FlushKvTiers();
+  std::vector<KvTierStats> kv_tier_stats() const;
   bool HasSequence(SeqId seq) const;
   int NumTokens(SeqId seq) const;  // positions in the cache (0 if unknown)
 
@@ -174,11 +199,20 @@ class Engine {
   // Runs layers [l0, l1) on x [rows, d] for the batch's segments.
   void RunLayers(Batch& batch, int l0, int l1, float* x);
   void ProjectDecoderGlobal(Batch& batch, const float* h_e);
+  // x [rows, d] += the MoE FFN of `layer` applied to b = rmsnorm(x, ffn_norm)
+  // (engine/runtime/moe.cc).
+  void MoeFfn(int layer, const float* b, int rows, float* x);
   void Logits(const float* x, int rows, float* out);
   void StoreGlobal(Batch& batch, int slot, const float* k, const float* v);
   // Publishes the sequence's full blocks whose tokens are known and whose
   // K/V is final (positions < num_tokens).
   void PublishBlocks(Sequence* seq);
+  // KV tiers (kv_tiers_hooks.cc): creates them; continues `shared` (blocks
+  // acquired for hashes[0..]) with blocks loaded from the tiers, published;
+  // queues a released sequence's blocks for the shared store.
+  absl::Status InitKvTiers(const EngineOptions& options);
+  void LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>* shared);
+  void WriteBehind(const Sequence& seq);
 
   ModelConfig config_;
   WeightSet set_ = WeightSet::kFull;
@@ -188,6 +222,7 @@ class Engine {
   std::unique_ptr<PrefixCache> prefix_;
   bool prefix_enabled_ = true;
   BlockHash root_hash_;
+  std::unique_ptr<KvTiers> tiers_;  // null: no tiers
   // Insertions and erasures hold seq_mu_ exclusively; GlobalRegions and the
   // other cross-thread readers hold it shared.
   mutable std::shared_mutex seq_mu_;

@@ -65,10 +65,17 @@ struct Engine::Batch {
 };
 
 struct Engine::DeviceWeights {
+  struct Ffn {
+    const float *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+  };
   struct Layer {
     const float *attn_norm = nullptr, *wq = nullptr, *local_k = nullptr, *local_v = nullptr,
                 *global_k = nullptr, *global_v = nullptr, *wo = nullptr, *ffn_norm = nullptr,
                 *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+    // MoE layers (§1.7).
+    const float* router = nullptr;
+    std::vector<Ffn> experts;
+    Ffn shared;
   };
   const float *embed = nullptr, *encoder_norm = nullptr, *final_norm = nullptr, *lm_head = nullptr;
   std::vector<Layer> layers;

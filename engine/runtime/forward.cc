@@ -79,7 +79,9 @@ void Engine::RunLayers(Batch& batch, int l0, int l1, float* x) {
   // caches read lk/lv themselves.
   const bool round_trip = W > 0 && c.kv_cache_dtype != KvFormat::kF32;
   DeviceBuffer a(be, rows * d), q(be, rows * qd), attn(be, rows * qd);
-  DeviceBuffer gate(be, rows * F), up(be, rows * F);
+  bool dense = false;
+  for (int l = l0; l < l1; ++l) dense |= !c.IsMoeLayer(l);
+  DeviceBuffer gate(be, dense ? rows * F : 1), up(be, dense ? rows * F : 1);
   DeviceBuffer lk(be, W > 0 ? rows * kv : 1), lv(be, W > 0 ? rows * kv : 1);
   DeviceBuffer lk_rt(be, round_trip ? rows * kv : 1), lv_rt(be, round_trip ? rows * kv : 1);
   DeviceBuffer gk(be, rows * kv), gv(be, rows * kv);
@@ -130,11 +132,13 @@ void Engine::RunLayers(Batch& batch, int l0, int l1, float* x) {
       StoreGlobal(batch, c.GlobalSlot(l), gk.get(), gv.get());
     }
 
-    const int slot = c.GlobalSlot(c.global_kv_source[l]);
+    // A window-only layer (source -1) attends its local window alone.
+    params.global = c.HasGlobalBranch(l);
+    const int slot = params.global ? c.GlobalSlot(c.global_kv_source[l]) : -1;
     std::vector<AttentionSegment> segs(batch.segments.size());
     for (size_t si = 0; si < batch.segments.size(); ++si) {
       const auto& seg = batch.segments[si];
-      const int nblocks = (seg.begin + seg.n + bs - 1) / bs;
+      const int nblocks = params.global ? (seg.begin + seg.n + bs - 1) / bs : 0;
       kblocks[si].resize(nblocks);
       vblocks[si].resize(nblocks);
       for (int b = 0; b < nblocks; ++b) {
@@ -161,12 +165,16 @@ void Engine::RunLayers(Batch& batch, int l0, int l1, float* x) {
     be->GemmMulti(attn.get(), T, qd, &out_proj, 1);
 
     be->RmsNorm(x, T, d, lw.ffn_norm, eps, a.get());
-    const GemmTarget gate_up[2] = {{lw.w_gate, F, gate.get(), false},
-                                   {lw.w_up, F, up.get(), false}};
-    be->GemmMulti(a.get(), T, d, gate_up, 2);
-    be->SiluMul(gate.get(), up.get(), rows * F);
-    const GemmTarget down = {lw.w_down, d, x, true};  // x += ffn * w_down^T
-    be->GemmMulti(gate.get(), T, F, &down, 1);
+    if (c.IsMoeLayer(l)) {
+      MoeFfn(l, a.get(), T, x);
+    } else {
+      const GemmTarget gate_up[2] = {{lw.w_gate, F, gate.get(), false},
+                                     {lw.w_up, F, up.get(), false}};
+      be->GemmMulti(a.get(), T, d, gate_up, 2);
+      be->SiluMul(gate.get(), up.get(), rows * F);
+      const GemmTarget down = {lw.w_down, d, x, true};  // x += ffn * w_down^T
+      be->GemmMulti(gate.get(), T, F, &down, 1);
+    }
 
     if (W > 0) {  // keep the last W positions of each segment in the ring
       std::vector<uint8_t*> k_rows, v_rows;

@@ -263,20 +263,21 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
   Grow(&sc.row, static_cast<size_t>(ng) * D);
   Grow(&sc.inv, nh);
   for (int i = 0; i < s.n; ++i) {
-    const int t = s.q_begin + i, keys = t + 1;
-    const int nblocks = (keys + bs - 1) / bs;
+    // keys: positions [0, t]; gkeys of them global (none on a window-only layer).
+    const int t = s.q_begin + i, keys = t + 1, gkeys = p.global ? keys : 0;
+    const int nblocks = (gkeys + bs - 1) / bs;
     // Query heads [g0 * group, g1 * group), contiguous in q and out.
     const float* q = s.q + (static_cast<size_t>(i) * H + g0 * group) * D;
     float* out = s.out + (static_cast<size_t>(i) * H + g0 * group) * D;
     float* scores = sc.scores.data();  // [nh][T]
     float* local = sc.local.data();    // [nh][W]
     for (int b = 0; b < nblocks; ++b) {
-      const int rows = std::min(bs, keys - b * bs);
+      const int rows = std::min(bs, gkeys - b * bs);
       size_t stride = 0;
       const float* k =
           GlobalHeadsTile(p, s.global_k_host[b], g0, ng, rows, sc.ktile.data(), &stride);
       const int ahead = b + kPrefetchBlocks;
-      const int ahead_rows = ahead < nblocks ? std::min(bs, keys - ahead * bs) : 0;
+      const int ahead_rows = ahead < nblocks ? std::min(bs, gkeys - ahead * bs) : 0;
       if (D % 16 == 0) {
         // kLanes keys at a time: one horizontal reduction for all of them.
         // The block ahead is prefetched a few rows per call, not in one burst.
@@ -314,17 +315,17 @@ void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int 
     for (int hh = 0; hh < nh; ++hh) {
       float* gs = scores + static_cast<size_t>(hh) * T;
       float* ls = local + hh * W;
-      float m = MaxOf(ls, nl, MaxOf(gs, keys, -std::numeric_limits<float>::infinity()));
-      inv[hh] = 1.0f / (ExpInPlace(gs, keys, m) + ExpInPlace(ls, nl, m));
+      float m = MaxOf(ls, nl, MaxOf(gs, gkeys, -std::numeric_limits<float>::infinity()));
+      inv[hh] = 1.0f / (ExpInPlace(gs, gkeys, m) + ExpInPlace(ls, nl, m));
       std::fill(out + hh * D, out + (hh + 1) * D, 0.0f);
     }
     for (int b = 0; b < nblocks; ++b) {
-      const int rows = std::min(bs, keys - b * bs);
+      const int rows = std::min(bs, gkeys - b * bs);
       size_t stride = 0;
       const float* v =
           GlobalHeadsTile(p, s.global_v_host[b], g0, ng, rows, sc.vtile.data(), &stride);
       const int ahead = b + kPrefetchBlocks;
-      const int ahead_rows = ahead < nblocks ? std::min(bs, keys - ahead * bs) : 0;
+      const int ahead_rows = ahead < nblocks ? std::min(bs, gkeys - ahead * bs) : 0;
       if (D % kValueChunk == 0) {
         // Per head, kValueChunk output dims in registers across the block's
         // rows (one load and store of the output per block, not per row).
@@ -454,7 +455,7 @@ void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, floa
   ctx->kl.resize(static_cast<size_t>(ctx->lpad) * D);
   ctx->vl.resize(static_cast<size_t>(dpanels) * std::max(ctx->lpad, 1) * kPanel);
   std::vector<float> tile(static_cast<size_t>(bs) * D);
-  for (int b = 0; b * bs < T; ++b) {
+  for (int b = 0; p.global && b * bs < T; ++b) {
     const int rows = std::min(bs, T - b * bs);
     size_t stride = 0;
     const float* k = GlobalHeadsTile(p, s.global_k_host[b], g, 1, rows, tile.data(), &stride);
@@ -499,7 +500,7 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
     for (int i0 = 0; i0 < n; i0 += kTileRows) {
       const int rows = std::min(kTileRows, n - i0);
       const int t0 = s.q_begin + i0, t1 = t0 + rows - 1;  // first and last position
-      const int gcols = t1 + 1, gpad = RoundUp(gcols);
+      const int gcols = p.global ? t1 + 1 : 0, gpad = RoundUp(gcols);
       // Local keys of the tile: positions [lpos, t1] = local rows [lr0, lr1);
       // the score columns start at the panel holding lr0.
       const int lpos = W > 0 ? std::max(s.lo, t0 - W + 1) : t1 + 1;
@@ -517,7 +518,7 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
                   lcols, scores + gpad, cols, false);
       }
       for (int i = 0; i < rows; ++i) {
-        const int t = t0 + i, keys = t + 1;
+        const int t = t0 + i, keys = t + 1, gkeys = p.global ? keys : 0;
         float* row = scores + static_cast<size_t>(i) * cols;
         // This row's local keys: columns [l0, l1) (empty without a window).
         int l0 = cols, l1 = cols;
@@ -526,11 +527,11 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
           l1 = gpad + keys - ctx.local_begin - lp0 * kPanel;
         }
         float m = MaxOf(row + l0, l1 - l0, -std::numeric_limits<float>::infinity());
-        m = MaxOf(row, keys, m);
-        const float inv = 1.0f / (ExpInPlace(row, keys, m) + ExpInPlace(row + l0, l1 - l0, m));
-        Scale(row, keys, inv);
+        m = MaxOf(row, gkeys, m);
+        const float inv = 1.0f / (ExpInPlace(row, gkeys, m) + ExpInPlace(row + l0, l1 - l0, m));
+        Scale(row, gkeys, inv);
         Scale(row + l0, l1 - l0, inv);
-        std::fill(row + keys, row + std::max(keys, gcols), 0.0f);
+        std::fill(row + gkeys, row + std::max(gkeys, gcols), 0.0f);
         std::fill(row + gpad, row + l0, 0.0f);
         std::fill(row + l1, row + cols, 0.0f);
       }

@@ -39,6 +39,10 @@ struct AttentionParams {
   int head_dim = 0;
   int window = 0;      // W; 0 = no local branch
   int block_size = 0;  // tokens per global block
+  // false: the layer has no global branch (global_kv_source = -1, W > 0):
+  // the softmax runs over the local keys only and the segments' global block
+  // tables are not read (may be null).
+  bool global = true;
 };
 
 // Computes every segment's output. Uses all OpenMP threads; segments must not

@@ -15,6 +15,7 @@ constexpr int kPerLane = kCudaAttentionMaxHeadDim / 32;
 
 struct Shape {
   int H, G, D, W, bs, kv_dim, group;
+  bool global;
   size_t row_bytes;
   float scale;
 };
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     q[r] = j < s.D ? seg.q[q_off + j] : 0.0f;
   }
   State st;
-  for (int p = 0; p <= t; ++p) {
+  for (int p = 0; s.global && p <= t; ++p) {
     const size_t off = static_cast<size_t>(p % s.bs) * s.row_bytes;
     LoadSlice<F>(seg.global_k[p / s.bs] + off, s, g, lane, k);
     LoadSlice<F>(seg.global_v[p / s.bs] + off, s, g, lane, v);
@@ -114,7 +115,7 @@ cudaError_t AttentionCuda(const AttentionParams& p, const AttentionSegmentCuda* 
   if (num_segments <= 0 || max_rows <= 0) return cudaSuccess;
   if (p.head_dim <= 0 || p.head_dim > kCudaAttentionMaxHeadDim || p.num_kv_heads <= 0 ||
       p.num_heads % p.num_kv_heads != 0 || p.block_size <= 0 || p.window < 0 ||
-      num_segments > 65535) {
+      num_segments > 65535 || (!p.global && p.window <= 0)) {
     return cudaErrorInvalidValue;
   }
   Shape s;
@@ -122,6 +123,7 @@ cudaError_t AttentionCuda(const AttentionParams& p, const AttentionSegmentCuda* 
   s.G = p.num_kv_heads;
   s.D = p.head_dim;
   s.W = p.window;
+  s.global = p.global;
   s.bs = p.block_size;
   s.kv_dim = s.G * s.D;
   s.group = s.H / s.G;

@@ -4,8 +4,9 @@
 //
 // Layouts are those of kernels/cpu/attention.h; every pointer here is device
 // memory, including the block tables. One warp computes one (query row,
-// query head) with an online softmax over the global keys [0, t] and then the
-// local keys [max(lo, t-W+1), t]; head_dim must be <= 256.
+// query head) with an online softmax over the global keys [0, t] (none when
+// params.global is false) and then the local keys [max(lo, t-W+1), t];
+// head_dim must be <= 256.
 #pragma once
 
 #include <cuda_runtime_api.h>

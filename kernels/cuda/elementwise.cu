@@ -88,6 +88,20 @@ __global__ void AddKernel(float* x, const float* y, size_t count) {
   }
 }
 
+// One block row per x row; threads over d.
+__global__ void MoeCombineKernel(float* x, int d, int k, const float* y, const int32_t* rows,
+                                 const float* weights) {
+  const size_t i = blockIdx.y;
+  float* dst = x + i * d;
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < d; c += gridDim.x * blockDim.x) {
+    float acc = dst[c];
+    for (int j = 0; j < k; ++j) {
+      acc += weights[i * k + j] * y[static_cast<size_t>(rows[i * k + j]) * d + c];
+    }
+    dst[c] = acc;
+  }
+}
+
 __global__ void F32ToBf16Kernel(const float* src, uint16_t* dst, size_t count) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -136,6 +150,22 @@ cudaError_t AddCuda(float* x, const float* y, size_t count, cudaStream_t stream)
   if (count == 0) return cudaSuccess;
   AddKernel<<<GridFor(count), kThreads, 0, stream>>>(x, y, count);
   return cudaGetLastError();
+}
+
+cudaError_t MoeCombineCuda(float* x, int n, int d, int k, const float* y, const int32_t* rows,
+                           const float* weights, cudaStream_t stream) {
+  if (n <= 0 || d <= 0 || k <= 0) return cudaSuccess;
+  constexpr int kMaxGridRows = 65535;
+  for (int r0 = 0; r0 < n; r0 += kMaxGridRows) {
+    const int rn = n - r0 < kMaxGridRows ? n - r0 : kMaxGridRows;
+    const size_t off = static_cast<size_t>(r0) * k;
+    const dim3 grid((d + kThreads - 1) / kThreads, rn);
+    MoeCombineKernel<<<grid, kThreads, 0, stream>>>(x + static_cast<size_t>(r0) * d, d, k, y,
+                                                     rows + off, weights + off);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t F32ToBf16Cuda(const float* src, uint16_t* dst, size_t count, cudaStream_t stream) {

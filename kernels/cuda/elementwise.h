@@ -32,6 +32,11 @@ cudaError_t RopeCuda(float* x, int n, int heads, int head_dim, const int32_t* po
 cudaError_t SiluMulCuda(float* gate, const float* up, size_t count, cudaStream_t stream);
 // x[i] += y[i].
 cudaError_t AddCuda(float* x, const float* y, size_t count, cudaStream_t stream);
+// Mixture-of-experts combine (DESIGN.md §1.7): for each row i < n of x [n, d],
+// x[i] += sum over j < k, in order, of weights[i*k+j] * y[rows[i*k+j], :].
+// rows and weights are device arrays of n*k; y holds the experts' outputs.
+cudaError_t MoeCombineCuda(float* x, int n, int d, int k, const float* y, const int32_t* rows,
+                           const float* weights, cudaStream_t stream);
 // dst[i] = bf16(src[i]) (round to nearest even), for bf16 GEMM inputs.
 cudaError_t F32ToBf16Cuda(const float* src, uint16_t* dst, size_t count, cudaStream_t stream);
 

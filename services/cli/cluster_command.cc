@@ -23,6 +23,7 @@
 #include "services/cli/security_flags.h"
 #include "services/cli/service_commands.h"
 #include "services/common/grpc_util.h"
+#include "services/kv_store/local_redis.h"
 
 extern char** environ;
 
@@ -175,11 +176,20 @@ int RunCluster(const std::vector<std::string>& args) {
       {"metrics-base-port", "9100", "gateway metrics port; router +1, prefill +10+i, decode +30+j; 0 = any"},
       {"replay-on", "auto", "router default: prefill, decode or auto"},
       {"replay-mode", "bounded", "router default: bounded or exact"},
+      {"routing", "cache_aware", "router placement: cache_aware or load (ced serve --role=router --help)"},
       {"prefill-replay-capable", "true", "prefill workers hold the decoder too (true/false)"},
       {"kv-transport", "ucx", "ucx or inproc... (ucx between processes; nccl: GPU to GPU)"},
       {"device", "cpu", "compute backend of every worker: cpu, cuda or cuda-bf16"},
       {"kv-format", "", "cache format override for every worker"},
       {"kv-cache-mb", "256", "global KV cache budget per worker, MiB"},
+      {"prefix-cache", "true", "every worker's prefix cache (true/false)"},
+      {"kv-host-mb", "0", "every worker's host memory KV tier, MiB (0: off)"},
+      {"kv-disk-dir", "", "local disk KV tier: worker W uses DIR/W (empty: off)"},
+      {"kv-disk-mb", "1024", "local disk KV tier per worker, MiB"},
+      {"kv-store", "",
+       "shared KV tier of every worker: local (a private redis-server on a free port, stopped "
+       "with the cluster), redis://[user:password@]host[:port][/db], or empty (off)"},
+      {"kv-store-mb", "256", "--kv-store local: the redis-server's maxmemory, MiB (LRU past it)"},
       {"ready-file", "", "write the addresses of every service here once ready"},
       {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
       {"public-bind", "127.0.0.1", "interface of the gateway's public gRPC listener"},
@@ -233,6 +243,9 @@ int RunCluster(const std::vector<std::string>& args) {
   }
   const std::string model = f->Get("model");
   if (model.empty()) return Fail(kWords, "--model is required", 2);
+  if (f->Get("prefix-cache") != "true" && f->Get("prefix-cache") != "false") {
+    return Fail(kWords, "--prefix-cache must be true or false", 2);
+  }
   auto np = f->GetInt("prefill"), nd = f->GetInt("decode"), bp = f->GetInt("base-port"),
        mp = f->GetInt("metrics-base-port");
   if (!np.ok() || !nd.ok() || !bp.ok() || !mp.ok() || *np < 0 || *nd < 1) {
@@ -258,14 +271,40 @@ int RunCluster(const std::vector<std::string>& args) {
   std::vector<std::string> common_worker = tls_flags;
   common_worker.insert(common_worker.end(), {"--model", model, "--kv-transport",
                                             f->Get("kv-transport"), "--kv-cache-mb",
-                                            f->Get("kv-cache-mb"), "--device", f->Get("device")});
+                                            f->Get("kv-cache-mb"), "--device", f->Get("device"),
+                                            "--prefix-cache=" + f->Get("prefix-cache")});
   if (!f->Get("kv-format").empty()) {
     common_worker.insert(common_worker.end(), {"--kv-format", f->Get("kv-format")});
   }
+  // KV tiers (README "KV tiers"): the shared store, and per-worker flags.
+  std::unique_ptr<services::LocalRedis> local_redis;  // stopped when this returns
+  std::string kv_store = f->Get("kv-store");
+  if (kv_store == "local") {
+    auto mb = f->GetInt("kv-store-mb");
+    if (!mb.ok() || *mb < 1 || *mb > (1 << 20)) {
+      return Fail(kWords, "--kv-store-mb must be in [1, 2^20]", 2);
+    }
+    auto redis = services::LocalRedis::Start(static_cast<int>(*mb));
+    if (!redis.ok()) return Fail(kWords, std::string(redis.status().message()));
+    local_redis = std::move(*redis);
+    kv_store = local_redis->url();
+    std::printf("cluster: redis-server (KV tier) on %s\n", kv_store.c_str());
+    std::fflush(stdout);
+  }
+  auto tier_flags = [&](const std::string& worker) {
+    std::vector<std::string> a = {"--kv-host-mb", f->Get("kv-host-mb"), "--kv-disk-mb",
+                                  f->Get("kv-disk-mb")};
+    if (!f->Get("kv-disk-dir").empty()) {
+      a.insert(a.end(), {"--kv-disk-dir", f->Get("kv-disk-dir") + "/" + worker});
+    }
+    if (!kv_store.empty()) a.insert(a.end(), {"--kv-store", kv_store});
+    return a;
+  };
   std::vector<std::string> router_args = {
       "--role=router", "--listen", host_port(bind, Port(base, 1)), "--metrics-listen",
       host_port(bind, Port(mbase, 1)), "--replay-on", f->Get("replay-on"), "--replay-mode",
       f->Get("replay-mode"), "--model", model};
+  router_args.insert(router_args.end(), {"--routing", f->Get("routing")});
   router_args.insert(router_args.end(), tls_flags.begin(), tls_flags.end());
   absl::Status s = start("router", router_args);
   const std::string router = s.ok() ? children.back()->grpc : "";
@@ -276,6 +315,7 @@ int RunCluster(const std::vector<std::string>& args) {
                                   "--router", router};
     a.insert(a.end(), common_worker.begin(), common_worker.end());
     if (f->Get("prefill-replay-capable") == "true") a.push_back("--replay-capable");
+    for (const std::string& t : tier_flags(absl::StrCat("prefill-", i))) a.push_back(t);
     s = start(absl::StrCat("prefill-", i), a);
   }
   for (int j = 0; s.ok() && j < *nd; ++j) {
@@ -285,6 +325,7 @@ int RunCluster(const std::vector<std::string>& args) {
                                   "--kv-listen", host_port(bind, Port(base, 50 + j)),
                                   "--router", router};
     a.insert(a.end(), common_worker.begin(), common_worker.end());
+    for (const std::string& t : tier_flags(absl::StrCat("decode-", j))) a.push_back(t);
     s = start(absl::StrCat("decode-", j), a);
   }
   if (s.ok()) {

@@ -1,5 +1,8 @@
 // `ced serve --role=prefill|decode`: the two worker roles.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/isa.h"
@@ -7,6 +10,7 @@
 #include "services/cli/flags.h"
 #include "services/cli/service_commands.h"
 #include "services/decode/decode_worker.h"
+#include "services/kv_store/redis_store.h"
 #include "services/prefill/prefill_worker.h"
 
 namespace ced::cli {
@@ -20,12 +24,69 @@ std::vector<FlagSpec> EngineFlags() {
       {"kv-cache-mb", "256", "global KV cache budget in MiB"},
       {"block-size", "16", "tokens per KV block"},
       {"max-sequences", "64", "sequences alive at once (local windows)"},
+      {"prefix-cache", "true",
+       "keep full global K/V blocks by hash chain and reuse them for prompts that start with "
+       "the same tokens (DESIGN.md 1.6); --prefix-cache=false recomputes every prompt",
+       true},
       {"kv-transport", "ucx", "KV data plane: ucx (UCX_TLS picks tcp/shm), inproc or nccl (GPU to GPU)"},
       {"router", "127.0.0.1:50051", "router address; empty = do not register"},
       {"worker-id", "", "unique id (default: role-port)"},
       {"advertise-address", "", "gRPC address registered with the router (default: the bound one)"},
       {"drain-timeout-ms", "30000", "SIGTERM: finish in-flight work for at most this long"},
+      // KV tiers below the prefix cache (README "KV tiers").
+      {"kv-host-mb", "0", "host memory tier under the prefix cache, MiB (0: off)"},
+      {"kv-disk-dir", "", "local disk tier under the host tier: this worker's own directory (empty: off)"},
+      {"kv-disk-mb", "1024", "local disk tier capacity, MiB"},
+      {"kv-store", "", "shared tier: redis://[user:password@]host[:port][/db] (empty: off)"},
+      {"kv-store-user", "", "Redis ACL user (env CED_KV_STORE_USER)"},
+      {"kv-store-password-file", "", "file holding the Redis password, e.g. a mounted Secret (env CED_KV_STORE_PASSWORD)"},
+      {"kv-store-timeout-ms", "250", "Redis connect and read/write timeout; past it the request recomputes"},
+      {"kv-store-ttl-s", "0", "expire stored blocks after this long (0: Redis's maxmemory policy decides)"},
   };
+}
+
+// The KV tier flags: host/disk capacities and the shared store. Credentials:
+// the URL's, then the environment's, then the flags' (a Secret's file).
+absl::Status FillKvTiers(const Flags& f, EngineOptions* e) {
+  auto host = f.GetInt("kv-host-mb"), disk = f.GetInt("kv-disk-mb"),
+       timeout = f.GetInt("kv-store-timeout-ms"), ttl = f.GetInt("kv-store-ttl-s");
+  for (const absl::Status& s : {host.status(), disk.status(), timeout.status(), ttl.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (*host < 0 || *host > (1 << 24)) return absl::InvalidArgumentError("--kv-host-mb must be in [0, 2^24]");
+  if (*disk < 1 || *disk > (1ll << 32)) return absl::InvalidArgumentError("--kv-disk-mb must be in [1, 2^32]");
+  if (*timeout < 1 || *timeout > 60000) {
+    return absl::InvalidArgumentError("--kv-store-timeout-ms must be in [1, 60000]");
+  }
+  if (*ttl < 0) return absl::InvalidArgumentError("--kv-store-ttl-s must be >= 0");
+  e->kv_host_bytes = *host << 20;
+  e->kv_disk_dir = f.Get("kv-disk-dir");
+  e->kv_disk_bytes = *disk << 20;
+  const std::string url = f.Get("kv-store");
+  if (url.empty()) return absl::OkStatus();
+  auto o = services::ParseRedisUrl(url);
+  if (!o.ok()) return o.status();
+  if (const char* u = std::getenv("CED_KV_STORE_USER"); u != nullptr && *u != '\0') o->user = u;
+  if (const char* p = std::getenv("CED_KV_STORE_PASSWORD"); p != nullptr && *p != '\0') {
+    o->password = p;
+  }
+  if (!f.Get("kv-store-user").empty()) o->user = f.Get("kv-store-user");
+  if (const std::string file = f.Get("kv-store-password-file"); !file.empty()) {
+    std::ifstream in(file);
+    std::string password;
+    if (!in || !std::getline(in, password)) {
+      return absl::InvalidArgumentError("--kv-store-password-file: cannot read " + file);
+    }
+    while (!password.empty() && (password.back() == '\r' || password.back() == ' ')) password.pop_back();
+    o->password = password;
+  }
+  o->connect_timeout_ms = static_cast<int>(*timeout);
+  o->io_timeout_ms = static_cast<int>(*timeout);
+  o->ttl_s = static_cast<int>(std::min<int64_t>(*ttl, 1 << 30));
+  auto store = services::RedisBlockStore::Create(*o);
+  if (!store.ok()) return store.status();
+  e->kv_shared_store = std::move(*store);
+  return absl::OkStatus();
 }
 
 absl::Status FillEngine(const Flags& f, EngineOptions* e) {
@@ -46,10 +107,15 @@ absl::Status FillEngine(const Flags& f, EngineOptions* e) {
     if (!s.ok()) return s;
   }
   if (*mb < 1) return absl::InvalidArgumentError("--kv-cache-mb must be >= 1");
+  const std::string pc = f.Get("prefix-cache");
+  if (pc != "true" && pc != "false") {
+    return absl::InvalidArgumentError("--prefix-cache must be true or false");
+  }
+  e->prefix_cache = pc == "true";
   e->kv_cache_bytes = *mb << 20;
   e->block_size = static_cast<int>(*bs);
   e->max_sequences = static_cast<int>(*ms);
-  return absl::OkStatus();
+  return FillKvTiers(f, e);
 }
 
 int ServeDecode(const std::vector<std::string>& args) {

@@ -1,7 +1,10 @@
 // Keeps a worker registered with the router: registers (retrying until the
 // router answers), sends a load report every heartbeat interval, re-registers
 // when the router has forgotten the worker (router restart), and deregisters
-// on Stop. Thread-safe; owns one background thread.
+// on Stop. With an engine, each report also carries the prefix-cache blocks
+// published and evicted since the router's last acknowledged view (a full
+// list after registration or when the router asks for one; DESIGN.md 1.6).
+// Thread-safe; owns one background thread.
 #pragma once
 
 #include <atomic>
@@ -13,6 +16,7 @@
 #include <thread>
 
 #include "ced/internal/router.grpc.pb.h"
+#include "engine/runtime/engine.h"
 
 namespace ced::services {
 
@@ -24,6 +28,11 @@ class RouterClient {
     // Fills a load report (worker_id is set by the client).
     std::function<void(ced::internal::LoadReport*)> load;
     int default_interval_ms = 500;
+    // Prefix cache to report (not owned; outlives the client); null: none.
+    Engine* engine = nullptr;
+    size_t max_delta_events = 4096;           // cache events in one report
+    size_t max_full_report_hashes = 1 << 16;  // hashes in one full report
+    size_t event_log_capacity = 1 << 15;      // events kept between reports
   };
   explicit RouterClient(Options options);
   ~RouterClient();
@@ -35,6 +44,7 @@ class RouterClient {
  private:
   void Loop();
   bool Register();
+  void FillPrefixReport(ced::internal::PrefixCacheReport* report);
 
   Options options_;
   std::unique_ptr<ced::internal::Router::Stub> stub_;
@@ -44,6 +54,7 @@ class RouterClient {
   bool stop_ = false;
   std::atomic<bool> registered_{false};
   int interval_ms_;
+  uint64_t prefix_acked_ = 0;  // the router's view of our cache events (0: none); Loop only
 };
 
 }  // namespace ced::services

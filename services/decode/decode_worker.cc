@@ -8,6 +8,7 @@
 #include "engine/common/status.h"
 #include "services/common/worker_util.h"
 #include "services/decode/request.h"
+#include "services/kv_store/tier_metrics.h"
 #include "services/metrics/kernel_info.h"
 
 namespace ced::services {
@@ -68,6 +69,7 @@ absl::Status DecodeWorker::Init() {
   RETURN_IF_ERROR(metrics::RegisterCpuKernelInfo(&registry_));
   ASSIGN_OR_RETURN(m_->prefix, PrefixCacheMetrics::Create(&registry_));
   registry_.AddCollectHook([this] { m_->prefix.Update(engine_->cache_stats()); });
+  RETURN_IF_ERROR(RegisterKvTierMetrics(&registry_, [this] { return engine_->kv_tier_stats(); }));
   ASSIGN_OR_RETURN(m_->steps, counter("ced_decode_steps_total", "Batched decode steps."));
   ASSIGN_OR_RETURN(m_->generated, counter("ced_generated_tokens_total", "Tokens generated."));
   ASSIGN_OR_RETURN(auto* transfer_bytes,
@@ -139,6 +141,7 @@ absl::Status DecodeWorker::Init() {
                                                                    : options_.advertise_kv_address);
     ro.worker.set_weights(ced::internal::WEIGHTS_HELD_FULL);
     ro.load = [this](ced::internal::LoadReport* r) { FillLoad(r); };
+    ro.engine = engine_.get();  // prefix-cache reports for cache-aware routing
     router_ = std::make_unique<RouterClient>(std::move(ro));
     router_->Start();
   }

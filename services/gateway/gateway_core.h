@@ -17,6 +17,7 @@
 #include "engine/model/config.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "services/gateway/gateway_metrics.h"
+#include "services/gateway/prefix_chain.h"
 #include "services/gateway/request_validation.h"
 
 namespace ced::gateway {
@@ -61,6 +62,8 @@ class GatewayCore {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GatewayMetrics& metrics() const { return metrics_; }
   ced::internal::Router::Stub* router() { return router_.get(); }
+  // The block chain prompts are hashed with for cache-aware routing.
+  PrefixChain& prefix_chain() { return prefix_chain_; }
   // One channel per worker address, created on first use and kept.
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
 
@@ -93,6 +96,7 @@ class GatewayCore {
   const std::unique_ptr<Tokenizer> tokenizer_;
   const GatewayMetrics metrics_;
   std::unique_ptr<ced::internal::Router::Stub> router_;
+  PrefixChain prefix_chain_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

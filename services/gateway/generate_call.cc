@@ -243,7 +243,11 @@ bool GenerateCall::PlanNext(grpc::Status* status, Attempt::Cause* cause,
   }
   const GatewaySettings& settings = core_->settings();
   // The Cancel of what is left of the attempt tells which worker is gone.
-  const Gone gone = CleanUp(a);
+  Gone gone = CleanUp(a);
+  // A decode worker that refused the Reserve as unavailable takes no new
+  // work (draining, or going): place the request elsewhere, even though it
+  // still answers the Cancel.
+  if (a->reserve_unavailable) gone.decode = true;
   const std::string decode_id = a->route.decode().worker_id();
   const std::string prefill_id = a->route.local_prefill() ? "" : a->route.prefill().worker_id();
   // Everything the client asked for already streamed: nothing to move.
@@ -344,8 +348,11 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   if (a->index > 0) mode = attempts_.front()->route.replay_mode();
   route_request.set_replay_mode(mode);
   for (const std::string& id : exclude) route_request.add_exclude_worker_ids(id);
+  route_request.set_session_id(request_.session_id);
+  core_->prefix_chain().Fill(prompt, &route_request);
   a->route_ctx.set_deadline(Bounded(settings.route_timeout));
   grpc::Status status = core_->router()->Route(&a->route_ctx, route_request, &a->route);
+  if (status.ok()) core_->prefix_chain().Learn(a->route);
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
         std::chrono::system_clock::now() < client_deadline_) {
@@ -390,7 +397,10 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   // The id is another request's on that worker (another gateway's client
   // chose it too): nothing of ours landed there, and a Cancel would end theirs.
   if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) a->reserve_refused = true;
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    a->worker_unavailable = true;
+    a->reserve_unavailable = true;
+  }
   if (!status.ok()) return WithPrefix(absl::StrCat("decode worker ", decode_id, ": "), status);
   a->reserved = true;
   a->prefill_start = absl::Now();

@@ -84,6 +84,7 @@ class GenerateCall final {
     bool reserved = false;
     bool prefill_started = false;
     bool decode_complete = false;     // final chunk and OK status received
+    bool reserve_unavailable = false;  // Reserve: UNAVAILABLE (draining, or gone)
     bool reserve_refused = false;     // Reserve: ALREADY_EXISTS (another request's id there)
     bool prefill_complete = false;    // OK status received
     bool worker_unavailable = false;  // Reserve or a worker stream ended UNAVAILABLE

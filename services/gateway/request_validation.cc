@@ -21,15 +21,15 @@ absl::Status CheckTokenId(const std::string& field, int32_t id, int vocab_size) 
   return Invalid(field, absl::StrCat("token id ", id, " is outside [0, ", vocab_size, ")"));
 }
 
-absl::Status CheckRequestId(const std::string& id, int max_bytes) {
+// request_id, session_id: at most max_bytes printable ASCII bytes, no spaces.
+absl::Status CheckId(const std::string& field, const std::string& id, int max_bytes) {
   if (static_cast<int>(id.size()) > max_bytes) {
-    return Invalid("request_id",
-                   absl::StrCat("must be at most ", max_bytes, " bytes, got ", id.size()));
+    return Invalid(field, absl::StrCat("must be at most ", max_bytes, " bytes, got ", id.size()));
   }
   for (size_t i = 0; i < id.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(id[i]);
     if (c < 0x21 || c > 0x7e) {
-      return Invalid("request_id", absl::StrCat("byte ", i, " is not printable ASCII (no spaces)"));
+      return Invalid(field, absl::StrCat("byte ", i, " is not printable ASCII (no spaces)"));
     }
   }
   return absl::OkStatus();
@@ -55,8 +55,11 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
                                                          const Tokenizer& tokenizer,
                                                          const RequestLimits& limits) {
   ValidatedRequest out;
-  RETURN_IF_ERROR(CheckRequestId(request.request_id(), limits.max_request_id_bytes));
+  RETURN_IF_ERROR(CheckId("request_id", request.request_id(), limits.max_request_id_bytes));
   out.request_id = request.request_id();
+  // A routing hint only: never an error unless malformed.
+  RETURN_IF_ERROR(CheckId("session_id", request.session_id(), limits.max_session_id_bytes));
+  out.session_id = request.session_id();
 
   // Prompt: exactly one form.
   const bool has_text = !request.prompt().empty();

@@ -22,11 +22,13 @@ struct RequestLimits {
   int max_stop_string_bytes = 256;
   int max_stop_token_ids = 64;
   int max_request_id_bytes = 128;
+  int max_session_id_bytes = 256;
 };
 
 // A request that passed validation, in the form the workers take.
 struct ValidatedRequest {
   std::string request_id;                 // as given; empty when the client left it empty
+  std::string session_id;                 // routing hint; empty when none
   std::vector<int32_t> prompt_token_ids;  // tokenized prompt (BOS included when asked)
   int max_tokens = 0;                     // >= 1, resolved default
   SamplingParams sampling;                // top_p 0 already mapped to 1

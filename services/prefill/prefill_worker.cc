@@ -1,6 +1,7 @@
 #include "services/prefill/prefill_worker.h"
 
 #include "services/common/prefix_metrics.h"
+#include "services/kv_store/tier_metrics.h"
 
 #include <algorithm>
 #include <chrono>
@@ -101,6 +102,7 @@ absl::Status PrefillWorker::Init() {
   RETURN_IF_ERROR(metrics::RegisterCpuKernelInfo(&registry_));
   ASSIGN_OR_RETURN(m_->prefix, PrefixCacheMetrics::Create(&registry_));
   registry_.AddCollectHook([this] { m_->prefix.Update(engine_->cache_stats()); });
+  RETURN_IF_ERROR(RegisterKvTierMetrics(&registry_, [this] { return engine_->kv_tier_stats(); }));
   ASSIGN_OR_RETURN(m_->queue_depth, gauge("ced_prefill_queue_depth", "Prefill requests waiting."));
   ASSIGN_OR_RETURN(m_->queued_tokens,
                    gauge("ced_prefill_outstanding_tokens", "Prompt tokens queued or in flight."));
@@ -175,6 +177,7 @@ absl::Status PrefillWorker::Init() {
                               ? ced::internal::WEIGHTS_HELD_ENCODER_ONLY
                               : ced::internal::WEIGHTS_HELD_ENCODER_REPLAY);
     ro.load = [this](ced::internal::LoadReport* r) { FillLoad(r); };
+    ro.engine = engine_.get();  // prefix-cache reports for cache-aware routing
     router_ = std::make_unique<RouterClient>(std::move(ro));
     router_->Start();
   }

@@ -47,6 +47,18 @@ int RunRouterCommand(const std::vector<std::string>& args) {
        "... when the least-loaded prefill worker has more outstanding tokens than this"},
       {"local-prefill-fallback", "", "prefill on the decode worker when no prefill worker is live",
        true},
+      {"routing", "cache_aware",
+       "placement: cache_aware (tokens left to compute given the workers' prefix caches, plus "
+       "load; session_id sticks) or load (load alone, for comparison)"},
+      {"local-prefill-max-uncached-tokens", "256",
+       "cache_aware: the decode worker holding a prompt's prefix prefills the rest itself when "
+       "at most this many tokens are not cached there (0 = never)"},
+      {"decode-cache-weight", "1.0",
+       "cache_aware: decode score bonus for a fully cached prompt (KV headroom and batch load "
+       "are the other terms)"},
+      {"max-blocks-per-worker", "262144",
+       "prefix-cache block hashes the router keeps per worker (16 bytes each; bounds memory)"},
+      {"max-sessions", "65536", "session ids whose last placement the router remembers"},
   };
   auto flags = cli::Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
@@ -67,9 +79,37 @@ int RunRouterCommand(const std::vector<std::string>& args) {
   auto timeout = flags->GetInt("heartbeat-timeout-ms");
   auto max_prompt = flags->GetInt("local-prefill-max-prompt");
   auto threshold = flags->GetInt("local-prefill-threshold-tokens");
-  for (const absl::Status& s : {timeout.status(), max_prompt.status(), threshold.status()}) {
+  auto max_uncached = flags->GetInt("local-prefill-max-uncached-tokens");
+  auto max_blocks = flags->GetInt("max-blocks-per-worker");
+  auto max_sessions = flags->GetInt("max-sessions");
+  for (const absl::Status& s :
+       {timeout.status(), max_prompt.status(), threshold.status(), max_uncached.status(),
+        max_blocks.status(), max_sessions.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()), 2);
   }
+  const std::string routing = flags->Get("routing");
+  if (routing == "cache_aware") {
+    options.policy.routing = Routing::kCacheAware;
+  } else if (routing == "load") {
+    options.policy.routing = Routing::kLoad;
+  } else {
+    return Fail("--routing must be cache_aware or load", 2);
+  }
+  if (*max_uncached < 0) return Fail("--local-prefill-max-uncached-tokens must be >= 0", 2);
+  if (*max_blocks < 2 || *max_blocks > (int64_t{1} << 30)) {
+    return Fail("--max-blocks-per-worker must be in [2, 2^30]", 2);
+  }
+  if (*max_sessions < 1 || *max_sessions > (int64_t{1} << 30)) {
+    return Fail("--max-sessions must be in [1, 2^30]", 2);
+  }
+  auto cache_weight = flags->GetDouble("decode-cache-weight");
+  if (!cache_weight.ok() || !(*cache_weight >= 0 && *cache_weight <= 1e6)) {
+    return Fail("--decode-cache-weight must be a number in [0, 1e6]", 2);
+  }
+  options.policy.local_prefill_max_uncached_tokens = *max_uncached;
+  options.policy.decode_cache_weight = *cache_weight;
+  options.policy.sessions.max_sessions = *max_sessions;
+  options.block_index.max_blocks_per_worker = *max_blocks;
   if (*timeout <= 0) return Fail("--heartbeat-timeout-ms must be > 0", 2);
   if (*max_prompt < 0) return Fail("--local-prefill-max-prompt must be >= 0", 2);
   if (*threshold < 0) return Fail("--local-prefill-threshold-tokens must be >= 0", 2);

@@ -15,6 +15,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   so.heartbeat_timeout = options.heartbeat_timeout;
   so.heartbeat_interval = options.heartbeat_interval;
   so.policy = options.policy;
+  so.block_index = options.block_index;
   so.default_replay_mode = options.default_replay_mode;
   so.registry = &server->registry_;
   ASSIGN_OR_RETURN(server->service_, RouterServiceImpl::Create(so));

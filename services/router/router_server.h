@@ -26,6 +26,7 @@ struct RouterServerOptions {
   // How often the stale thread looks; 0: heartbeat_timeout / 4, at most 250 ms.
   absl::Duration stale_check_interval = absl::ZeroDuration();
   CedRoutingPolicy::Options policy;  // replay_on default, decoder_only, local prefill, ...
+  BlockIndex::Options block_index;   // memory bound of the prefix-cache block index
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_BOUNDED;
 };
 

@@ -1,10 +1,13 @@
 #include "services/router/router_service.h"
 
 #include <cstdio>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
+#include "services/common/block_hash_wire.h"
 #include "services/common/grpc_util.h"
 #include "services/router/router_validation.h"
 
@@ -33,14 +36,21 @@ absl::StatusOr<std::unique_ptr<RouterServiceImpl>> RouterServiceImpl::Create(
     return absl::InvalidArgumentError(
         "router service: default_replay_mode must be BOUNDED or EXACT");
   }
+  if (options.block_index.max_blocks_per_worker < 2) {
+    return absl::InvalidArgumentError("router service: max_blocks_per_worker must be >= 2");
+  }
   std::unique_ptr<RouterServiceImpl> service(new RouterServiceImpl(options));
-  ASSIGN_OR_RETURN(service->policy_, CedRoutingPolicy::Create(&service->table_, options.policy));
+  CedRoutingPolicy::Options policy = options.policy;
+  policy.block_index = &service->index_;
+  ASSIGN_OR_RETURN(service->policy_, CedRoutingPolicy::Create(&service->table_, policy));
   RETURN_IF_ERROR(service->RegisterMetrics());
   return service;
 }
 
 RouterServiceImpl::RouterServiceImpl(const RouterServiceOptions& options)
-    : options_(options), table_(WorkerTable::Options{options.heartbeat_timeout}) {}
+    : options_(options),
+      table_(WorkerTable::Options{options.heartbeat_timeout}),
+      index_(options.block_index) {}
 
 absl::Status RouterServiceImpl::RegisterMetrics() {
   metrics::Registry* r = options_.registry;
@@ -61,6 +71,47 @@ absl::Status RouterServiceImpl::RegisterMetrics() {
                    r->AddCounter("ced_router_heartbeats_total", "Accepted load reports."));
   ASSIGN_OR_RETURN(auto* stale, r->AddCounter("ced_router_stale_transitions_total",
                                               "Times a worker went stale (missed heartbeats)."));
+  ASSIGN_OR_RETURN(
+      metrics_.reasons,
+      r->AddCounter("ced_router_route_reasons_total",
+                    "Routing decisions by what placed them (placement: cache = a predicted "
+                    "cached prefix, session = the session hint alone, load) and where the "
+                    "prefill runs (prefill: pool, or why the decode worker runs it).",
+                    {"placement", "prefill"}));
+  ASSIGN_OR_RETURN(auto* prompt_tokens, r->AddCounter("ced_router_prompt_tokens_total",
+                                                      "Prompt tokens of the requests placed."));
+  ASSIGN_OR_RETURN(auto* hit_tokens,
+                   r->AddCounter("ced_router_cache_hit_tokens_total",
+                                 "Prompt tokens predicted cached on the worker chosen to prefill "
+                                 "(work not recomputed), by the router's block index."));
+  ASSIGN_OR_RETURN(auto* decode_hit_tokens,
+                   r->AddCounter("ced_router_decode_cache_hit_tokens_total",
+                                 "Prompt tokens predicted cached on the chosen decode worker "
+                                 "(K/V not moved)."));
+  ASSIGN_OR_RETURN(metrics_.prefix_reports,
+                   r->AddCounter("ced_router_prefix_reports_total",
+                                 "Workers' prefix-cache reports by outcome: delta, full, or "
+                                 "resync (did not fit; a full report was asked for).",
+                                 {"outcome"}));
+  ASSIGN_OR_RETURN(auto* indexed,
+                   r->AddGauge("ced_router_indexed_blocks",
+                               "Prefix-cache blocks the router believes its workers hold, "
+                               "summed over workers."));
+  metrics_.prompt_tokens = &prompt_tokens->WithLabels({});
+  metrics_.hit_tokens = &hit_tokens->WithLabels({});
+  metrics_.decode_hit_tokens = &decode_hit_tokens->WithLabels({});
+  metrics_.indexed_blocks = &indexed->WithLabels({});
+  for (const char* outcome : {"delta", "full", "resync"}) {
+    metrics_.prefix_reports->WithLabelValues({outcome});
+  }
+  for (PlacementReason p :
+       {PlacementReason::kLoad, PlacementReason::kCache, PlacementReason::kSession}) {
+    for (LocalPrefillReason l :
+         {LocalPrefillReason::kPool, LocalPrefillReason::kShortSuffix,
+          LocalPrefillReason::kShortPrompt, LocalPrefillReason::kNoPrefillWorker}) {
+      metrics_.reasons->WithLabelValues({PlacementReasonName(p), LocalPrefillReasonName(l)});
+    }
+  }
   metrics_.registrations = &registrations->WithLabels({});
   metrics_.heartbeats = &heartbeats->WithLabels({});
   metrics_.stale_transitions = &stale->WithLabels({});
@@ -88,6 +139,7 @@ void RouterServiceImpl::RefreshWorkerGauges() const {
           .Set(counts[role][state]);
     }
   }
+  metrics_.indexed_blocks->Set(static_cast<double>(index_.TotalBlocks()));
 }
 
 absl::Status RouterServiceImpl::DoRegister(const ced::internal::RegisterRequest& request,
@@ -116,10 +168,19 @@ absl::Status RouterServiceImpl::DoRegister(const ced::internal::RegisterRequest&
                          "; every worker of a cluster must load the same model"));
       }
       (void)table_.Remove(other.info.id);
+      index_.RemoveWorker(other.info.id);
       infos_.erase(it);
     }
     RETURN_IF_ERROR(table_.Register(info, now));
     infos_[info.id] = worker;
+    // A (re)registered worker starts with an empty view: its first report is full.
+    BlockKey root;
+    int block_size = 0;
+    if (!worker.prefix_root_hash().empty()) {
+      root = *ParseRootHash("worker.prefix_root_hash", worker.prefix_root_hash());
+      block_size = worker.block_size();
+    }
+    index_.ResetWorker(info.id, root, block_size);
   }
   metrics_.registrations->Increment();
   std::fprintf(stderr, "router: registered %s worker %s at %s\n",
@@ -136,6 +197,10 @@ absl::Status RouterServiceImpl::DoRegister(const ced::internal::RegisterRequest&
 absl::Status RouterServiceImpl::DoHeartbeat(const ced::internal::LoadReport& request,
                                             ced::internal::HeartbeatResponse* response) {
   ASSIGN_OR_RETURN(WorkerLoad load, ValidateLoadReport(request, absl::Now()));
+  std::optional<BlockReport> report;
+  if (request.has_prefix_cache()) {
+    ASSIGN_OR_RETURN(report, ValidatePrefixReport(request.prefix_cache()));
+  }
   absl::Status status = table_.Update(request.worker_id(), load);
   if (absl::IsNotFound(status)) {
     response->set_reregister(true);
@@ -143,6 +208,15 @@ absl::Status RouterServiceImpl::DoHeartbeat(const ced::internal::LoadReport& req
   }
   RETURN_IF_ERROR(status);
   metrics_.heartbeats->Increment();
+  if (report.has_value()) {
+    absl::StatusOr<uint64_t> seq = index_.Apply(request.worker_id(), *report);
+    if (seq.ok()) {
+      const char* outcome =
+          *seq == 0 ? "resync" : (report->full || report->base_seq == 0 ? "full" : "delta");
+      metrics_.prefix_reports->WithLabelValues({outcome}).Increment();
+      response->set_prefix_cache_seq(*seq);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -181,6 +255,24 @@ absl::Status RouterServiceImpl::DoRoute(const ced::internal::RouteRequest& reque
                                 : options_.default_replay_mode);
   response->set_est_prefill_wait_tokens(decision.est_prefill_wait_tokens);
   response->set_kv_blocks(decision.kv_blocks);
+  response->set_predicted_prefill_cached_tokens(decision.prefill_cached_tokens);
+  response->set_predicted_decode_cached_tokens(decision.decode_cached_tokens);
+  // Tell the gateway which chain to send next time (the decode worker's).
+  BlockKey root;
+  int block_size = 0;
+  if (index_.ChainOf(decision.decode_id, &root, &block_size)) {
+    std::string bytes;
+    services::AppendBlockHashWire(root.hi, root.lo, &bytes);
+    response->set_prefix_root_hash(std::move(bytes));
+    response->set_prefix_block_size(block_size);
+  }
+  metrics_.prompt_tokens->Increment(static_cast<double>(route.prompt_tokens));
+  metrics_.hit_tokens->Increment(static_cast<double>(decision.prefill_cached_tokens));
+  metrics_.decode_hit_tokens->Increment(static_cast<double>(decision.decode_cached_tokens));
+  metrics_.reasons
+      ->WithLabelValues(
+          {PlacementReasonName(decision.reason), LocalPrefillReasonName(decision.local_reason)})
+      .Increment();
   metrics_.decisions
       ->WithLabelValues(
           {ReplayOnName(decision.replay_on), decision.local_prefill ? "true" : "false"})
@@ -237,6 +329,7 @@ grpc::Status RouterServiceImpl::Deregister(grpc::ServerContext*,
     absl::MutexLock lock(&mu_);
     status = table_.Remove(request->worker_id());
     infos_.erase(request->worker_id());
+    index_.RemoveWorker(request->worker_id());
   }
   if (status.ok()) {
     std::fprintf(stderr, "router: deregistered worker %s\n", request->worker_id().c_str());

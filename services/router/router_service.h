@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "ced/internal/router.grpc.pb.h"
 #include "services/metrics/registry.h"
+#include "services/router_policy/block_index.h"
 #include "services/router_policy/policy.h"
 #include "services/router_policy/worker_table.h"
 
@@ -25,7 +26,9 @@ struct RouterServiceOptions {
   absl::Duration heartbeat_timeout = absl::Milliseconds(3000);
   // Told to workers at registration; 0 = heartbeat_timeout / 3.
   absl::Duration heartbeat_interval = absl::ZeroDuration();
+  // policy.block_index is the service's own (set by Create).
   CedRoutingPolicy::Options policy;
+  BlockIndex::Options block_index;
   // Used when a RouteRequest leaves replay_mode unspecified.
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_BOUNDED;
   // Families are registered here; not owned, must outlive the service.
@@ -76,6 +79,12 @@ class RouterServiceImpl final : public ced::internal::Router::Service {
     metrics::Counter* registrations = nullptr;
     metrics::Counter* heartbeats = nullptr;
     metrics::Counter* stale_transitions = nullptr;
+    metrics::Family<metrics::Counter>* reasons = nullptr;
+    metrics::Counter* prompt_tokens = nullptr;
+    metrics::Counter* hit_tokens = nullptr;
+    metrics::Counter* decode_hit_tokens = nullptr;
+    metrics::Family<metrics::Counter>* prefix_reports = nullptr;
+    metrics::Gauge* indexed_blocks = nullptr;
   };
 
   explicit RouterServiceImpl(const RouterServiceOptions& options);
@@ -84,6 +93,7 @@ class RouterServiceImpl final : public ced::internal::Router::Service {
 
   const RouterServiceOptions options_;
   WorkerTable table_;
+  BlockIndex index_;
   std::unique_ptr<CedRoutingPolicy> policy_;
   Metrics metrics_;
 

@@ -1,10 +1,13 @@
 #include "services/router/router_validation.h"
 
+#include <vector>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 #include "kernels/cpu/kv_codec.h"
+#include "services/common/block_hash_wire.h"
 
 namespace ced::router {
 namespace {
@@ -18,7 +21,50 @@ absl::Status NonNegative(absl::string_view field, int64_t value) {
   return Invalid(field, absl::StrCat("must be >= 0, got ", value));
 }
 
+absl::StatusOr<std::vector<BlockKey>> ParseHashes(absl::string_view field, absl::string_view bytes,
+                                                  size_t max_hashes) {
+  if (bytes.size() % services::kBlockHashWireBytes != 0) {
+    return Invalid(field,
+                   absl::StrCat("must be whole 16-byte hashes, got ", bytes.size(), " bytes"));
+  }
+  const size_t n = bytes.size() / services::kBlockHashWireBytes;
+  if (n > max_hashes) {
+    return Invalid(field, absl::StrCat("at most ", max_hashes, " hashes, got ", n));
+  }
+  std::vector<BlockKey> keys(n);
+  for (size_t i = 0; i < n; ++i) {
+    services::ReadBlockHashWire(bytes.data() + i * services::kBlockHashWireBytes, &keys[i].hi,
+                                &keys[i].lo);
+  }
+  return keys;
+}
+
 }  // namespace
+
+absl::StatusOr<BlockKey> ParseRootHash(absl::string_view field, absl::string_view bytes) {
+  if (bytes.size() != services::kBlockHashWireBytes) {
+    return Invalid(field, absl::StrCat("must be 16 bytes, got ", bytes.size()));
+  }
+  BlockKey key;
+  services::ReadBlockHashWire(bytes.data(), &key.hi, &key.lo);
+  return key;
+}
+
+absl::StatusOr<BlockReport> ValidatePrefixReport(const ced::internal::PrefixCacheReport& report) {
+  if (report.end_seq() < report.base_seq()) {
+    return Invalid("prefix_cache.end_seq", absl::StrCat("must be >= base_seq (", report.base_seq(),
+                                                        "), got ", report.end_seq()));
+  }
+  BlockReport out;
+  out.base_seq = report.base_seq();
+  out.end_seq = report.end_seq();
+  out.full = report.full();
+  ASSIGN_OR_RETURN(out.added,
+                   ParseHashes("prefix_cache.added", report.added(), kMaxReportBlockHashes));
+  ASSIGN_OR_RETURN(out.evicted,
+                   ParseHashes("prefix_cache.evicted", report.evicted(), kMaxReportBlockHashes));
+  return out;
+}
 
 absl::Status ValidateToken(absl::string_view field, absl::string_view value, size_t max_bytes) {
   if (value.empty()) return Invalid(field, "must not be empty");
@@ -80,6 +126,9 @@ absl::StatusOr<WorkerInfo> ValidateWorkerInfo(const ced::internal::WorkerInfo& w
                      absl::StrCat("must be f32, bf16, fp8_e4m3 or fp4_e2m1, got '",
                                   absl::CHexEscape(worker.kv_format()), "'"));
     }
+  }
+  if (!worker.prefix_root_hash().empty()) {
+    RETURN_IF_ERROR(ParseRootHash("worker.prefix_root_hash", worker.prefix_root_hash()).status());
   }
   if (!worker.kv_transport().empty()) {
     RETURN_IF_ERROR(ValidateToken("worker.kv_transport", worker.kv_transport(), 32));
@@ -151,6 +200,28 @@ absl::StatusOr<RouteRequest> ValidateRouteRequest(const ced::internal::RouteRequ
   }
   out.prompt_tokens = request.prompt_tokens();
   out.max_tokens = request.max_tokens();
+  if (!request.session_id().empty()) {
+    RETURN_IF_ERROR(ValidateToken("session_id", request.session_id(), kMaxSessionIdBytes));
+    out.session_id = request.session_id();
+  }
+  if (!request.prompt_block_hashes().empty()) {
+    ASSIGN_OR_RETURN(
+        out.block_hashes,
+        ParseHashes("prompt_block_hashes", request.prompt_block_hashes(), kMaxRouteBlockHashes));
+    ASSIGN_OR_RETURN(out.hash_root, ParseRootHash("prompt_root_hash", request.prompt_root_hash()));
+    if (request.prompt_block_size() < 1 || request.prompt_block_size() > (1 << 20)) {
+      return Invalid("prompt_block_size",
+                     absl::StrCat("must be in [1, 2^20] with prompt_block_hashes, got ",
+                                  request.prompt_block_size()));
+    }
+    out.hash_block_size = request.prompt_block_size();
+    if (static_cast<int64_t>(out.block_hashes.size()) * out.hash_block_size >
+        request.prompt_tokens()) {
+      return Invalid("prompt_block_hashes",
+                     absl::StrCat(out.block_hashes.size(), " blocks of ", out.hash_block_size,
+                                  " tokens exceed prompt_tokens ", request.prompt_tokens()));
+    }
+  }
   switch (request.replay_on()) {
     case ced::internal::REPLAY_ON_UNSPECIFIED:
       out.replay_on = ReplayOnChoice::kUnspecified;

@@ -116,7 +116,9 @@ TEST_P(FaultDepartingDecodeTest, BystanderOnAnotherDecodeWorkerIsNotHeldUp) {
   const std::string in_bytes = "ced_kv_transfer_bytes_total{direction=\"in\"}";
   auto victim =
       std::make_unique<ManualRequest>(c, 1, "victim-1", Prompt(kVictimChunks * kChunk, 1), 8);
-  ASSERT_TRUE(victim->reserve_status().ok()) << victim->reserve_status().error_message();
+  ASSERT_TRUE(victim->reserve_status().ok())
+      << victim->reserve_status().error_message() << "\ndecode-1's log:\n"
+      << c.decode(1).Log();
   ASSERT_TRUE(
       WaitUntil([&] { return ScrapeMetric(c.decode(1).metrics(), in_bytes).value_or(0) > 0; },
                 Ms(30000), Ms(10)));

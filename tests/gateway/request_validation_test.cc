@@ -112,6 +112,8 @@ TEST_F(RequestValidationTest, EveryBadFieldIsNamed) {
        }},
       {"request_id", [](GenerateRequest* r) { r->set_request_id(std::string(129, 'a')); }},
       {"request_id", [](GenerateRequest* r) { r->set_request_id("a b"); }},
+      {"session_id", [](GenerateRequest* r) { r->set_session_id(std::string(257, 's')); }},
+      {"session_id", [](GenerateRequest* r) { r->set_session_id("tab\there"); }},
       {"replay_on",
        [](GenerateRequest* r) { r->set_replay_on(static_cast<ced::v1::ReplayOn>(9)); }},
       {"replay_mode",
@@ -128,6 +130,19 @@ TEST_F(RequestValidationTest, EveryBadFieldIsNamed) {
     EXPECT_EQ(v.status().message().rfind(c.field + ":", 0), 0u)
         << "expected '" << c.field << ":' in: " << v.status().message();
   }
+}
+
+TEST_F(RequestValidationTest, SessionIdIsAHintPassedThrough) {
+  GenerateRequest r;
+  r.set_prompt("hello");
+  r.set_max_tokens(8);
+  auto v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->session_id.empty());
+  r.set_session_id(std::string(256, 'x'));  // any well-formed id, known or not
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->session_id, std::string(256, 'x'));
 }
 
 TEST(RequestParsingTest, InvalidUtf8NamesTheField) {

@@ -35,6 +35,7 @@ TEST(OpenAiProtocolTest, CompletionFieldsMapOntoTheGrpcRequest) {
   EXPECT_EQ(g.replay_mode(), ced::v1::REPLAY_MODE_EXACT);
   EXPECT_EQ(g.top_k(), 5);
   EXPECT_EQ(g.stop_token_ids(0), 7);
+  EXPECT_EQ(g.session_id(), "s1");  // a routing hint, validated like the gRPC field
 }
 
 TEST(OpenAiProtocolTest, PromptForms) {

@@ -38,8 +38,10 @@ absl::Status Make(const std::string& preset, uint64_t seed, const std::string& d
 }
 
 TEST(PresetsTest, NamesAndShapes) {
-  EXPECT_THAT(PresetNames(), ElementsAre("tiny", "tiny-dec", "tiny-shared", "small", "small-dec",
-                                         "llama3-70b-ced", "llama3-70b"));
+  EXPECT_THAT(PresetNames(),
+              ElementsAre("tiny", "tiny-dec", "tiny-shared", "small", "small-dec", "tiny-moe",
+                          "tiny-moe-dec", "small-moe", "small-moe-dec", "llama3-70b-ced",
+                          "llama3-70b", "deepseek-v4.1-flash", "deepseek-v4.1-flash-dec"));
   for (const std::string& name : PresetNames()) {
     auto c = PresetConfig(name);
     ASSERT_TRUE(c.ok()) << name;

@@ -1,4 +1,4 @@
-"""An independent float64 NumPy forward of a CED model, written from DESIGN.md 1.1-1.3.
+"""An independent float64 NumPy forward of a CED model, written from DESIGN.md 1.1-1.3 and 1.7.
 
 It shares nothing with the engine: it reads config.json and model.safetensors
 itself (the safetensors header with json, the tensors with numpy.frombuffer)
@@ -38,12 +38,28 @@ class Config:
         self.rms_norm_eps = float(obj.get("rms_norm_eps", _DEFAULT_RMS_NORM_EPS))
         src = obj.get("global_kv_source")
         self.global_kv_source = list(range(self.num_layers)) if src is None else [int(s) for s in src]
-        if obj.get("moe"):
-            raise NotImplementedError("the reference does not implement MoE layers (DESIGN.md 1.7)")
+        moe = obj.get("moe")
+        self.moe = None if moe is None else MoeConfig(moe)
         if len(self.global_kv_source) != self.num_layers:
             raise ValueError("global_kv_source must have num_layers entries")
         if self.num_heads % self.num_kv_heads != 0:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
+
+
+class MoeConfig:
+    """The `moe` block of DESIGN.md 1.7, with the defaults the engine documents."""
+
+    def __init__(self, obj):
+        self.num_routed_experts = int(obj["num_routed_experts"])
+        self.num_experts_per_tok = int(obj["num_experts_per_tok"])
+        self.moe_intermediate_size = int(obj["moe_intermediate_size"])
+        self.num_shared_experts = int(obj.get("num_shared_experts", 0))
+        self.first_dense_layers = int(obj.get("first_dense_layers", 0))
+        self.scoring = obj.get("scoring", "softmax")
+        self.norm_topk_prob = bool(obj.get("norm_topk_prob", False))
+        self.routed_scaling_factor = float(obj.get("routed_scaling_factor", 1.0))
+        if self.scoring not in ("softmax", "sigmoid"):
+            raise ValueError(f"moe.scoring {self.scoring!r}")
 
 
 _DTYPES = {"F32": np.dtype("<f4"), "F64": np.dtype("<f8"), "F16": np.dtype("<f2"),
@@ -105,6 +121,33 @@ def rope(x, positions, theta):
 
 def silu(x):
     return x / (1.0 + np.exp(-x))
+
+
+def swiglu(w, prefix, b):
+    return (silu(b @ w[prefix + "w_gate"].T) * (b @ w[prefix + "w_up"].T)) @ w[prefix + "w_down"].T
+
+
+def moe_ffn(m, w, p, b):
+    """DESIGN.md 1.7 for rows b [T, d]: scores, top k (ties: lower index), gates, experts."""
+    z = b @ w[p + "router"].T  # [T, n]
+    if m.scoring == "softmax":
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        probs = e / e.sum(axis=-1, keepdims=True)
+    else:
+        probs = 1.0 / (1.0 + np.exp(-z))
+    out = np.zeros_like(b)
+    for t in range(b.shape[0]):
+        # A stable sort on -p keeps the lower index first among equals.
+        top = np.argsort(-probs[t], kind="stable")[:m.num_experts_per_tok]
+        gates = probs[t][top]
+        if m.norm_topk_prob:
+            gates = gates / gates.sum()
+        gates = gates * m.routed_scaling_factor
+        for e_idx, g in zip(top, gates):
+            out[t] += g * swiglu(w, f"{p}experts.{int(e_idx)}.", b[t:t + 1])[0]
+    if m.num_shared_experts > 0:
+        out += swiglu(w, p + "shared.", b)
+    return out
 
 
 def round_bf16(x):
@@ -184,7 +227,10 @@ def forward(model, tokens, kv_format="f32"):
         attn = np.einsum("hts,shd->thd", probs, vh).reshape(t_len, heads * dim)
         x = x + attn @ w[p + "wo"].T
         b = rmsnorm(x, w[p + "ffn_norm"], eps)
-        x = x + (silu(b @ w[p + "w_gate"].T) * (b @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+        if c.moe is not None and l >= c.moe.first_dense_layers:
+            x = x + moe_ffn(c.moe, w, p, b)
+        else:
+            x = x + swiglu(w, p, b)
         if l == c.num_encoder_layers - 1:
             h_enc = x  # h_E
     return rmsnorm(x, w["final_norm"], eps) @ w["lm_head"].T

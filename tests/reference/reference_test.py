@@ -52,6 +52,10 @@ CASES = [
     ("tiny-dec", 100, 24, 40, "prefill", "bf16"),
     ("small", 150, 16, 64, "prefill", "f32"),
     ("small-dec", 150, 16, 64, "prefill", "f32"),
+    # Mixture of experts (DESIGN.md 1.7) with a window-only layer 0 (source -1).
+    ("tiny-moe", 100, 16, 40, "prefill", "f32"),
+    ("tiny-moe", 100, 16, 40, "decode", "f32"),
+    ("tiny-moe-dec", 100, 16, 40, "prefill", "f32"),
 ]
 
 

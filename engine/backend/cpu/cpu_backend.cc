@@ -95,6 +95,20 @@ class CpuBackend final : public Backend {
   void SiluMul(float* gate, const float* up, size_t count) override {
     kernels::SiluMulCpu(gate, up, count);
   }
+  void MoeCombine(float* x, int n, int d, int k, const float* y, const int32_t* rows,
+                  const float* weights) override {
+    kernels::ParallelFor(
+        n,
+        [&](int i) {
+          float* dst = x + static_cast<size_t>(i) * d;
+          for (int j = 0; j < k; ++j) {
+            const float w = weights[static_cast<size_t>(i) * k + j];
+            const float* src = y + static_cast<size_t>(rows[static_cast<size_t>(i) * k + j]) * d;
+            for (int c = 0; c < d; ++c) dst[c] += w * src[c];
+          }
+        },
+        static_cast<size_t>(n) * k * d >= (1u << 15));
+  }
   void StoreRows(KvFormat format, const float* src, int n, int row_elems, size_t src_stride,
                  uint8_t* const* dst_rows) override {
     // A prefill chunk's rows (hundreds of KiB per layer) are split across

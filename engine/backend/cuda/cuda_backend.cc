@@ -74,6 +74,8 @@ class CudaBackend final : public Backend {
   }
   void StoreRows(KvFormat format, const float* src, int n, int row_elems, size_t src_stride,
                  uint8_t* const* dst_rows_host) override;
+  void MoeCombine(float* x, int n, int d, int k, const float* y, const int32_t* rows_host,
+                  const float* weights_host) override;
   void RoundTrip(KvFormat format, float* x, int n, int row_elems) override {
     Check(kernels::RoundTripCuda(format, x, n, row_elems, stream_), "RoundTrip");
   }
@@ -196,6 +198,22 @@ void CudaBackend::Embed(const int32_t* tokens_host, int n, const float* table, i
   if (tokens != nullptr) Check(kernels::EmbedCuda(tokens, n, table, d, out, stream_), "Embed");
 }
 
+void CudaBackend::MoeCombine(float* x, int n, int d, int k, const float* y,
+                             const int32_t* rows_host, const float* weights_host) {
+  if (n <= 0 || k <= 0) return;
+  const size_t count = static_cast<size_t>(n) * k;
+  cudaError_t err = staging_->Begin(count * (sizeof(int32_t) + sizeof(float)) + 32);
+  Check(err, "MoeCombine");
+  if (err != cudaSuccess) return;
+  auto* rows = static_cast<const int32_t*>(staging_->Put(rows_host, count * sizeof(int32_t), &err));
+  Check(err, "MoeCombine");
+  if (err != cudaSuccess) return;
+  auto* weights = static_cast<const float*>(staging_->Put(weights_host, count * sizeof(float), &err));
+  Check(err, "MoeCombine");
+  if (err != cudaSuccess) return;
+  Check(kernels::MoeCombineCuda(x, n, d, k, y, rows, weights, stream_), "MoeCombine");
+}
+
 void CudaBackend::Rope(float* x, int n, int heads, int head_dim, const int32_t* positions_host,
                        double theta) {
   if (n <= 0) return;
@@ -249,7 +267,11 @@ void CudaBackend::Attention(const AttentionParams& params,
   int max_rows = 0;
   for (const AttentionSegment& s : segments) {
     if (s.n <= 0) continue;
-    const size_t nb = (static_cast<size_t>(s.q_begin) + s.n + params.block_size - 1) / params.block_size;
+    // A window-only layer (params.global false) has no block tables.
+    const size_t nb =
+        params.global
+            ? (static_cast<size_t>(s.q_begin) + s.n + params.block_size - 1) / params.block_size
+            : 0;
     nblocks.push_back(nb);
     table_entries += 2 * nb;
     max_rows = std::max(max_rows, s.n);

@@ -342,9 +342,12 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
         if (sk != "include_usage") return InvalidField("stream_options." + sk, "unknown field");
         ASSIGN_OR_RETURN(out.include_usage, GetBool("stream_options.include_usage", sv));
       }
-    } else if (key == "user" || key == "session_id") {
+    } else if (key == "user") {
       ASSIGN_OR_RETURN(std::string ignored, GetString(key, v));
       (void)ignored;
+    } else if (key == "session_id") {  // a routing hint (ced.v1 GenerateRequest.session_id)
+      ASSIGN_OR_RETURN(std::string session, GetString(key, v));
+      g.set_session_id(std::move(session));
     } else if (key == "request_id") {
       ASSIGN_OR_RETURN(std::string id, GetString(key, v));
       g.set_request_id(std::move(id));

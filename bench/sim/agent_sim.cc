@@ -1,0 +1,530 @@
+#include "bench/sim/agent_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <queue>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "bench/sim/cost_model.h"
+#include "bench/sim/prefix_cache_model.h"
+#include "engine/common/status.h"
+#include "services/router_policy/worker_table.h"
+
+namespace ced::sim {
+namespace {
+
+enum class Ev : uint8_t { kArrival, kPrefillDone, kTransferDone, kDecodeDone, kHeartbeat };
+
+struct Event {
+  double t;
+  uint64_t seq;  // FIFO among equal times: determinism
+  int32_t index;
+  Ev kind;
+};
+struct Later {
+  bool operator()(const Event& a, const Event& b) const {
+    return a.t > b.t || (a.t == b.t && a.seq > b.seq);
+  }
+};
+
+struct Turn {
+  AgentTurnResult r;
+  int prefill = -1, decode = -1;
+  bool replay_on_decode = false;
+  bool first_pending = false;  // its first token comes from its next decode step
+  int64_t generated = 0;
+  int64_t blocks = 0;  // reserved on the decode instance
+};
+
+struct PrefillInst {
+  std::string id;
+  std::unique_ptr<PrefixCacheModel> cache;
+  std::deque<int> queue;
+  int64_t queued_tokens = 0;
+  int current = -1;
+  double link_free_s = 0;
+};
+
+struct DecodeInst {
+  std::string id;
+  std::unique_ptr<PrefixCacheModel> cache;
+  std::deque<int> local;  // local prefills, run between decode steps
+  std::deque<int> ready;  // K/V landed, waiting for a batch slot
+  std::vector<int> running;
+  int local_current = -1;
+  int reserved = 0;
+  bool busy = false;
+};
+
+absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
+
+// Nearest rank of sorted `v`.
+double Percentile(const std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+int IndexOf(const std::string& id) {  // "p003" -> 3
+  int i = 0;
+  for (size_t k = 1; k < id.size(); ++k) i = 10 * i + (id[k] - '0');
+  return i;
+}
+
+class AgentSim {
+ public:
+  AgentSim(const AgentSimOptions& o, std::unique_ptr<CostModel> cost,
+           std::vector<AgentSessionSpec> sessions)
+      : o_(o), cost_(std::move(cost)), sessions_(std::move(sessions)),
+        table_(router::WorkerTable::Options{}) {}
+
+  absl::Status Init();
+  AgentSimSummary Run();
+
+ private:
+  void Push(double t, Ev kind, int index) { events_.push(Event{t, seq_++, index, kind}); }
+  int Id(int session, int turn) const { return session * o_.trace.turns + turn; }
+  void OnArrival(int t);
+  bool Route(int t);  // false: no room now (retry at the next heartbeat)
+  void FailSession(int t);
+  void StartPrefill(int p);
+  void OnPrefillDone(int p);
+  void OnTransferDone(int t);
+  void StartDecode(int d);
+  void OnDecodeDone(int d);
+  void Finish(int t);
+  void Heartbeat();
+
+  const AgentSimOptions& o_;
+  std::unique_ptr<CostModel> cost_;
+  const std::vector<AgentSessionSpec> sessions_;
+  router::WorkerTable table_;
+  std::unique_ptr<router::CedRoutingPolicy> policy_;
+  std::vector<Turn> turns_;
+  std::vector<PrefillInst> prefill_;
+  std::vector<DecodeInst> decode_;
+  std::deque<int> retry_;
+  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  uint64_t seq_ = 0;
+  double now_ = 0;
+  int open_sessions_ = 0;
+  int64_t prefill_blocks_ = 0, decode_blocks_ = 0;
+};
+
+absl::Status AgentSim::Init() {
+  const bool replay_on_decode = o_.replay_on == router::ReplayOnChoice::kDecode;
+  const WeightSet prefill_set = cost_->PrefillWeightSet(!replay_on_decode);
+  const double per_block = cost_->kv_bytes_per_token() * o_.block_size;
+  const double prefill_room =
+      o_.kv_cache_bytes > 0 ? o_.kv_cache_bytes : cost_->KvRoomBytes(prefill_set, o_.prefill_gpus);
+  const double decode_room = o_.kv_cache_bytes > 0
+                                 ? o_.kv_cache_bytes
+                                 : cost_->KvRoomBytes(WeightSet::kFull, o_.decode_gpus);
+  if (prefill_room <= 0 || decode_room <= 0) {
+    return absl::InvalidArgumentError("agent sim: the weights leave no KV room");
+  }
+  prefill_blocks_ = static_cast<int64_t>(prefill_room / per_block);
+  decode_blocks_ = static_cast<int64_t>(decode_room / per_block);
+
+  router::CedRoutingPolicy::Options policy;
+  policy.decoder_only = cost_->decoder_only();
+  policy.replay_on = o_.replay_on;
+  policy.clock = [this] { return ToTime(now_); };
+  ASSIGN_OR_RETURN(policy_, router::CedRoutingPolicy::Create(&table_, policy));
+  router::WeightsHeld held = router::WeightsHeld::kFull;
+  if (prefill_set == WeightSet::kEncoderOnly) held = router::WeightsHeld::kEncoderOnly;
+  if (prefill_set == WeightSet::kEncoderReplay) held = router::WeightsHeld::kEncoderReplay;
+  for (int i = 0; i < o_.prefill_instances; ++i) {
+    PrefillInst p;
+    p.id = absl::StrFormat("p%03d", i);
+    p.cache = std::make_unique<PrefixCacheModel>(prefill_blocks_, o_.block_size);
+    router::WorkerInfo info;
+    info.id = p.id;
+    info.role = router::Role::kPrefill;
+    info.weights = held;
+    RETURN_IF_ERROR(table_.Register(info, ToTime(0)));
+    prefill_.push_back(std::move(p));
+  }
+  for (int i = 0; i < o_.decode_instances; ++i) {
+    DecodeInst d;
+    d.id = absl::StrFormat("d%03d", i);
+    d.cache = std::make_unique<PrefixCacheModel>(decode_blocks_, o_.block_size);
+    router::WorkerInfo info;
+    info.id = d.id;
+    info.role = router::Role::kDecode;
+    info.weights = router::WeightsHeld::kFull;
+    info.total_kv_blocks = decode_blocks_;
+    info.block_size = o_.block_size;
+    RETURN_IF_ERROR(table_.Register(info, ToTime(0)));
+    decode_.push_back(std::move(d));
+  }
+  turns_.resize(sessions_.size() * static_cast<size_t>(o_.trace.turns));
+  for (size_t s = 0; s < sessions_.size(); ++s) {
+    for (int k = 0; k < o_.trace.turns; ++k) {
+      Turn& t = turns_[static_cast<size_t>(Id(static_cast<int>(s), k))];
+      t.r.session = static_cast<int>(s);
+      t.r.turn = k;
+      t.r.prompt_tokens = AgentTurnPromptTokens(sessions_[s], k);
+      t.r.output_tokens = sessions_[s].output_tokens[static_cast<size_t>(k)];
+      if (k > 0) {
+        t.r.reusable_tokens = AgentTurnPromptTokens(sessions_[s], k - 1) +
+                              sessions_[s].output_tokens[static_cast<size_t>(k - 1)];
+      }
+    }
+    Push(sessions_[s].start_s + cost_->gpu().request_s, Ev::kArrival, Id(static_cast<int>(s), 0));
+  }
+  open_sessions_ = static_cast<int>(sessions_.size());
+  Push(0, Ev::kHeartbeat, 0);
+  return absl::OkStatus();
+}
+
+void AgentSim::OnArrival(int t) {
+  Turn& q = turns_[static_cast<size_t>(t)];
+  const int64_t need = (q.r.prompt_tokens + q.r.output_tokens + o_.block_size - 1) / o_.block_size;
+  if (need > decode_blocks_ || q.r.prompt_tokens / o_.block_size + 1 > prefill_blocks_) {
+    FailSession(t);  // can never fit
+  } else if (!retry_.empty() || !Route(t)) {
+    retry_.push_back(t);
+  }
+}
+
+bool AgentSim::Route(int t) {
+  Turn& q = turns_[static_cast<size_t>(t)];
+  router::RouteRequest route;
+  route.prompt_tokens = q.r.prompt_tokens;
+  route.max_tokens = q.r.output_tokens;
+  absl::StatusOr<router::Decision> decision = policy_->Select(route);
+  if (!decision.ok()) {
+    if (absl::IsResourceExhausted(decision.status())) return false;
+    FailSession(t);
+    return true;
+  }
+  q.decode = IndexOf(decision->decode_id);
+  DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
+  const int64_t total = (q.r.prompt_tokens + q.r.output_tokens + o_.block_size - 1) / o_.block_size;
+  const int64_t shared =
+      o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) / o_.block_size : 0;
+  if (!d.cache->Reserve(total - shared)) return false;  // stale view: retry like the gateway
+  q.blocks = total - shared;
+  ++d.reserved;
+  q.r.local_prefill = decision->local_prefill;
+  if (q.r.local_prefill) {
+    d.local.push_back(t);
+    if (!d.busy) StartDecode(q.decode);
+    return true;
+  }
+  q.prefill = IndexOf(decision->prefill_id);
+  q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
+  PrefillInst& p = prefill_[static_cast<size_t>(q.prefill)];
+  p.queue.push_back(t);
+  p.queued_tokens += q.r.prompt_tokens;
+  if (p.current < 0) StartPrefill(q.prefill);
+  return true;
+}
+
+void AgentSim::FailSession(int t) {
+  const Turn& q = turns_[static_cast<size_t>(t)];
+  for (int k = q.r.turn; k < o_.trace.turns; ++k) {
+    turns_[static_cast<size_t>(Id(q.r.session, k))].r.completed = false;
+  }
+  --open_sessions_;
+}
+
+void AgentSim::StartPrefill(int p) {
+  PrefillInst& inst = prefill_[static_cast<size_t>(p)];
+  if (inst.current >= 0 || inst.queue.empty()) return;
+  const int t = inst.queue.front();
+  inst.queue.pop_front();
+  inst.current = t;
+  Turn& q = turns_[static_cast<size_t>(t)];
+  inst.queued_tokens -= q.r.prompt_tokens;
+  const int64_t cached = o_.prefix_cache ? inst.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+  inst.cache->Touch(q.r.session);
+  q.r.cached_tokens = cached;
+  const double s = ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, !q.replay_on_decode,
+                                         o_.prefill_gpus);
+  Push(now_ + s, Ev::kPrefillDone, p);
+}
+
+void AgentSim::OnPrefillDone(int p) {
+  PrefillInst& inst = prefill_[static_cast<size_t>(p)];
+  const int t = inst.current;
+  inst.current = -1;
+  Turn& q = turns_[static_cast<size_t>(t)];
+  if (o_.prefix_cache) inst.cache->Store(q.r.session, q.r.prompt_tokens);
+  if (!q.replay_on_decode) {  // the prefill instance made the first token
+    q.r.first_token_s = now_;
+    q.generated = 1;
+  } else {
+    q.first_pending = true;
+  }
+  DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
+  const int64_t have =
+      o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+  q.r.transferred_tokens = q.r.prompt_tokens - have;
+  const double bytes = cost_->TransferBytes(q.r.prompt_tokens, q.replay_on_decode) -
+                       static_cast<double>(have) * cost_->kv_bytes_per_token();
+  const double start = std::max(now_, inst.link_free_s);
+  inst.link_free_s = start + bytes / o_.link_bytes_per_s;
+  Push(inst.link_free_s, Ev::kTransferDone, t);
+  StartPrefill(p);
+}
+
+void AgentSim::OnTransferDone(int t) {
+  const int d = turns_[static_cast<size_t>(t)].decode;
+  decode_[static_cast<size_t>(d)].ready.push_back(t);
+  if (!decode_[static_cast<size_t>(d)].busy) StartDecode(d);
+}
+
+void AgentSim::StartDecode(int d) {
+  DecodeInst& inst = decode_[static_cast<size_t>(d)];
+  if (!inst.local.empty()) {  // a local prefill runs as a step of its own
+    const int t = inst.local.front();
+    inst.local.pop_front();
+    Turn& q = turns_[static_cast<size_t>(t)];
+    const int64_t cached =
+        o_.prefix_cache ? inst.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+    inst.cache->Touch(q.r.session);
+    q.r.cached_tokens = cached;
+    inst.local_current = t;
+    inst.busy = true;
+    Push(now_ + ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus),
+         Ev::kDecodeDone, d);
+    return;
+  }
+  while (!inst.ready.empty() && static_cast<int>(inst.running.size()) < o_.max_batch) {
+    inst.running.push_back(inst.ready.front());
+    inst.ready.pop_front();
+  }
+  if (inst.running.empty()) {
+    inst.busy = false;
+    return;
+  }
+  Work work = cost_->DecodeStepBaseWork();
+  for (int t : inst.running) {
+    const Turn& q = turns_[static_cast<size_t>(t)];
+    if (q.first_pending) {
+      work += cost_->DecodeReplayWork(q.r.prompt_tokens);
+    } else {
+      work += cost_->DecodeSequenceWork(q.r.prompt_tokens + q.generated);
+    }
+  }
+  inst.busy = true;
+  Push(now_ + cost_->DecodeStepSeconds(work, static_cast<int64_t>(inst.running.size()),
+                                       o_.decode_gpus),
+       Ev::kDecodeDone, d);
+}
+
+void AgentSim::OnDecodeDone(int d) {
+  DecodeInst& inst = decode_[static_cast<size_t>(d)];
+  if (inst.local_current >= 0) {
+    const int t = inst.local_current;
+    inst.local_current = -1;
+    Turn& q = turns_[static_cast<size_t>(t)];
+    q.r.first_token_s = now_;
+    q.generated = 1;
+    if (q.generated >= q.r.output_tokens) {
+      Finish(t);
+    } else {
+      inst.running.push_back(t);
+    }
+    StartDecode(d);
+    return;
+  }
+  std::vector<int> still;
+  for (int t : inst.running) {
+    Turn& q = turns_[static_cast<size_t>(t)];
+    if (q.first_pending) {
+      q.first_pending = false;
+      q.r.first_token_s = now_;
+    }
+    ++q.generated;
+    if (q.generated >= q.r.output_tokens) {
+      Finish(t);
+    } else {
+      still.push_back(t);
+    }
+  }
+  inst.running = std::move(still);
+  StartDecode(d);
+}
+
+void AgentSim::Finish(int t) {
+  Turn& q = turns_[static_cast<size_t>(t)];
+  q.r.finish_s = now_;
+  q.r.completed = true;
+  DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
+  d.cache->Release(q.blocks);
+  --d.reserved;
+  // Prompt + answer; the last answer token's K/V is never computed.
+  if (o_.prefix_cache) d.cache->Store(q.r.session, q.r.prompt_tokens + q.r.output_tokens - 1);
+  const AgentSessionSpec& s = sessions_[static_cast<size_t>(q.r.session)];
+  if (q.r.turn + 1 < o_.trace.turns) {
+    const int next = Id(q.r.session, q.r.turn + 1);
+    turns_[static_cast<size_t>(next)].r.arrival_s = now_ + s.think_time_s;
+    Push(now_ + s.think_time_s + cost_->gpu().request_s, Ev::kArrival, next);
+  } else {
+    --open_sessions_;
+  }
+}
+
+void AgentSim::Heartbeat() {
+  const absl::Time at = ToTime(now_);
+  for (const PrefillInst& p : prefill_) {
+    router::WorkerLoad load;
+    load.queued_prefill_tokens = p.queued_tokens;
+    load.inflight_prefill_tokens =
+        p.current >= 0 ? turns_[static_cast<size_t>(p.current)].r.prompt_tokens : 0;
+    load.last_heartbeat = at;
+    (void)table_.Update(p.id, load);  // registered in Init: cannot be NOT_FOUND
+  }
+  for (const DecodeInst& d : decode_) {
+    router::WorkerLoad load;
+    load.running_sequences = static_cast<int64_t>(d.running.size());
+    load.waiting_sequences = d.reserved - load.running_sequences;
+    load.free_kv_blocks = d.cache->capacity_blocks() - d.cache->reserved_blocks();
+    load.last_heartbeat = at;
+    (void)table_.Update(d.id, load);
+  }
+  while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
+  if (open_sessions_ > 0) Push(now_ + o_.heartbeat_s, Ev::kHeartbeat, 0);
+}
+
+AgentSimSummary AgentSim::Run() {
+  // Turn 0 arrives at the session's start (request_s added like later turns).
+  for (size_t s = 0; s < sessions_.size(); ++s) {
+    turns_[static_cast<size_t>(Id(static_cast<int>(s), 0))].r.arrival_s = sessions_[s].start_s;
+  }
+  while (!events_.empty()) {
+    const Event e = events_.top();
+    events_.pop();
+    now_ = e.t;
+    switch (e.kind) {
+      case Ev::kArrival:
+        OnArrival(e.index);
+        break;
+      case Ev::kPrefillDone:
+        OnPrefillDone(e.index);
+        break;
+      case Ev::kTransferDone:
+        OnTransferDone(e.index);
+        break;
+      case Ev::kDecodeDone:
+        OnDecodeDone(e.index);
+        break;
+      case Ev::kHeartbeat:
+        Heartbeat();
+        break;
+    }
+  }
+  AgentSimSummary s;
+  s.kv_bytes_per_token = cost_->kv_bytes_per_token();
+  std::vector<std::vector<double>> ttft(static_cast<size_t>(o_.trace.turns));
+  std::vector<double> later;
+  std::vector<int64_t> cached(ttft.size(), 0), reusable(ttft.size(), 0);
+  s.by_turn.resize(ttft.size());
+  for (const Turn& q : turns_) {
+    s.turns.push_back(q.r);
+    if (!q.r.completed) {
+      ++s.failed;
+      continue;
+    }
+    const size_t k = static_cast<size_t>(q.r.turn);
+    ttft[k].push_back(q.r.ttft_s());
+    if (k > 0) later.push_back(q.r.ttft_s());
+    AgentTurnSummary& ts = s.by_turn[k];
+    ++ts.completed;
+    ts.prompt_tokens_mean += static_cast<double>(q.r.prompt_tokens);
+    ts.cached_tokens_mean += static_cast<double>(q.r.cached_tokens);
+    cached[k] += q.r.cached_tokens;
+    reusable[k] += q.r.reusable_tokens;
+    s.makespan_s = std::max(s.makespan_s, q.r.finish_s);
+  }
+  int64_t cached_later = 0, reusable_later = 0;
+  for (size_t k = 0; k < ttft.size(); ++k) {
+    AgentTurnSummary& ts = s.by_turn[k];
+    ts.turn = static_cast<int>(k) + 1;
+    std::sort(ttft[k].begin(), ttft[k].end());
+    ts.ttft_p50_s = Percentile(ttft[k], 0.5);
+    ts.ttft_p90_s = Percentile(ttft[k], 0.9);
+    if (ts.completed > 0) {
+      ts.prompt_tokens_mean /= ts.completed;
+      ts.cached_tokens_mean /= ts.completed;
+    }
+    ts.hit_rate = reusable[k] > 0 ? static_cast<double>(cached[k]) / reusable[k] : 0;
+    if (k > 0) {
+      cached_later += cached[k];
+      reusable_later += reusable[k];
+    }
+  }
+  std::sort(later.begin(), later.end());
+  s.ttft_later_p50_s = Percentile(later, 0.5);
+  s.ttft_later_p90_s = Percentile(later, 0.9);
+  s.hit_rate_later = reusable_later > 0 ? static_cast<double>(cached_later) / reusable_later : 0;
+  for (const PrefillInst& p : prefill_) s.evicted_blocks += p.cache->evicted_blocks();
+  for (const DecodeInst& d : decode_) s.evicted_blocks += d.cache->evicted_blocks();
+  return s;
+}
+
+}  // namespace
+
+std::string AgentSimSummary::ToString() const {
+  return absl::StrFormat("turns=%d failed=%d ttft_later=%.17g/%.17g hit=%.17g makespan=%.17g "
+                         "evicted=%d",
+                         turns.size(), failed, ttft_later_p50_s, ttft_later_p90_s, hit_rate_later,
+                         makespan_s, evicted_blocks);
+}
+
+absl::StatusOr<AgentSimSummary> RunAgentSimulation(const AgentSimOptions& o) {
+  if (o.prefill_instances < 1 || o.decode_instances < 1 || o.prefill_gpus < 1 ||
+      o.decode_gpus < 1) {
+    return absl::InvalidArgumentError(
+        "agent sim: instance counts and GPUs per instance must be >= 1");
+  }
+  if (o.block_size < 1 || o.max_batch < 1 || !(o.heartbeat_s > 0) || !(o.link_bytes_per_s > 0) ||
+      !(o.kv_cache_bytes >= 0)) {
+    return absl::InvalidArgumentError(
+        "agent sim: block_size, max_batch, heartbeat and link bandwidth must be > 0");
+  }
+  ASSIGN_OR_RETURN(std::vector<AgentSessionSpec> sessions, MakeAgentTrace(o.trace));
+  for (const AgentSessionSpec& s : sessions) {
+    const int64_t longest = AgentTurnPromptTokens(s, o.trace.turns - 1) + s.output_tokens.back();
+    if (longest > o.model.max_position) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "agent sim: a session reaches ", longest, " tokens, over max_position ",
+          o.model.max_position));
+    }
+  }
+  CostModel::Options cost;
+  cost.config = o.model;
+  cost.gpu = o.gpu;
+  cost.link_bytes_per_s = o.link_bytes_per_s;
+  ASSIGN_OR_RETURN(std::unique_ptr<CostModel> model, CostModel::Create(cost));
+  AgentSim sim(o, std::move(model), std::move(sessions));
+  RETURN_IF_ERROR(sim.Init());
+  return sim.Run();
+}
+
+std::string AgentSimTable(const AgentSimSummary& s) {
+  std::string out = absl::StrFormat(
+      "TTFT turns >= 2: p50 %.1f ms, p90 %.1f ms; hit rate (cached / previous prompt + answer) "
+      "%.1f%%; %d failed turns; makespan %.1f s; %d blocks evicted\n\n"
+      "| turn | completed | TTFT ms p50 / p90 | prompt tokens | cached | hit rate |\n"
+      "|---:|---:|---:|---:|---:|---:|\n",
+      1e3 * s.ttft_later_p50_s, 1e3 * s.ttft_later_p90_s, 100 * s.hit_rate_later, s.failed,
+      s.makespan_s, s.evicted_blocks);
+  for (const AgentTurnSummary& t : s.by_turn) {
+    absl::StrAppend(&out, absl::StrFormat("| %d | %d | %.1f / %.1f | %.0f | %.0f | %s |\n", t.turn,
+                                          t.completed, 1e3 * t.ttft_p50_s, 1e3 * t.ttft_p90_s,
+                                          t.prompt_tokens_mean, t.cached_tokens_mean,
+                                          t.turn == 1 ? "–"
+                                                      : absl::StrFormat("%.1f%%", 100 * t.hit_rate)));
+  }
+  return out;
+}
+
+}  // namespace ced::sim

@@ -1,0 +1,77 @@
+// The simulator's model of one worker's prefix cache (DESIGN.md §1.6) and of
+// what a resumed prefill costs.
+//
+// PrefixCacheModel: a worker's global-K/V pool of `capacity_blocks` blocks.
+// Running sequences hold blocks (Reserve/Release); a finished one leaves its
+// full blocks cached under its session (Store). Sessions' prompts only grow,
+// so a session's cached prefix is a count of leading blocks; when the pool is
+// short, the least recently used session loses blocks from its tail (the
+// engine evicts least recently used blocks, and a chain's tail was used no
+// later than its head). Not thread-safe.
+//
+// ResumedPrefill*: §1.6's computation for a prompt of N tokens with P cached:
+// the encoder over [a, N), a = max(0, min(P, N - R_d) - R_e) (bounded mode),
+// decoder global K/V for [P, N), the replay over the last R_d positions.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <unordered_map>
+
+#include "bench/sim/cost_model.h"
+#include "engine/model/config.h"
+
+namespace ced::sim {
+
+class PrefixCacheModel {
+ public:
+  PrefixCacheModel(int64_t capacity_blocks, int block_size);
+
+  // Tokens of a `prompt_tokens`-token prompt of `session` cached here: full
+  // blocks, at most prompt_tokens - 1 (the last token is always computed).
+  int64_t CachedTokens(int session, int64_t prompt_tokens) const;
+  // Marks the session most recently used (a hit).
+  void Touch(int session);
+  // Takes `blocks` for a running sequence, evicting cached blocks (least
+  // recently used session first) as needed; false when even an empty cache
+  // leaves too little room (nothing is taken then).
+  bool Reserve(int64_t blocks);
+  void Release(int64_t blocks);
+  // A sequence of `session` holding `tokens` positions finished (or its
+  // prompt was computed): its full blocks stay cached, most recently used.
+  // Cached blocks never exceed the room that reservations leave.
+  void Store(int session, int64_t tokens);
+
+  int64_t capacity_blocks() const { return capacity_; }
+  int64_t cached_blocks() const { return cached_; }
+  int64_t reserved_blocks() const { return reserved_; }
+  int64_t free_blocks() const { return capacity_ - reserved_ - cached_; }
+  int64_t evicted_blocks() const { return evicted_; }
+  int block_size() const { return block_size_; }
+
+ private:
+  // Evicts until free_blocks() >= need or nothing is cached.
+  void EvictFor(int64_t need);
+
+  struct Entry {
+    int64_t blocks = 0;
+    std::list<int>::iterator lru;  // position in lru_ (front = most recent)
+  };
+  const int64_t capacity_;
+  const int block_size_;
+  int64_t reserved_ = 0, cached_ = 0, evicted_ = 0;
+  std::list<int> lru_;
+  std::unordered_map<int, Entry> sessions_;
+};
+
+// a: the first position a resumed prefill runs the encoder from (bounded
+// mode; mirrors Engine::ResumeStart). 0 when p <= 0.
+int64_t ResumeEncoderStart(const ModelConfig& config, int64_t n, int64_t p);
+
+// One prefill step for a prompt of `n` tokens with `p` cached (p = 0: a
+// fresh prefill, CostModel::PrefillSeconds); `replay_here` as there.
+Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay_here);
+double ResumedPrefillSeconds(const CostModel& cost, int64_t n, int64_t p, bool replay_here,
+                             int gpus);
+
+}  // namespace ced::sim

@@ -1,0 +1,133 @@
+// A store of global K/V blocks below the prefix cache (DESIGN.md §1.6, §2 "KV
+// tiers"): the seam behind which host memory, local disk and shared stores
+// (Redis; later Mooncake, NIXL) live.
+//
+// A stored block is a fixed 64-byte header followed by the block's bytes
+// exactly as the cache holds them ([source slot][K|V][block_size][row_bytes]
+// in the cache format): nothing wider, no local K/V. The header names what
+// the bytes are, and every read checks it against what the reader expects:
+//
+//   offset size
+//        0    8  magic "CEDKVBLK"
+//        8    2  format version (1)
+//       10    1  KV cache format (kernels::KvFormat)
+//       11    1  0
+//       12    4  tokens per block
+//       16    8  payload bytes
+//       24   16  model fingerprint: the hash chain's root h_0 (model, format, block size)
+//       40   16  the block's own hash h_i (its key)
+//       56    4  CRC32C of bytes [0, 56) and of the payload
+//       60    4  0
+//
+// (little-endian; the zero bytes must be zero). A block that fails any check is dropped and counted by
+// reason, never served.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/kv/prefix_cache.h"
+#include "engine/model/config.h"  // KvFormat
+
+namespace ced {
+
+inline constexpr size_t kKvBlockHeaderBytes = 64;
+inline constexpr uint16_t kKvBlockVersion = 1;
+
+// What every block of one engine is.
+struct KvBlockLayout {
+  BlockHash root;                 // h_0: names the model, the format and the block size
+  KvFormat format = KvFormat::kF32;
+  int block_size = 0;             // tokens
+  size_t payload_bytes = 0;       // the cache's block bytes
+};
+
+// Why a stored block was not served.
+enum class KvBlockReject : int {
+  kNone = 0,
+  kMagic,      // not a block, or another format version
+  kModel,      // another model (fingerprint)
+  kFormat,     // another KV format or block size
+  kLength,     // truncated, or another payload size
+  kKey,        // stored under a key that is not its hash
+  kChecksum,   // bytes changed at rest or on the way
+};
+inline constexpr int kKvBlockRejectReasons = 7;
+const char* KvBlockRejectName(KvBlockReject reason);
+
+// Header + payload (`layout.payload_bytes` bytes at `payload`).
+std::string EncodeKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
+                          const uint8_t* payload);
+// kNone when `stored` is a valid block `hash` of `layout`.
+KvBlockReject CheckKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
+                           std::string_view stored);
+
+// Counters of one tier; the tiers (kv_tiers.h) and the store both update
+// them. Lock-free, monotonic.
+struct KvTierCounters {
+  std::atomic<int64_t> hit_blocks{0};      // blocks served from this tier
+  std::atomic<int64_t> miss_blocks{0};     // blocks asked of this tier and not served
+  std::atomic<int64_t> read_bytes{0};      // stored bytes read (served or rejected)
+  std::atomic<int64_t> written_bytes{0};   // stored bytes written
+  std::atomic<int64_t> written_blocks{0};
+  std::atomic<int64_t> errors{0};          // I/O or store failures (each degraded to a miss)
+  std::atomic<int64_t> dropped_writes{0};  // writes dropped: queue full, or no room
+  std::array<std::atomic<int64_t>, kKvBlockRejectReasons> rejected{};
+};
+
+// A copy of the counters, plus what the tier holds now.
+struct KvTierStats {
+  std::string tier;
+  int64_t hit_blocks = 0, miss_blocks = 0, read_bytes = 0, written_bytes = 0,
+          written_blocks = 0, errors = 0, dropped_writes = 0;
+  std::map<std::string, int64_t> rejected;  // by KvBlockRejectName
+  int64_t resident_blocks = -1, resident_bytes = -1;  // -1: unknown (a shared store)
+};
+
+// An encoded block (header + payload) under its hash.
+struct KvStoredBlock {
+  BlockHash hash;
+  std::shared_ptr<const std::string> bytes;
+};
+
+// One tier. Keys are (root, hash): `root` is the model fingerprint every
+// block of a caller shares, and a store may use it to keep models apart.
+// Implementations are thread-safe; none blocks longer than its own I/O
+// timeouts, and none returns an error for a miss: an unreachable store
+// counts an error and behaves as empty.
+class KvBlockStore {
+ public:
+  virtual ~KvBlockStore() = default;
+  virtual std::string_view name() const = 0;
+  // Stores the blocks (an existing block of the same hash is replaced).
+  // May block for I/O: callers run it off the request path. OK when every
+  // block was stored.
+  virtual absl::Status Put(const BlockHash& root, absl::Span<const KvStoredBlock> blocks) = 0;
+  // The stored bytes of hashes[0], hashes[1], ... up to the first one not
+  // stored (unchecked: the caller checks each).
+  virtual std::vector<std::string> GetPrefix(const BlockHash& root,
+                                             absl::Span<const BlockHash> hashes) = 0;
+  // How many of hashes[0..] in a row are stored, without reading them.
+  virtual int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) = 0;
+  // Drops a block (one that failed its checks).
+  virtual void Erase(const BlockHash& root, const BlockHash& hash) = 0;
+  virtual int64_t resident_blocks() const { return -1; }
+  virtual int64_t resident_bytes() const { return -1; }
+
+  KvTierCounters& counters() { return counters_; }
+  KvTierStats stats() const;
+
+ protected:
+  KvTierCounters counters_;
+};
+
+}  // namespace ced

@@ -1,0 +1,209 @@
+#include "engine/kv/kv_tiers.h"
+
+#include "engine/kv/disk_tier.h"
+#include "engine/kv/host_tier.h"
+
+namespace ced {
+namespace {
+
+// Entries remembered as already in the shared store; past this the memory is
+// dropped (at worst a block is written twice).
+constexpr size_t kKnownSharedLimit = 1 << 20;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const KvTiersOptions& options) {
+  if (options.layout.block_size <= 0 || options.layout.payload_bytes == 0) {
+    return absl::InvalidArgumentError("kv tiers: empty block layout");
+  }
+  if (options.host_bytes < 0 || options.disk_bytes < 0 || options.write_queue_bytes <= 0) {
+    return absl::InvalidArgumentError("kv tiers: negative capacity");
+  }
+  std::unique_ptr<KvTiers> t(new KvTiers(options));
+  if (!options.disk_dir.empty()) {
+    DiskBlockStore::Options d;
+    d.dir = options.disk_dir;
+    d.capacity_bytes = options.disk_bytes;
+    auto disk = DiskBlockStore::Create(d);
+    if (!disk.ok()) return disk.status();
+    t->disk_ = std::move(*disk);
+  }
+  if (options.host_bytes > 0) {
+    HostBlockStore::Options h;
+    h.capacity_bytes = options.host_bytes;
+    KvBlockStore* disk = t->disk_.get();
+    const BlockHash root = options.layout.root;
+    if (disk != nullptr) {
+      // Runs on the writer thread (the only caller of the host tier's Put).
+      h.on_evict = [disk, root](const KvStoredBlock& b) { (void)disk->Put(root, {b}); };
+    }
+    t->host_ = std::make_unique<HostBlockStore>(std::move(h));
+  }
+  t->shared_ = options.shared;
+  t->writer_ = std::thread([p = t.get()] { p->WriterLoop(); });
+  return t;
+}
+
+KvTiers::~KvTiers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+bool KvTiers::Enqueue(Job job, KvBlockStore* target) {
+  const int64_t size = static_cast<int64_t>(job.payload->size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queued_bytes_ + size > options_.write_queue_bytes) {
+      target->counters().dropped_writes.fetch_add(1);
+      return false;
+    }
+    queued_bytes_ += size;
+    if (!job.shared) pending_[job.hash] = job.payload;
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void KvTiers::Spill(const BlockHash& hash, std::string payload) {
+  KvBlockStore* target = host_ != nullptr ? host_.get() : disk_.get();
+  if (target == nullptr || payload.size() != options_.layout.payload_bytes) return;
+  Enqueue({false, hash, std::make_shared<const std::string>(std::move(payload))}, target);
+}
+
+bool KvTiers::WantsShared(const BlockHash& hash) const {
+  if (shared_ == nullptr) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return known_shared_.count(hash) == 0;
+}
+
+void KvTiers::WriteShared(const BlockHash& hash, std::string payload) {
+  if (shared_ == nullptr || payload.size() != options_.layout.payload_bytes) return;
+  Enqueue({true, hash, std::make_shared<const std::string>(std::move(payload))}, shared_.get());
+}
+
+void KvTiers::MarkShared(const BlockHash& hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (known_shared_.size() >= kKnownSharedLimit) known_shared_.clear();
+  known_shared_.insert(hash);
+}
+
+void KvTiers::WriterLoop() {
+  const KvBlockLayout& layout = options_.layout;
+  for (;;) {
+    std::deque<Job> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      batch.swap(queue_);
+      writing_ = true;
+    }
+    std::vector<KvStoredBlock> shared;
+    int64_t done_bytes = 0;
+    for (Job& job : batch) {
+      done_bytes += static_cast<int64_t>(job.payload->size());
+      auto encode = [&] {
+        return std::make_shared<const std::string>(EncodeKvBlock(
+            layout, job.hash, reinterpret_cast<const uint8_t*>(job.payload->data())));
+      };
+      if (job.shared) {
+        shared.push_back({job.hash, encode()});
+        continue;
+      }
+      KvBlockStore* target = host_ != nullptr ? host_.get() : disk_.get();
+      if (target->Contains(layout.root, {job.hash}) == 0) {
+        (void)target->Put(layout.root, {KvStoredBlock{job.hash, encode()}});
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pending_.find(job.hash);
+      if (it != pending_.end() && it->second == job.payload) pending_.erase(it);
+    }
+    if (!shared.empty() && shared_->Put(layout.root, shared).ok()) {
+      for (const KvStoredBlock& b : shared) MarkShared(b.hash);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queued_bytes_ -= done_bytes;
+      writing_ = false;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+void KvTiers::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+bool KvTiers::Accept(KvBlockStore* tier, const BlockHash& hash, std::string* stored) {
+  KvTierCounters& c = tier->counters();
+  c.read_bytes.fetch_add(static_cast<int64_t>(stored->size()));
+  const KvBlockReject why = CheckKvBlock(options_.layout, hash, *stored);
+  if (why != KvBlockReject::kNone) {
+    c.rejected[static_cast<int>(why)].fetch_add(1);
+    tier->Erase(options_.layout.root, hash);
+    return false;
+  }
+  stored->erase(0, kKvBlockHeaderBytes);
+  return true;
+}
+
+std::vector<std::string> KvTiers::FetchPrefix(absl::Span<const BlockHash> hashes) {
+  const BlockHash& root = options_.layout.root;
+  std::vector<std::string> out;
+  size_t i = 0;
+  for (; i < hashes.size() && spills(); ++i) {
+    const BlockHash& h = hashes[i];
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pending_.find(h);
+      if (it != pending_.end()) {  // evicted a moment ago, not written yet
+        out.push_back(*it->second);
+        KvBlockStore* t = host_ != nullptr ? host_.get() : disk_.get();
+        t->counters().hit_blocks.fetch_add(1);
+        continue;
+      }
+    }
+    bool found = false;
+    for (KvBlockStore* tier : {host_.get(), disk_.get()}) {
+      if (tier == nullptr) continue;
+      std::vector<std::string> got = tier->GetPrefix(root, hashes.subspan(i, 1));
+      if (got.empty() || !Accept(tier, h, &got[0])) {
+        tier->counters().miss_blocks.fetch_add(1);
+        continue;
+      }
+      tier->counters().hit_blocks.fetch_add(1);
+      out.push_back(std::move(got[0]));
+      found = true;
+      break;
+    }
+    if (!found) break;
+  }
+  if (i < hashes.size() && shared_ != nullptr) {
+    const absl::Span<const BlockHash> rest = hashes.subspan(i);
+    std::vector<std::string> got = shared_->GetPrefix(root, rest);
+    size_t j = 0;
+    for (; j < got.size() && Accept(shared_.get(), rest[j], &got[j]); ++j) {
+      out.push_back(std::move(got[j]));
+      MarkShared(rest[j]);
+    }
+    shared_->counters().hit_blocks.fetch_add(static_cast<int64_t>(j));
+    shared_->counters().miss_blocks.fetch_add(static_cast<int64_t>(rest.size() - j));
+  }
+  return out;
+}
+
+std::vector<KvTierStats> KvTiers::stats() const {
+  std::vector<KvTierStats> out;
+  for (const KvBlockStore* t : {host_.get(), disk_.get(), shared_.get()}) {
+    if (t != nullptr) out.push_back(t->stats());
+  }
+  return out;
+}
+
+}  // namespace ced

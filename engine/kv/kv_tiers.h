@@ -1,0 +1,109 @@
+// The KV tiers below one engine's prefix cache (DESIGN.md §1.6, §2):
+//
+//   hot cache --evicted--> host memory --evicted--> local disk
+//   finished sequences' blocks ----------------------> shared store (Redis)
+//
+// A prompt whose cached prefix ends in the hot cache continues it here: each
+// next block from the first tier that holds it (queued spills, host, disk),
+// then the rest as the longest run the shared store holds (one round trip).
+// Every block read is checked (block_store.h); one that fails is dropped from
+// its tier, counted, and ends the run there: never served.
+//
+// Writes stay off the request path: Spill and WriteShared copy nothing but
+// take the caller's bytes into a bounded queue that one writer thread drains
+// (header + CRC32C, host put, disk spill, pipelined shared puts); when the
+// queue is full the write is dropped and counted (dropped_writes). Reads
+// block the caller: host and disk on memory and file I/O, the shared store up
+// to its own timeouts (an unreachable store reads as empty and counts an
+// error). Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kv/block_store.h"
+
+namespace ced {
+
+struct KvTiersOptions {
+  KvBlockLayout layout;
+  int64_t host_bytes = 0;       // 0: no host tier
+  std::string disk_dir;         // empty: no disk tier
+  int64_t disk_bytes = 0;
+  std::shared_ptr<KvBlockStore> shared;  // null: no shared tier
+  int64_t write_queue_bytes = 64ll << 20;  // payload bytes waiting for the writer
+};
+
+class KvTiers {
+ public:
+  static absl::StatusOr<std::unique_ptr<KvTiers>> Create(const KvTiersOptions& options);
+  // Finishes the queued writes, then stops the writer.
+  ~KvTiers();
+  KvTiers(const KvTiers&) = delete;
+  KvTiers& operator=(const KvTiers&) = delete;
+
+  const KvBlockLayout& layout() const { return options_.layout; }
+  // Host or disk present: evicted blocks are worth spilling.
+  bool spills() const { return host_ != nullptr || disk_ != nullptr; }
+  bool has_shared() const { return shared_ != nullptr; }
+
+  // The hot cache evicted block `hash`; `payload` is a copy of its bytes
+  // (layout().payload_bytes). Queued for the host tier (the disk tier when
+  // there is no host tier). Never blocks on I/O.
+  void Spill(const BlockHash& hash, std::string payload);
+  // Whether the shared store may lack `hash` (false once this process wrote
+  // or read it there), so the caller copies only blocks worth writing.
+  bool WantsShared(const BlockHash& hash) const;
+  // A finished sequence's block for the shared store. Never blocks on I/O.
+  void WriteShared(const BlockHash& hash, std::string payload);
+
+  // The payloads of the longest run hashes[0..k) held below the hot cache,
+  // each checked. Blocks as the header says.
+  std::vector<std::string> FetchPrefix(absl::Span<const BlockHash> hashes);
+
+  // Waits until every write queued so far has been done (tests, shutdown).
+  void Flush();
+  // host, disk, shared (those present), in that order.
+  std::vector<KvTierStats> stats() const;
+
+ private:
+  explicit KvTiers(const KvTiersOptions& options) : options_(options) {}
+  struct Hasher {
+    size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo ^ h.hi); }
+  };
+  struct Job {
+    bool shared = false;  // else: a spill
+    BlockHash hash;
+    std::shared_ptr<const std::string> payload;
+  };
+  bool Enqueue(Job job, KvBlockStore* target);
+  void WriterLoop();
+  // Checks a block read from `tier`; on failure drops it there and counts.
+  bool Accept(KvBlockStore* tier, const BlockHash& hash, std::string* stored);
+  void MarkShared(const BlockHash& hash);
+
+  KvTiersOptions options_;
+  std::unique_ptr<KvBlockStore> host_, disk_;
+  std::shared_ptr<KvBlockStore> shared_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<Job> queue_;
+  int64_t queued_bytes_ = 0;
+  bool writing_ = false, stop_ = false;
+  // Spills queued but not written yet: still served to readers.
+  std::unordered_map<BlockHash, std::shared_ptr<const std::string>, Hasher> pending_;
+  // Blocks this process stored in or read from the shared store (bounded).
+  std::unordered_set<BlockHash, Hasher> known_shared_;
+  std::thread writer_;
+};
+
+}  // namespace ced

@@ -1,0 +1,88 @@
+// The engine's side of the KV tiers (engine/kv/kv_tiers.h): spilling blocks
+// the prefix cache evicts, loading a prompt's prefix back from the tiers, and
+// writing finished sequences' blocks to the shared store.
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "engine/kv/kv_tiers.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/engine_internal.h"
+
+namespace ced {
+
+absl::Status Engine::InitKvTiers(const EngineOptions& o) {
+  if (o.kv_host_bytes < 0 || o.kv_disk_bytes < 0) {
+    return absl::InvalidArgumentError("engine: KV tier capacities must be >= 0");
+  }
+  const bool disk = !o.kv_disk_dir.empty();
+  if (disk && o.kv_disk_bytes <= 0) {
+    return absl::InvalidArgumentError("engine: a KV disk tier needs a positive capacity");
+  }
+  if (o.kv_host_bytes == 0 && !disk && o.kv_shared_store == nullptr) return absl::OkStatus();
+  if (!prefix_enabled_) {
+    return absl::InvalidArgumentError("engine: KV tiers need the prefix cache");
+  }
+  KvTiersOptions t;
+  t.layout.root = root_hash_;
+  t.layout.format = config_.kv_cache_dtype;
+  t.layout.block_size = cache_->options().block_size;
+  t.layout.payload_bytes = cache_->block_bytes();
+  t.host_bytes = o.kv_host_bytes;
+  t.disk_dir = o.kv_disk_dir;
+  t.disk_bytes = o.kv_disk_bytes;
+  t.shared = o.kv_shared_store;
+  t.write_queue_bytes = o.kv_tier_queue_bytes;
+  ASSIGN_OR_RETURN(tiers_, KvTiers::Create(t));
+  if (tiers_->spills()) {
+    // Under the prefix cache's mutex, on the thread that evicts (the owner's):
+    // one copy of the block, everything else on the tiers' writer thread.
+    prefix_->SetEvictHook([this](int block, const BlockHash& hash) {
+      const size_t bytes = cache_->block_bytes();
+      std::string payload(bytes, '\0');
+      backend_->CopyToHost(payload.data(), cache_->GlobalRow(block, 0, 0, 0), bytes);
+      tiers_->Spill(hash, std::move(payload));
+    });
+  }
+  return absl::OkStatus();
+}
+
+void Engine::LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>* shared) {
+  const size_t have = shared->size();
+  if (have >= hashes.size()) return;
+  std::vector<std::string> payloads = tiers_->FetchPrefix(hashes.subspan(have));
+  if (payloads.empty()) return;
+  // No room: the blocks are recomputed (or the request does not fit anyway).
+  absl::StatusOr<std::vector<int>> blocks = prefix_->Allocate(static_cast<int>(payloads.size()));
+  if (!blocks.ok()) return;
+  const size_t bytes = cache_->block_bytes();
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    const int b = (*blocks)[i];
+    backend_->CopyToDevice(cache_->GlobalRow(b, 0, 0, 0), payloads[i].data(), bytes);
+    prefix_->Publish(b, hashes[have + i]);
+    shared->push_back(b);
+  }
+}
+
+void Engine::WriteBehind(const Sequence& seq) {
+  if (!tiers_->has_shared()) return;
+  const size_t bytes = cache_->block_bytes();
+  const size_t n = std::min(seq.hashes.size(), seq.blocks.size());
+  for (size_t b = 0; b < n; ++b) {
+    if (!tiers_->WantsShared(seq.hashes[b])) continue;
+    std::string payload(bytes, '\0');
+    backend_->CopyToHost(payload.data(), cache_->GlobalRow(seq.blocks[b], 0, 0, 0), bytes);
+    tiers_->WriteShared(seq.hashes[b], std::move(payload));
+  }
+}
+
+void Engine::FlushKvTiers() {
+  if (tiers_ != nullptr) tiers_->Flush();
+}
+
+std::vector<KvTierStats> Engine::kv_tier_stats() const {
+  return tiers_ != nullptr ? tiers_->stats() : std::vector<KvTierStats>();
+}
+
+}  // namespace ced

@@ -1,0 +1,280 @@
+#include "services/kv_store/redis_store.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <cctype>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ced::services {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+timeval Ms(int ms) {
+  timeval tv;
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  return tv;
+}
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const {
+    if (r != nullptr) freeReplyObject(r);
+  }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+Reply Command(redisContext* c, const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const std::string& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  return Reply(static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
+}
+
+bool Percent(absl::string_view in, std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out->push_back(in[i]);
+      continue;
+    }
+    if (i + 2 >= in.size() || !std::isxdigit(static_cast<unsigned char>(in[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
+      return false;
+    }
+    out->push_back(static_cast<char>(std::stoi(std::string(in.substr(i + 1, 2)), nullptr, 16)));
+    i += 2;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url_in) {
+  // Debian's Abseil has its own string_view.
+  const absl::string_view url(url_in.data(), url_in.size());
+  RedisStoreOptions o;
+  constexpr absl::string_view kScheme = "redis://";
+  if (url.substr(0, 9) == "rediss://") {
+    return absl::UnimplementedError(
+        "--kv-store: rediss:// (TLS) needs hiredis >= 1.0; Debian 12 has 0.14. Reach Redis "
+        "over a private network or a TLS proxy (stunnel) at a redis:// address");
+  }
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-store: '", url, "' is not redis://[user:password@]host[:port][/db]"));
+  }
+  absl::string_view rest = url.substr(kScheme.size());
+  const size_t at = rest.rfind('@');
+  if (at != absl::string_view::npos) {
+    absl::string_view cred = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    const size_t colon = cred.find(':');
+    if (colon == absl::string_view::npos) {
+      return absl::InvalidArgumentError("--kv-store: credentials must be user:password or :password");
+    }
+    if (!Percent(cred.substr(0, colon), &o.user) || !Percent(cred.substr(colon + 1), &o.password)) {
+      return absl::InvalidArgumentError("--kv-store: bad percent-escape in the credentials");
+    }
+  }
+  const size_t slash = rest.find('/');
+  if (slash != absl::string_view::npos) {
+    const absl::string_view db = rest.substr(slash + 1);
+    if (!db.empty() && (!absl::SimpleAtoi(db, &o.db) || o.db < 0 || o.db > 1 << 16)) {
+      return absl::InvalidArgumentError(absl::StrCat("--kv-store: bad database number '", db, "'"));
+    }
+    rest = rest.substr(0, slash);
+  }
+  absl::string_view host = rest;
+  if (!rest.empty() && rest.front() == '[') {  // [v6]:port
+    const size_t close = rest.find(']');
+    if (close == absl::string_view::npos) return absl::InvalidArgumentError("--kv-store: bad host");
+    host = rest.substr(1, close - 1);
+    rest = rest.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return absl::InvalidArgumentError("--kv-store: bad host");
+    if (!rest.empty() && !absl::SimpleAtoi(rest.substr(1), &o.port)) {
+      return absl::InvalidArgumentError("--kv-store: bad port");
+    }
+  } else if (const size_t colon = rest.rfind(':'); colon != absl::string_view::npos) {
+    host = rest.substr(0, colon);
+    if (!absl::SimpleAtoi(rest.substr(colon + 1), &o.port)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-store: bad port '", rest.substr(colon + 1), "'"));
+    }
+  }
+  if (host.empty()) return absl::InvalidArgumentError("--kv-store: no host");
+  if (o.port <= 0 || o.port > 65535) return absl::InvalidArgumentError("--kv-store: port out of range");
+  o.host = std::string(host);
+  return o;
+}
+
+std::string RedisBlockKey(std::string_view prefix, const BlockHash& root, const BlockHash& hash) {
+  return absl::StrCat(std::string(prefix), root.Hex(), ":", hash.Hex());
+}
+
+absl::StatusOr<std::shared_ptr<RedisBlockStore>> RedisBlockStore::Create(
+    const RedisStoreOptions& options) {
+  if (options.host.empty() || options.port <= 0 || options.port > 65535) {
+    return absl::InvalidArgumentError("redis store: bad address");
+  }
+  if (options.connect_timeout_ms <= 0 || options.io_timeout_ms <= 0 ||
+      options.retry_after_ms < 0 || options.ttl_s < 0 || options.max_keys_per_read <= 0) {
+    return absl::InvalidArgumentError("redis store: timeouts must be positive");
+  }
+  return std::shared_ptr<RedisBlockStore>(new RedisBlockStore(options));
+}
+
+RedisBlockStore::~RedisBlockStore() {
+  for (Conn* c : {&read_, &write_}) {
+    if (c->ctx != nullptr) redisFree(c->ctx);
+  }
+}
+
+void RedisBlockStore::Broken(Conn& c) {
+  counters_.errors.fetch_add(1);
+  if (c.ctx != nullptr) redisFree(c.ctx);
+  c.ctx = nullptr;
+  c.retry_at = Clock::now() + std::chrono::milliseconds(options_.retry_after_ms);
+}
+
+redisContext* RedisBlockStore::Connected(Conn& c) {
+  if (c.ctx != nullptr) return c.ctx;
+  if (Clock::now() < c.retry_at) {  // backing off: a miss at once
+    counters_.errors.fetch_add(1);
+    return nullptr;
+  }
+  c.ctx = redisConnectWithTimeout(options_.host.c_str(), options_.port,
+                                  Ms(options_.connect_timeout_ms));
+  if (c.ctx == nullptr || c.ctx->err != 0 || redisSetTimeout(c.ctx, Ms(options_.io_timeout_ms)) != REDIS_OK) {
+    Broken(c);
+    return nullptr;
+  }
+  auto ok = [](const Reply& r) { return r != nullptr && r->type != REDIS_REPLY_ERROR; };
+  if (!options_.password.empty()) {
+    std::vector<std::string> auth = {"AUTH"};
+    if (!options_.user.empty()) auth.push_back(options_.user);
+    auth.push_back(options_.password);
+    if (!ok(Command(c.ctx, auth))) {
+      Broken(c);
+      return nullptr;
+    }
+  }
+  if (options_.db != 0 && !ok(Command(c.ctx, {"SELECT", std::to_string(options_.db)}))) {
+    Broken(c);
+    return nullptr;
+  }
+  return c.ctx;
+}
+
+absl::Status RedisBlockStore::Put(const BlockHash& root, absl::Span<const KvStoredBlock> blocks) {
+  if (blocks.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(write_.mu);
+  redisContext* ctx = Connected(write_);
+  if (ctx == nullptr) return absl::UnavailableError("redis: not connected");
+  const std::string ttl = std::to_string(options_.ttl_s);
+  for (const KvStoredBlock& b : blocks) {
+    const std::string key = RedisBlockKey(options_.key_prefix, root, b.hash);
+    const char* argv[5] = {"SET", key.data(), b.bytes->data(), "EX", ttl.data()};
+    const size_t lens[5] = {3, key.size(), b.bytes->size(), 2, ttl.size()};
+    if (redisAppendCommandArgv(ctx, options_.ttl_s > 0 ? 5 : 3, argv, lens) != REDIS_OK) {
+      Broken(write_);
+      return absl::UnavailableError("redis: pipeline failed");
+    }
+  }
+  absl::Status status;
+  for (const KvStoredBlock& b : blocks) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx, &raw) != REDIS_OK) {
+      Broken(write_);
+      return absl::UnavailableError("redis: connection lost");
+    }
+    Reply r(static_cast<redisReply*>(raw));
+    if (r->type == REDIS_REPLY_ERROR) {  // e.g. OOM: Redis is full
+      counters_.errors.fetch_add(1);
+      status = absl::ResourceExhaustedError(absl::StrCat("redis: ", std::string(r->str, r->len)));
+      continue;
+    }
+    counters_.written_bytes.fetch_add(static_cast<int64_t>(b.bytes->size()));
+    counters_.written_blocks.fetch_add(1);
+  }
+  return status;
+}
+
+std::vector<std::string> RedisBlockStore::GetPrefix(const BlockHash& root,
+                                                    absl::Span<const BlockHash> hashes) {
+  std::vector<std::string> out;
+  if (hashes.empty()) return out;
+  hashes = hashes.first(std::min<size_t>(hashes.size(), options_.max_keys_per_read));
+  std::vector<std::string> args = {"MGET"};
+  for (const BlockHash& h : hashes) args.push_back(RedisBlockKey(options_.key_prefix, root, h));
+  std::lock_guard<std::mutex> lock(read_.mu);
+  redisContext* ctx = Connected(read_);
+  if (ctx == nullptr) return out;
+  Reply r = Command(ctx, args);
+  if (r == nullptr) {
+    Broken(read_);
+    return out;
+  }
+  if (r->type != REDIS_REPLY_ARRAY) {
+    counters_.errors.fetch_add(1);
+    return out;
+  }
+  for (size_t i = 0; i < r->elements; ++i) {
+    const redisReply* e = r->element[i];
+    if (e->type != REDIS_REPLY_STRING) break;
+    out.emplace_back(e->str, e->len);
+  }
+  return out;
+}
+
+int RedisBlockStore::Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) {
+  if (hashes.empty()) return 0;
+  hashes = hashes.first(std::min<size_t>(hashes.size(), options_.max_keys_per_read));
+  std::lock_guard<std::mutex> lock(read_.mu);
+  redisContext* ctx = Connected(read_);
+  if (ctx == nullptr) return 0;
+  for (const BlockHash& h : hashes) {
+    const std::string key = RedisBlockKey(options_.key_prefix, root, h);
+    const char* argv[2] = {"EXISTS", key.data()};
+    const size_t lens[2] = {6, key.size()};
+    if (redisAppendCommandArgv(ctx, 2, argv, lens) != REDIS_OK) {
+      Broken(read_);
+      return 0;
+    }
+  }
+  int run = 0;
+  bool stopped = false;
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx, &raw) != REDIS_OK) {
+      Broken(read_);
+      return 0;
+    }
+    Reply r(static_cast<redisReply*>(raw));
+    if (!stopped && r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+      ++run;
+    } else {
+      stopped = true;
+    }
+  }
+  return run;
+}
+
+void RedisBlockStore::Erase(const BlockHash& root, const BlockHash& hash) {
+  std::lock_guard<std::mutex> lock(write_.mu);
+  redisContext* ctx = Connected(write_);
+  if (ctx == nullptr) return;
+  if (Command(ctx, {"DEL", RedisBlockKey(options_.key_prefix, root, hash)}) == nullptr) {
+    Broken(write_);
+  }
+}
+
+}  // namespace ced::services

@@ -1,0 +1,90 @@
+// The shared KV tier on Redis (DESIGN.md §2 "KV tiers"; issue 16): any worker
+// can resume any session, and sessions outlive worker restarts.
+//
+// Blocks (engine/kv/block_store.h: header + payload) are plain string values
+// under `ced:kv:<model root hex>:<block hash hex>`; a prompt's longest stored
+// prefix is one MGET, a sequence's blocks one pipeline of SETs. Redis's own
+// eviction (maxmemory-policy allkeys-lru, set in deploy/) or an optional TTL
+// bounds the memory; a full Redis answers SET with an error, counted.
+//
+// Degrades, never fails: every command is bounded by connect and I/O timeouts;
+// an error drops the connection, counts ced_kv_tier_errors_total{tier="redis"}
+// and for `retry_after_ms` every operation returns at once as a miss (counted)
+// before one reconnect is tried. Reads and writes use separate connections,
+// so a slow pipeline of writes never queues a request's read behind it.
+//
+// TLS: Debian 12's hiredis is 0.14, which has no TLS (hiredis_ssl came with
+// 1.0), so `rediss://` is refused; reach Redis over a private network or a TLS
+// proxy (stunnel, a service mesh). AUTH (Redis 6 ACL user + password, or a
+// password alone) is supported.
+//
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "engine/kv/block_store.h"
+
+struct redisContext;
+
+namespace ced::services {
+
+struct RedisStoreOptions {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  int db = 0;
+  std::string user;      // empty: AUTH with the password alone (the "default" user)
+  std::string password;  // empty: no AUTH
+  int connect_timeout_ms = 200;
+  int io_timeout_ms = 250;
+  int retry_after_ms = 1000;
+  int ttl_s = 0;  // 0: no expiry
+  int max_keys_per_read = 4096;
+  std::string key_prefix = "ced:kv:";
+};
+
+// redis://[[user]:password@]host[:port][/db]. Percent-escapes in user and
+// password are decoded. rediss:// is refused (no TLS in hiredis 0.14).
+absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
+
+// The key of a block.
+std::string RedisBlockKey(std::string_view prefix, const BlockHash& root, const BlockHash& hash);
+
+class RedisBlockStore final : public KvBlockStore {
+ public:
+  // Does not connect: the first operation does (so a worker starts while
+  // Redis is down, and uses it once it is up).
+  static absl::StatusOr<std::shared_ptr<RedisBlockStore>> Create(const RedisStoreOptions& options);
+  ~RedisBlockStore() override;
+
+  std::string_view name() const override { return "redis"; }
+  absl::Status Put(const BlockHash& root, absl::Span<const KvStoredBlock> blocks) override;
+  std::vector<std::string> GetPrefix(const BlockHash& root,
+                                     absl::Span<const BlockHash> hashes) override;
+  int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) override;
+  void Erase(const BlockHash& root, const BlockHash& hash) override;
+
+  const RedisStoreOptions& options() const { return options_; }
+
+ private:
+  struct Conn {
+    std::mutex mu;
+    redisContext* ctx = nullptr;
+    std::chrono::steady_clock::time_point retry_at{};
+  };
+  explicit RedisBlockStore(RedisStoreOptions options) : options_(std::move(options)) {}
+  // The connection, connecting when due; null (an error counted) otherwise.
+  redisContext* Connected(Conn& c);
+  // Drops a connection that failed and starts the back-off.
+  void Broken(Conn& c);
+
+  RedisStoreOptions options_;
+  Conn read_, write_;
+};
+
+}  // namespace ced::services

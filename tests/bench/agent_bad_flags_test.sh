@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Bad input to the agent-session benches (issue 16) is refused with the flag
+# named, before anything runs: ced-loadgen --workload agent, ced-sim
+# --workload agent, the engine bench's resume section, sessions.sh and the
+# workers' --prefix-cache flag.
+# Usage: agent_bad_flags_test.sh CED LOADGEN SIM ENGINE_BENCH SESSIONS_SCRIPT
+set -u
+ced=$1 loadgen=$2 sim=$3 engine=$4 sessions=$5
+fail=0
+# expect CODE PATTERN -- COMMAND...
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$(timeout 60 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $code ]] || ! grep -qF -- "$pattern" <<<"$out"; then
+    echo "FAIL: $* -> exit $rc (want $code), output: $out"
+    fail=1
+  else
+    echo "ok: $* -> exit $rc: $(grep -F -- "$pattern" <<<"$out" | head -1)"
+  fi
+}
+# Nothing listens on port 1: every case must fail before connecting.
+t=127.0.0.1:1
+expect 1 "--workload: expected poisson or agent" -- "$loadgen" --target $t --workload chat
+expect 1 "--workload agent needs --api grpc" -- "$loadgen" --target $t --workload agent --api openai
+expect 1 "--sessions and --turns must be in [1, 100000]" -- \
+  "$loadgen" --target $t --workload agent --sessions 0
+expect 1 "agent trace: tool_result_mean must be >= 1" -- \
+  "$loadgen" --target $t --workload agent --tool-result-mean 0
+expect 1 "--replay-mode: expected bounded or exact" -- \
+  "$loadgen" --target $t --workload agent --replay-mode fast
+expect 2 "--think-time-ms: bad value" -- "$loadgen" --workload agent --think-time-ms soon
+expect 2 "--workload: expected poisson or agent" -- "$sim" --workload chat
+expect 2 "over max_position 8192" -- "$sim" --workload agent --preset small --turns 20 \
+  --first-prompt-tokens 1000 --tool-result-mean 1000 --tool-result-cv 0
+expect 2 "agent trace: sessions must be >= 1" -- "$sim" --workload agent --sessions 0
+expect 1 "--resume_cached: '2' is not a fraction in (0, 1]" -- \
+  "$engine" --sections=resume --resume_cached=2
+expect 1 "--resume_steps must be positive" -- "$engine" --sections=resume --resume_steps=0
+expect 1 "--sections: unknown section 'resumes'" -- "$engine" --sections=resumes
+expect 2 "unknown argument --bogus" -- bash "$sessions" --bogus
+expect 2 "--prefix-cache must be true or false" -- "$ced" cluster --model /nonexistent --prefix-cache=maybe
+expect 2 "--prefix-cache must be true or false" -- \
+  "$ced" serve --role=prefill --model /nonexistent --prefix-cache=maybe
+exit $fail

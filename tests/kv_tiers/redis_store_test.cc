@@ -1,0 +1,241 @@
+// The Redis tier against a real redis-server (started here on a free port):
+// URLs, the longest stored prefix in one round trip, AUTH, bad values dropped
+// and counted, an engine resuming another engine's session through Redis,
+// and Redis killed mid-run: requests still succeed (recomputed), quickly, and
+// the error counter moves. Skipped without redis-server (failed under CI=true).
+#include <hiredis/hiredis.h>
+#include <signal.h>
+
+#include <chrono>
+
+#include "engine/kv/kv_tiers.h"
+#include "services/kv_store/local_redis.h"
+#include "services/kv_store/redis_store.h"
+#include "tests/common/missing_tool.h"
+#include "tests/engine/test_util.h"
+#include "tests/kv_tiers/tier_test_util.h"
+
+namespace ced::testing {
+namespace {
+
+using services::LocalRedis;
+using services::ParseRedisUrl;
+using services::RedisBlockStore;
+using services::RedisStoreOptions;
+
+TEST(RedisUrlTest, ParsesAndRefuses) {
+  auto a = ParseRedisUrl("redis://10.0.0.5:6380/2");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->host, "10.0.0.5");
+  EXPECT_EQ(a->port, 6380);
+  EXPECT_EQ(a->db, 2);
+  EXPECT_TRUE(a->password.empty());
+  auto b = ParseRedisUrl("redis://ced:p%40ss%3Aw@redis.ns.svc");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->user, "ced");
+  EXPECT_EQ(b->password, "p@ss:w");
+  EXPECT_EQ(b->host, "redis.ns.svc");
+  EXPECT_EQ(b->port, 6379);
+  auto c = ParseRedisUrl("redis://:secret@[::1]:7000");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host, "::1");
+  EXPECT_EQ(c->port, 7000);
+  EXPECT_TRUE(c->user.empty());
+  EXPECT_EQ(c->password, "secret");
+  EXPECT_EQ(ParseRedisUrl("rediss://h:6379").status().code(), absl::StatusCode::kUnimplemented);
+  for (const char* bad : {"http://h", "redis://", "redis://h:0", "redis://h:99999", "redis://h:x",
+                          "redis://h/-1", "redis://user@h", "redis://a:%zz@h"}) {
+    EXPECT_FALSE(ParseRedisUrl(bad).ok()) << bad;
+  }
+  EXPECT_EQ(services::RedisBlockKey("ced:kv:", BlockHash{1, 2}, BlockHash{3, 4}),
+            "ced:kv:00000000000000010000000000000002:00000000000000030000000000000004");
+}
+
+class RedisTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (services::FindRedisServer().empty()) CED_SKIP_OR_FAIL_WHEN_MISSING("redis-server");
+    auto r = LocalRedis::Start(64);
+    ASSERT_TRUE(r.ok()) << r.status();
+    redis_ = std::move(*r);
+  }
+  std::shared_ptr<RedisBlockStore> Store(RedisStoreOptions o = {}) {
+    o.host = "127.0.0.1";
+    o.port = redis_->port();
+    auto s = RedisBlockStore::Create(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  // A raw command on a fresh connection (the test acting as an operator).
+  void Raw(const std::vector<std::string>& args) {
+    redisContext* c = redisConnect("127.0.0.1", redis_->port());
+    ASSERT_TRUE(c != nullptr && c->err == 0);
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    freeReplyObject(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    redisFree(c);
+  }
+  std::unique_ptr<LocalRedis> redis_;
+};
+
+TEST_F(RedisTest, StoresAndFetchesTheLongestPrefix) {
+  auto store = Store();
+  const KvBlockLayout l = TestLayout(5000);
+  const auto hs = Chain(l, 6, 1);
+  std::vector<KvStoredBlock> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(Stored(l, hs[i], i));
+  ASSERT_TRUE(store->Put(l.root, blocks).ok());
+  EXPECT_EQ(store->Contains(l.root, hs), 4);
+  const auto got = store->GetPrefix(l.root, hs);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[3], *blocks[3].bytes);
+  EXPECT_EQ(store->GetPrefix(l.root, {hs[4], hs[0]}).size(), 0u);
+  // Another model's chain never sees these keys.
+  EXPECT_EQ(store->Contains(TestLayout(5000, "other").root, hs), 0);
+  store->Erase(l.root, hs[1]);
+  EXPECT_EQ(store->Contains(l.root, hs), 1);
+  EXPECT_EQ(store->stats().errors, 0);
+  EXPECT_EQ(store->stats().written_bytes, 4 * static_cast<int64_t>(kKvBlockHeaderBytes + 5000));
+}
+
+TEST_F(RedisTest, BadValuesAreDroppedCountedAndDeleted) {
+  auto store = Store();
+  KvTiersOptions o;
+  o.layout = TestLayout(3000);
+  o.shared = store;
+  auto tiers = KvTiers::Create(o);
+  ASSERT_TRUE(tiers.ok());
+  const KvBlockLayout& l = o.layout;
+  const auto hs = Chain(l, 3, 2);
+  for (int i = 0; i < 3; ++i) (*tiers)->WriteShared(hs[i], Payload(l.payload_bytes, i));
+  (*tiers)->Flush();
+  ASSERT_EQ(store->Contains(l.root, hs), 3);
+  // Someone overwrites block 1 with other bytes (a bug, an attack, a bit flip).
+  std::string bad = *Stored(l, hs[1], 9).bytes;
+  bad[kKvBlockHeaderBytes + 1] ^= 0x40;
+  Raw({"SET", services::RedisBlockKey("ced:kv:", l.root, hs[1]), bad});
+  const auto got = (*tiers)->FetchPrefix(hs);
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(store->stats().rejected.at("checksum"), 1);
+  EXPECT_EQ(store->Contains(l.root, hs), 1) << "the bad block is deleted";
+  // Block 0 under block 2's key: the header names its own hash.
+  Raw({"SET", services::RedisBlockKey("ced:kv:", l.root, hs[1]), *Stored(l, hs[0], 0).bytes});
+  EXPECT_EQ((*tiers)->FetchPrefix(hs).size(), 1u);
+  EXPECT_EQ(store->stats().rejected.at("key"), 1);
+  Raw({"SET", services::RedisBlockKey("ced:kv:", l.root, hs[1]), "not a block"});
+  EXPECT_EQ((*tiers)->FetchPrefix(hs).size(), 1u);
+  EXPECT_EQ(store->stats().rejected.at("length"), 1);
+}
+
+TEST(RedisAuthTest, PasswordFromOptionsAndWrongPasswordDegrades) {
+  if (services::FindRedisServer().empty()) CED_SKIP_OR_FAIL_WHEN_MISSING("redis-server");
+  auto redis = LocalRedis::Start(16, "s3cret");
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  auto opts = ParseRedisUrl("redis://:s3cret@127.0.0.1:" + std::to_string((*redis)->port()));
+  ASSERT_TRUE(opts.ok());
+  auto good = RedisBlockStore::Create(*opts);
+  ASSERT_TRUE(good.ok());
+  const KvBlockLayout l = TestLayout(100);
+  const auto hs = Chain(l, 1, 3);
+  EXPECT_TRUE((*good)->Put(l.root, {Stored(l, hs[0], 0)}).ok());
+  EXPECT_EQ((*good)->Contains(l.root, hs), 1);
+  opts->password = "wrong";
+  auto bad = RedisBlockStore::Create(*opts);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_FALSE((*bad)->Put(l.root, {Stored(l, hs[0], 0)}).ok());
+  EXPECT_EQ((*bad)->Contains(l.root, hs), 0);
+  EXPECT_GE((*bad)->stats().errors, 2);
+}
+
+// Engine A finishes a session (written to Redis behind the request); engine
+// B, a fresh process in all but name, resumes it: P from Redis, tokens equal
+// the full forward. Then Redis dies: B and a new engine C still answer every
+// request (recomputing), each within the store's timeouts, and count errors.
+TEST_F(RedisTest, EnginesResumeThroughRedisAndSurviveItsDeath) {
+  RedisStoreOptions ro;
+  ro.connect_timeout_ms = 200;
+  ro.io_timeout_ms = 200;
+  ro.retry_after_ms = 200;
+  EngineOptions o;
+  o.kv_shared_store = Store(ro);
+  auto a = Engine::CreateWithWeights(o, LoadTestModel("tiny"));
+  ASSERT_TRUE(a.ok());
+  const auto turn1 = RandomPrompt(180, 51);
+  const int bs = (*a)->cache_stats().block_size;
+  GreedyRun r1;
+  {
+    int cached = -1;
+    auto seq = (*a)->CreateSequenceForPrompt(turn1, 200, &cached);
+    ASSERT_TRUE(seq.ok());
+    PrefillOptions po;
+    po.replay = ReplayMode::kExact;
+    ASSERT_TRUE((*a)->Prefill(*seq, turn1, po).ok());
+    ASSERT_TRUE((*a)->ReleaseSequence(*seq).ok());
+    (*a)->FlushKvTiers();
+  }
+  EXPECT_EQ((*a)->kv_tier_stats()[0].written_blocks, 180 / bs);
+
+  o.kv_shared_store = Store(ro);  // B's own connection
+  auto b = Engine::CreateWithWeights(o, LoadTestModel("tiny"));
+  ASSERT_TRUE(b.ok());
+  std::vector<int32_t> turn2 = turn1;
+  const auto more = RandomPrompt(25, 52);
+  turn2.insert(turn2.end(), more.begin(), more.end());
+  EXPECT_EQ((*b)->CachedPrefixTokens(turn2), 0) << "B's hot cache is empty";
+  PrefillOptions po;
+  po.replay = ReplayMode::kExact;
+  po.chunk_tokens = 64;
+  GreedyRun rb;
+  {
+    int cached = -1;
+    auto seq = (*b)->CreateSequenceForPrompt(turn2, static_cast<int>(turn2.size()) + 8, &cached);
+    ASSERT_TRUE(seq.ok());
+    EXPECT_EQ(cached, 180 / bs * bs) << "P from Redis";
+    auto pre = (*b)->Prefill(*seq, turn2, po);
+    ASSERT_TRUE(pre.ok());
+    std::vector<float> logits = pre->logits;
+    for (int i = 0; i < 8; ++i) {
+      const int32_t tok = Argmax(logits.data(), (*b)->config().vocab_size);
+      rb.tokens.push_back(tok);
+      rb.logits.push_back(logits);
+      if (i == 7) break;
+      DecodeInput in{*seq, tok};
+      auto next = (*b)->Decode(absl::MakeConstSpan(&in, 1));
+      ASSERT_TRUE(next.ok());
+      logits = std::move(*next);
+    }
+    ASSERT_TRUE((*b)->ReleaseSequence(*seq).ok());
+  }
+  ExpectMatchesFullForward(**b, turn2, rb, 1e-5);
+
+  // Redis dies mid-run.
+  kill(redis_->pid(), SIGKILL);
+  redis_->Stop();
+  o.kv_shared_store = Store(ro);
+  auto c = Engine::CreateWithWeights(o, LoadTestModel("tiny"));
+  ASSERT_TRUE(c.ok());
+  for (Engine* e : {b->get(), c->get()}) {
+    for (int k = 0; k < 3; ++k) {
+      auto prompt = RandomPrompt(120 + k, 60 + k);  // new sessions: full misses
+      const auto t0 = std::chrono::steady_clock::now();
+      int cached = -1;
+      auto seq = e->CreateSequenceForPrompt(prompt, 130, &cached);
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      EXPECT_EQ(cached, 0);
+      const double ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t0).count();
+      EXPECT_LT(ms, 2000) << "a lookup waits at most the store's timeouts";
+      ASSERT_TRUE(e->Prefill(*seq, prompt, po).ok());
+      ASSERT_TRUE(e->ReleaseSequence(*seq).ok());  // its write fails behind the request
+    }
+    e->FlushKvTiers();
+    EXPECT_GT(e->kv_tier_stats()[0].errors, 0);
+  }
+}
+
+}  // namespace
+}  // namespace ced::testing

@@ -1,0 +1,105 @@
+#include "bench/sim/agent_sim.h"
+
+#include "engine/model/presets.h"
+#include "gtest/gtest.h"
+
+namespace ced::sim {
+namespace {
+
+AgentSimOptions Fleet(const std::string& preset, int prefill, int decode) {
+  AgentSimOptions o;
+  o.model = *PresetConfig(preset);
+  o.gpu = *GpuByName("h100");
+  o.prefill_instances = prefill;
+  o.decode_instances = decode;
+  o.prefill_gpus = 4;
+  o.decode_gpus = 4;
+  o.trace.sessions = 6;
+  o.trace.turns = 5;
+  o.trace.first_prompt_tokens = 2048;
+  o.trace.tool_result_mean = 1024;
+  o.trace.tool_result_cv = 0.5;
+  o.trace.output_tokens = 32;
+  o.trace.think_time_s = 0.5;
+  return o;
+}
+
+TEST(AgentSimTest, DeterministicAndEveryTurnCompletes) {
+  const AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  auto a = RunAgentSimulation(o);
+  auto b = RunAgentSimulation(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->ToString(), b->ToString());
+  EXPECT_EQ(a->failed, 0);
+  ASSERT_EQ(a->turns.size(), 30u);
+  ASSERT_EQ(a->by_turn.size(), 5u);
+  for (const AgentTurnResult& t : a->turns) {
+    EXPECT_TRUE(t.completed);
+    EXPECT_GT(t.ttft_s(), 0);
+    EXPECT_GE(t.finish_s, t.first_token_s);
+  }
+}
+
+TEST(AgentSimTest, TurnsFollowEachOtherAfterTheThinkTime) {
+  const AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  auto s = RunAgentSimulation(o);
+  ASSERT_TRUE(s.ok());
+  for (size_t i = 1; i < s->turns.size(); ++i) {
+    const AgentTurnResult& prev = s->turns[i - 1];
+    const AgentTurnResult& t = s->turns[i];
+    if (t.session != prev.session) continue;
+    EXPECT_NEAR(t.arrival_s, prev.finish_s + o.trace.think_time_s, 1e-9);
+    EXPECT_EQ(t.reusable_tokens, prev.prompt_tokens + prev.output_tokens);
+  }
+}
+
+TEST(AgentSimTest, OneWorkerPairHitsThePreviousPromptAndCutsTtft) {
+  AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  auto with = RunAgentSimulation(o);
+  o.prefix_cache = false;
+  auto without = RunAgentSimulation(o);
+  ASSERT_TRUE(with.ok() && without.ok());
+  for (const AgentTurnResult& t : with->turns) {
+    if (t.turn == 0) {
+      EXPECT_EQ(t.cached_tokens, 0);
+      continue;
+    }
+    // The prefill instance cached the previous prompt's full blocks (its
+    // answer was decoded elsewhere).
+    const int64_t prev_prompt = t.reusable_tokens - 32;
+    EXPECT_EQ(t.cached_tokens, prev_prompt / 16 * 16) << "session " << t.session;
+    EXPECT_LT(t.transferred_tokens, t.prompt_tokens) << "the decode instance holds the prefix";
+  }
+  for (const AgentTurnResult& t : without->turns) EXPECT_EQ(t.cached_tokens, 0);
+  EXPECT_GT(with->hit_rate_later, 0.9);
+  EXPECT_EQ(without->hit_rate_later, 0);
+  EXPECT_LT(with->ttft_later_p50_s, without->ttft_later_p50_s / 2);
+  EXPECT_EQ(with->by_turn[0].ttft_p50_s, without->by_turn[0].ttft_p50_s)
+      << "the first turn has nothing to reuse";
+}
+
+TEST(AgentSimTest, ATinyCacheEvictsAndLosesHits) {
+  AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  auto big = RunAgentSimulation(o);
+  // Room for about two sessions' contexts per instance.
+  o.kv_cache_bytes = 2.5 * 8000 * big->kv_bytes_per_token;
+  auto small = RunAgentSimulation(o);
+  ASSERT_TRUE(big.ok() && small.ok()) << small.status();
+  EXPECT_EQ(big->evicted_blocks, 0);
+  EXPECT_GT(small->evicted_blocks, 0);
+  EXPECT_LT(small->hit_rate_later, big->hit_rate_later);
+}
+
+TEST(AgentSimTest, RejectsBadOptions) {
+  AgentSimOptions o = Fleet("small", 1, 1);
+  o.trace.turns = 20;  // past small's 8192 positions
+  EXPECT_TRUE(absl::IsInvalidArgument(RunAgentSimulation(o).status()));
+  o = Fleet("small", 0, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(RunAgentSimulation(o).status()));
+  o = Fleet("small", 1, 1);
+  o.trace.sessions = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(RunAgentSimulation(o).status()));
+}
+
+}  // namespace
+}  // namespace ced::sim

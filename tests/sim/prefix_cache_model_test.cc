@@ -1,0 +1,81 @@
+#include "bench/sim/prefix_cache_model.h"
+
+#include <memory>
+
+#include "bench/sim/cost_model.h"
+#include "engine/model/presets.h"
+#include "gtest/gtest.h"
+
+namespace ced::sim {
+namespace {
+
+TEST(PrefixCacheModelTest, FullBlocksAtMostPromptMinusOne) {
+  PrefixCacheModel c(100, 16);
+  EXPECT_EQ(c.CachedTokens(1, 500), 0);
+  c.Store(1, 200);  // 12 full blocks
+  EXPECT_EQ(c.cached_blocks(), 12);
+  EXPECT_EQ(c.CachedTokens(1, 500), 192);
+  EXPECT_EQ(c.CachedTokens(1, 193), 192);
+  EXPECT_EQ(c.CachedTokens(1, 192), 176) << "the last prompt token is always computed";
+  EXPECT_EQ(c.CachedTokens(2, 500), 0) << "another session shares nothing";
+  c.Store(1, 100);  // shorter: nothing dropped
+  EXPECT_EQ(c.cached_blocks(), 12);
+}
+
+TEST(PrefixCacheModelTest, EvictsTheLeastRecentlyUsedSessionsTailFirst) {
+  PrefixCacheModel c(10, 16);
+  c.Store(1, 4 * 16);
+  c.Store(2, 4 * 16);
+  c.Touch(1);  // 2 is now the least recently used
+  c.Store(3, 4 * 16);  // needs 2 more blocks than free
+  EXPECT_EQ(c.cached_blocks(), 10);
+  EXPECT_EQ(c.evicted_blocks(), 2);
+  EXPECT_EQ(c.CachedTokens(2, 1000), 2 * 16) << "session 2 lost its tail";
+  EXPECT_EQ(c.CachedTokens(1, 1000), 4 * 16);
+  EXPECT_EQ(c.CachedTokens(3, 1000), 4 * 16);
+}
+
+TEST(PrefixCacheModelTest, ReservationsEvictAndFailOnlyWhenTooBig) {
+  PrefixCacheModel c(10, 16);
+  c.Store(1, 8 * 16);
+  EXPECT_TRUE(c.Reserve(5));
+  EXPECT_EQ(c.reserved_blocks(), 5);
+  EXPECT_EQ(c.cached_blocks(), 5) << "cached blocks make room for running ones";
+  EXPECT_FALSE(c.Reserve(6)) << "more than the pool minus reservations";
+  EXPECT_EQ(c.reserved_blocks(), 5);
+  c.Release(5);
+  EXPECT_EQ(c.free_blocks(), 5);
+  c.Store(2, 20 * 16);  // larger than the pool: keeps what fits
+  EXPECT_LE(c.cached_blocks(), 10);
+  EXPECT_GE(c.free_blocks(), 0);
+}
+
+TEST(ResumeCostTest, EncoderStartFollowsSection16) {
+  ModelConfig c = *PresetConfig("small");  // W = R = 64, E = 6 of 12
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 0), 0);
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 960), 1000 - 64 - 64);  // min(P, N - R_d) - R_e
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 512), 512 - 64);
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 32), 0);
+  c.num_encoder_layers = c.num_layers;  // decoder-only: R_d = 1
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 992), 992 - 64);
+}
+
+TEST(ResumeCostTest, FreshEqualsPrefillAndHitsCostLess) {
+  CostModel::Options o;
+  o.config = *PresetConfig("llama3-70b-ced");
+  o.gpu = *GpuByName("h100");
+  auto cost = *CostModel::Create(o);
+  EXPECT_DOUBLE_EQ(ResumedPrefillSeconds(*cost, 8192, 0, true, 4),
+                   cost->PrefillSeconds(8192, true, 4));
+  const double fresh = ResumedPrefillSeconds(*cost, 8192, 0, true, 4);
+  const double half = ResumedPrefillSeconds(*cost, 8192, 4096, true, 4);
+  const double most = ResumedPrefillSeconds(*cost, 8192, 7168, true, 4);
+  EXPECT_LT(half, fresh);
+  EXPECT_LT(most, half);
+  EXPECT_LT(most, fresh / 4) << "a 1k-token suffix on an 8k prompt";
+  const Work w = ResumedPrefillWork(*cost, 8192, 7168, true);
+  EXPECT_GT(w.flops, 0);
+}
+
+}  // namespace
+}  // namespace ced::sim
