@@ -42,3 +42,11 @@ for placement in prefill decode; do
   "$CED" client generate --gateway "$GATEWAY" --prompt "${CED_PROMPT:-Hello from ced-serve}" \
     --max-tokens "${CED_MAX_TOKENS:-32}" --replay-on "$placement"
 done
+# The same cluster speaks the OpenAI API (the gateway's --http-listen).
+HTTP=$(awk '$1 == "gateway" { for (i = 2; i <= NF; i++) if ($i ~ /^http=/) print substr($i, 6) }' "$RUN_DIR/ready")
+if [[ -n "$HTTP" ]] && command -v curl >/dev/null; then
+  echo "--- the same through the OpenAI-compatible API at http://$HTTP ---"
+  curl -sS "http://$HTTP/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"model\": \"tiny\", \"prompt\": \"${CED_PROMPT:-Hello from ced-serve}\", \"max_tokens\": ${CED_MAX_TOKENS:-32}, \"seed\": 1}"
+  echo
+fi
