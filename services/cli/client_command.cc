@@ -22,6 +22,7 @@
 #include "services/cli/flags.h"
 #include "services/cli/service_commands.h"
 #include "services/common/grpc_util.h"
+#include "services/cli/terminal_text.h"
 
 namespace ced::cli {
 namespace {
@@ -201,7 +202,7 @@ int Generate(const std::vector<std::string>& raw_args) {
     if (json) {
       std::printf("%s\n", ToJson(response).c_str());
     } else {
-      std::fputs(response.text().c_str(), stdout);
+      cli::PrintText(response.text());
     }
     std::fflush(stdout);
     if (response.finish_reason() != ced::v1::FINISH_REASON_UNSPECIFIED) final_message = response;

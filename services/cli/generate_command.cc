@@ -11,6 +11,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
+#include "services/cli/terminal_text.h"
 
 namespace ced::cli {
 namespace {
@@ -219,7 +220,7 @@ int Generate(const std::vector<std::string>& args) {
       dump_logits.emplace_back(logits.begin(), logits.begin() + config.vocab_size);
     }
     ++generated;
-    std::fputs(text.Feed(token).c_str(), stdout);
+    cli::PrintText(text.Feed(token));
     std::fflush(stdout);
     finish = CheckStop(stop, token, generated);
     if (finish != FinishReason::kNone) break;
@@ -228,7 +229,7 @@ int Generate(const std::vector<std::string>& args) {
     if (!next.ok()) return Fail(kWords, std::string(next.status().message()));
     logits = *std::move(next);
   }
-  std::fputs(text.Flush().c_str(), stdout);
+  cli::PrintText(text.Flush());
   std::fputs("\n", stdout);
   const auto t_end = std::chrono::steady_clock::now();
   (void)(*engine)->ReleaseSequence(*seq);
