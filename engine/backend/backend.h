@@ -88,6 +88,12 @@ class Backend {
                          const std::vector<AttentionSegment>& segments) = 0;
   // Blocks until all queued work is done (no-op on CPU).
   virtual void Synchronize() = 0;
+  // The first error an op met (ops queue work and return nothing, so a
+  // device fault surfaces here). Sticky: after a fault the backend's results
+  // cannot be trusted. The engine checks it after every forward step (the
+  // step's results copied to the host) and fails the step with it, so a
+  // fault never yields tokens under an OK status. The CPU backend has none.
+  virtual absl::Status status() const { return absl::OkStatus(); }
 };
 
 using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>()>;

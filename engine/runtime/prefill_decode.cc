@@ -96,10 +96,13 @@ absl::StatusOr<PrefillResult> Engine::Prefill(SeqId id, absl::Span<const int32_t
                              static_cast<size_t>(c1 - keep0) * d * sizeof(float));
       }
     }
+    // A device fault must not publish or send this chunk's K/V.
+    RETURN_IF_ERROR(backend_->status());
     seq->num_tokens = c1;
     PublishBlocks(seq);
     if (options.on_chunk && c1 > p) options.on_chunk(std::max(c0, p), c1);
   }
+  RETURN_IF_ERROR(backend_->status());
   seq->prefilled = true;
   seq->replay_done = !ced;
   if (ced && !options.defer_replay) {
@@ -132,6 +135,7 @@ absl::StatusOr<std::vector<float>> Engine::Replay(SeqId id) {
   Logits(x.get() + static_cast<size_t>(batch.rows - 1) * d, 1, logits.get());
   std::vector<float> out(c.vocab_size);
   backend_->CopyToHost(out.data(), logits.get(), c.vocab_size * sizeof(float));
+  RETURN_IF_ERROR(backend_->status());
   seq->replay_done = true;
   seq->h_e.clear();
   seq->h_e.shrink_to_fit();
@@ -178,6 +182,8 @@ absl::StatusOr<std::vector<float>> Engine::Decode(absl::Span<const DecodeInput> 
   Logits(x.get(), B, logits.get());
   std::vector<float> out(static_cast<size_t>(B) * c.vocab_size);
   backend_->CopyToHost(out.data(), logits.get(), out.size() * sizeof(float));
+  // A device fault fails the step: no token comes from its logits.
+  RETURN_IF_ERROR(backend_->status());
   for (size_t i = 0; i < batch.segments.size(); ++i) {
     Sequence* seq = batch.segments[i].seq;
     if (static_cast<int>(seq->tokens.size()) == seq->num_tokens) seq->tokens.push_back(tokens[i]);

@@ -82,6 +82,7 @@ class CudaBackend final : public Backend {
   void Attention(const AttentionParams& params,
                  const std::vector<AttentionSegment>& segments) override;
   void Synchronize() override { Check(cudaStreamSynchronize(stream_), "Synchronize"); }
+  absl::Status status() const override { return status_; }
 
  private:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
