@@ -74,6 +74,8 @@ struct AgentRunner::State {
   std::vector<Session> sessions ABSL_GUARDED_BY(mu);
   std::vector<AgentTurnRecord> records ABSL_GUARDED_BY(mu);
   std::set<Call*> live ABSL_GUARDED_BY(mu);
+  // The live calls not yet freed: the only ones Cancel() may be called on.
+  std::set<Call*> cancellable ABSL_GUARDED_BY(mu);
   int64_t issued ABSL_GUARDED_BY(mu) = 0;
   int64_t failed ABSL_GUARDED_BY(mu) = 0;
   bool issuing_done ABSL_GUARDED_BY(mu) = false;
@@ -85,7 +87,10 @@ struct AgentRunner::State {
 class AgentRunner::Call final : public grpc::ClientReadReactor<ced::v1::GenerateResponse> {
  public:
   Call(AgentRunner* owner, ced::v1::GenerateRequest request, AgentTurnRecord record)
-      : owner_(owner), request_(std::move(request)), record_(std::move(record)) {}
+      : owner_(owner),
+        channel_(owner->channel_),
+        request_(std::move(request)),
+        record_(std::move(record)) {}
 
   void Start() {
     context_.set_deadline(
@@ -128,12 +133,26 @@ class AgentRunner::Call final : public grpc::ClientReadReactor<ced::v1::Generate
   void OnDone(const grpc::Status& status) override {
     record_.request.end_s = owner_->Now();
     record_.request.outcome = status.ok() ? finish_ : OutcomeName(status.error_code());
-    owner_->Finished(this, std::move(record_), std::move(answer_));
+    // The runner may be destroyed as soon as Finished() reports the last
+    // call (like LoadRunner's calls): free this call (its context) first,
+    // and touch nothing of it after.
+    AgentRunner* owner = owner_;
+    Call* key = this;
+    AgentTurnRecord record = std::move(record_);
+    std::vector<int32_t> answer = std::move(answer_);
+    {
+      absl::MutexLock lock(&owner->state_->mu);
+      owner->state_->cancellable.erase(key);
+    }
     delete this;
+    owner->Finished(key, std::move(record), std::move(answer));
   }
 
  private:
   AgentRunner* const owner_;
+  // Declared before the context: the channel outlives the call's context
+  // even when the runner (and its reference) is gone.
+  const std::shared_ptr<grpc::Channel> channel_;
   grpc::ClientContext context_;
   const ced::v1::GenerateRequest request_;
   ced::v1::GenerateResponse response_;
@@ -216,6 +235,7 @@ void AgentRunner::Launch(int s) {
   {
     absl::MutexLock lock(&state_->mu);
     state_->live.insert(call);
+    state_->cancellable.insert(call);
   }
   call->Start();
 }
@@ -286,7 +306,7 @@ absl::StatusOr<AgentRunResult> AgentRunner::Run() {
   while (!state_->live.empty()) {
     if (Interrupted() && !cancelled) {
       cancelled = true;
-      for (Call* call : state_->live) call->Cancel();
+      for (Call* call : state_->cancellable) call->Cancel();
     }
     state_->changed.WaitWithTimeout(&state_->mu, kPollSlice);
   }

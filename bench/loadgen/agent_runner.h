@@ -83,6 +83,7 @@ class AgentRunner final {
   struct State;
   AgentRunner(AgentRunOptions options, std::vector<sim::AgentSessionSpec> trace);
   void Launch(int session);                                      // state mutex not held
+  // `call` is only a key: it was freed already.
   void Finished(Call* call, AgentTurnRecord record, std::vector<int32_t> answer);
   double Now() const;
   bool Interrupted() const;

@@ -17,7 +17,15 @@ import sys
 COLORS = {"ced-cache": "#1f77b4", "ced-nocache": "#9ecae1", "dec-cache": "#d62728",
           "dec-nocache": "#fc9272"}
 FALLBACK = ["#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
-DASHES = ["", "6,4", "2,3", "8,3,2,3"]
+DASHES = ["", "6,4", "2,3", "8,3,2,3", "14,4", "4,2,1,2"]
+
+
+def run_name(path):
+    """'.../sessions_B_run2.json' -> 'B_run2'."""
+    name = path.rsplit("/", 1)[-1]
+    if name.endswith(".json"):
+        name = name[:-5]
+    return name[len("sessions_"):] if name.startswith("sessions_") else name
 
 
 def load(paths):
@@ -91,7 +99,7 @@ def svg(runs, out):
         o.append(f'<line x1="{left + pw + 15}" x2="{left + pw + 40}" y1="{ly}" y2="{ly}" '
                  f'stroke="#444" stroke-width="2"' + (f' stroke-dasharray="{dash}"' if dash else "")
                  + "/>")
-        o.append(f'<text x="{left + pw + 46}" y="{ly + 4}">run {ri + 1}</text>')
+        o.append(f'<text x="{left + pw + 46}" y="{ly + 4}">{run_name(runs[ri][0])}</text>')
         ly += 18
     o.append("</svg>")
     with open(out, "w") as f:
@@ -111,7 +119,7 @@ def summary(runs):
             kind = "decoder-only" if m["decoder_only"] else "CED"
             t1 = run["turns"][0]["ttft_ms"]["p50"] if run["turns"] else 0
             later = run["ttft_later_turns_ms"]
-            print(f"| {ri + 1} | {run['label']} | {m['name']} ({kind}) | {m['kv_cache_dtype']} | "
+            print(f"| {run_name(runs[ri][0])} | {run['label']} | {m['name']} ({kind}) | {m['kv_cache_dtype']} | "
                   f"{run['succeeded']}/{run['planned_turns']} | {t1:.0f} | "
                   f"{later['p50']:.0f} / {later['p90']:.0f} | "
                   f"{100 * run['hit_rate_later_turns']:.1f}% | "
@@ -122,7 +130,7 @@ def summary(runs):
             return r["ttft_later_turns_ms"][stat] if r and r["ttft_later_turns_ms"]["count"] else None
 
         for stat in ("p50", "mean"):
-            ratios.append((ri + 1, stat, later("ced-cache", stat), later("ced-nocache", stat),
+            ratios.append((run_name(runs[ri][0]), stat, later("ced-cache", stat), later("ced-nocache", stat),
                            later("dec-cache", stat), later("dec-nocache", stat)))
     print()
     print("TTFT of turns >= 2 (p50, and the mean over those turns), ratios:\n")
