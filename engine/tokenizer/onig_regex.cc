@@ -71,4 +71,12 @@ void OnigRegex::Matches(std::string_view text, std::vector<std::pair<size_t, siz
   }
 }
 
+bool OnigRegex::MatchesWhole(std::string_view text) const {
+  const auto* str = reinterpret_cast<const OnigUChar*>(text.data());
+  const OnigUChar* end = str + text.size();
+  const int rc = onig_match(static_cast<regex_t*>(regex_), str, end, str, ThreadRegion(),
+                            ONIG_OPTION_NONE);
+  return rc >= 0 && static_cast<size_t>(rc) == text.size();
+}
+
 }  // namespace ced::tokenizer_internal

@@ -33,6 +33,9 @@ class OnigRegex {
   // character later). Lookaround sees all of `text` and nothing beyond it.
   void Matches(std::string_view text, std::vector<std::pair<size_t, size_t>>* out) const;
 
+  // Whether the regex matches all of `text` (anchored at both ends).
+  bool MatchesWhole(std::string_view text) const;
+
  private:
   explicit OnigRegex(void* regex) : regex_(regex) {}
   void* regex_;  // regex_t*

@@ -1,8 +1,11 @@
 #include "engine/tokenizer/pre_tokenizer.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/fast_split.h"
 #include "engine/tokenizer/onig_regex.h"
 #include "nlohmann/json.hpp"
 
@@ -94,9 +97,10 @@ void EmitParts(std::string_view text, const std::vector<Range>& matches, Behavio
 
 class SplitPreTokenizer final : public PreTokenizer {
  public:
-  SplitPreTokenizer(std::unique_ptr<OnigRegex> regex, std::string literal, Behavior behavior,
-                    bool invert)
+  SplitPreTokenizer(std::unique_ptr<OnigRegex> regex, std::unique_ptr<FastSplitter> fast,
+                    std::string literal, Behavior behavior, bool invert)
       : regex_(std::move(regex)),
+        fast_(std::move(fast)),
         literal_(std::move(literal)),
         behavior_(behavior),
         invert_(invert) {}
@@ -105,7 +109,9 @@ class SplitPreTokenizer final : public PreTokenizer {
              std::vector<std::string_view>* out) const override {
     thread_local std::vector<Range> matches;
     matches.clear();
-    if (regex_ != nullptr) {
+    if (fast_ != nullptr) {
+      fast_->Matches(piece, &matches);
+    } else if (regex_ != nullptr) {
       regex_->Matches(piece, &matches);
     } else if (!literal_.empty()) {
       for (size_t pos = piece.find(literal_); pos != std::string_view::npos;
@@ -128,6 +134,7 @@ class SplitPreTokenizer final : public PreTokenizer {
 
  private:
   std::unique_ptr<OnigRegex> regex_;  // or, when null, the literal
+  std::unique_ptr<FastSplitter> fast_;  // when set, finds the same matches as regex_
   std::string literal_;
   Behavior behavior_;
   bool invert_;
@@ -233,14 +240,20 @@ absl::Status AddStep(const nlohmann::json& config, const std::string& where,
       auto regex = OnigRegex::Create((*pattern)["Regex"].get<std::string>(),
                                      absl::StrCat(where, ".pattern.Regex"));
       if (!regex.ok()) return regex.status();
+      // CED_TOKENIZER_FAST_SPLIT=0 runs every regex with Oniguruma (for comparisons).
+      const char* fast_env = std::getenv("CED_TOKENIZER_FAST_SPLIT");
+      std::unique_ptr<FastSplitter> fast;
+      if (fast_env == nullptr || std::strcmp(fast_env, "0") != 0) {
+        fast = CreateFastSplitter((*pattern)["Regex"].get<std::string>());
+      }
       pipeline->steps.push_back(std::make_unique<SplitPreTokenizer>(
-          std::move(regex).value(), std::string(), *behavior, invert));
+          std::move(regex).value(), std::move(fast), std::string(), *behavior, invert));
       return absl::OkStatus();
     }
     if (pattern != config.end() && pattern->is_object() && pattern->contains("String") &&
         (*pattern)["String"].is_string()) {
       pipeline->steps.push_back(std::make_unique<SplitPreTokenizer>(
-          nullptr, (*pattern)["String"].get<std::string>(), *behavior, invert));
+          nullptr, nullptr, (*pattern)["String"].get<std::string>(), *behavior, invert));
       return absl::OkStatus();
     }
     return absl::InvalidArgumentError(

@@ -1,4 +1,5 @@
-// tokenizer.json pre-tokenizers: Split (Regex run by Oniguruma, or String;
+// tokenizer.json pre-tokenizers: Split (Regex run by Oniguruma, or by the
+// equivalent hand-written matcher of fast_split.h for known patterns; or String;
 // every `behavior`, `invert`), Digits, Sequence, and ByteLevel, which must
 // come last: the model then sees each piece as raw bytes.
 //
