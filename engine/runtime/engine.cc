@@ -160,30 +160,7 @@ absl::Status Engine::CheckTokens(absl::Span<const int32_t> tokens) const {
 }
 
 absl::StatusOr<SeqId> Engine::CreateSequence(int capacity_tokens) {
-  if (capacity_tokens <= 0 || capacity_tokens > config_.max_position) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence capacity ", capacity_tokens,
-                                                   " is outside [1, max_position=",
-                                                   config_.max_position, "]"));
-  }
-  const int bs = cache_->options().block_size;
-  auto seq = std::make_unique<Sequence>();
-  seq->id = next_id_++;
-  seq->capacity = capacity_tokens;
-  ASSIGN_OR_RETURN(seq->blocks, prefix_->Allocate((capacity_tokens + bs - 1) / bs));
-  if (config_.sliding_window > 0) {
-    auto slot = cache_->local_slots().Allocate(1);
-    if (!slot.ok()) {
-      (void)prefix_->Release(seq->blocks);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("no free local window slot (", cache_->local_slots().num_total(),
-                       " sequences already running)"));
-    }
-    seq->local_slot = (*slot)[0];
-  }
-  const SeqId id = seq->id;
-  std::unique_lock<std::shared_mutex> lock(seq_mu_);
-  sequences_.emplace(id, std::move(seq));
-  return id;
+  return CreateSequenceForPrompt({}, capacity_tokens, nullptr);  // no prompt: nothing shared
 }
 
 absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> prompt,

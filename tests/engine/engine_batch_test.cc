@@ -8,35 +8,7 @@ TEST(BatchedDecodeTest, EqualsEachSequenceAlone) {
   auto engine = MakeEngine(LoadTestModel("tiny"));
   const std::vector<int> lengths = {3, 17, 40, 64, 100, 5, 33, 250, 1};
   constexpr int kSteps = 16;
-  std::vector<GreedyRun> alone;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    alone.push_back(RunGreedy(*engine, RandomPrompt(lengths[i], i), kSteps));
-  }
-  std::vector<SeqId> seqs;
-  std::vector<int32_t> next;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    auto seq = engine->CreateSequence(lengths[i] + kSteps);
-    ASSERT_TRUE(seq.ok());
-    auto pre = engine->Prefill(*seq, RandomPrompt(lengths[i], i), PrefillOptions{});
-    ASSERT_TRUE(pre.ok());
-    seqs.push_back(*seq);
-    next.push_back(Argmax(pre->logits.data(), pre->logits.size()));
-    ASSERT_EQ(next.back(), alone[i].tokens[0]);
-  }
-  const int V = engine->config().vocab_size;
-  for (int step = 1; step < kSteps; ++step) {
-    std::vector<DecodeInput> inputs;
-    for (size_t i = 0; i < seqs.size(); ++i) inputs.push_back({seqs[i], next[i]});
-    auto logits = engine->Decode(inputs);
-    ASSERT_TRUE(logits.ok()) << logits.status();
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const float* row = logits->data() + i * V;
-      EXPECT_LE(RelDiff(row, alone[i].logits[step].data(), V), 1e-4) << "seq " << i;
-      next[i] = Argmax(row, V);
-      ASSERT_EQ(next[i], alone[i].tokens[step]) << "seq " << i << " step " << step;
-    }
-  }
-  for (SeqId s : seqs) ASSERT_TRUE(engine->ReleaseSequence(s).ok());
+  ExpectBatchedDecodeEqualsAlone(*engine, lengths, kSteps);
   EXPECT_EQ(engine->cache_stats().global_blocks_used, 0);
   EXPECT_EQ(engine->cache_stats().local_slots_used, 0);
 }

@@ -41,19 +41,7 @@ ResumedRun RunResumed(Engine& e, const std::vector<int32_t>& prompt, int steps,
     next = en;
   }
   EXPECT_EQ(next, static_cast<int>(prompt.size()));
-  std::vector<float> logits = pre->logits;
-  const int V = e.config().vocab_size;
-  for (int i = 0; i < steps; ++i) {
-    const int32_t tok = Argmax(logits.data(), V);
-    out.run.tokens.push_back(tok);
-    out.run.logits.push_back(logits);
-    if (i + 1 == steps) break;
-    DecodeInput in{*seq, tok};
-    auto next_logits = e.Decode(absl::MakeConstSpan(&in, 1));
-    EXPECT_TRUE(next_logits.ok()) << next_logits.status();
-    if (!next_logits.ok()) return out;
-    logits = std::move(*next_logits);
-  }
+  out.run = DecodeGreedy(e, *seq, pre->logits, steps);
   EXPECT_TRUE(e.ReleaseSequence(*seq).ok());
   return out;
 }

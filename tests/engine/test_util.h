@@ -90,29 +90,35 @@ struct GreedyRun {
   std::vector<std::vector<float>> logits;   // logits that produced each token
 };
 
-// Prefill + `steps` greedy tokens on one sequence (released afterwards).
-inline GreedyRun RunGreedy(Engine& e, const std::vector<int32_t>& prompt, int steps,
-                           PrefillOptions po = {}) {
+// `steps` greedy tokens on a prefilled sequence, the first from `logits`
+// (the prefill's); the sequence is left to the caller.
+inline GreedyRun DecodeGreedy(Engine& e, SeqId seq, std::vector<float> logits, int steps) {
   GreedyRun run;
-  auto seq = e.CreateSequence(static_cast<int>(prompt.size()) + steps);
-  EXPECT_TRUE(seq.ok()) << seq.status();
-  if (!seq.ok()) return run;
-  auto pre = e.Prefill(*seq, prompt, po);
-  EXPECT_TRUE(pre.ok()) << pre.status();
-  if (!pre.ok()) return run;
-  std::vector<float> logits = pre->logits;
   const int V = e.config().vocab_size;
   for (int i = 0; i < steps; ++i) {
     const int32_t tok = Argmax(logits.data(), V);
     run.tokens.push_back(tok);
     run.logits.push_back(logits);
     if (i + 1 == steps) break;
-    DecodeInput in{*seq, tok};
+    DecodeInput in{seq, tok};
     auto next = e.Decode(absl::MakeConstSpan(&in, 1));
     EXPECT_TRUE(next.ok()) << next.status();
     if (!next.ok()) return run;
     logits = std::move(*next);
   }
+  return run;
+}
+
+// Prefill + `steps` greedy tokens on one sequence (released afterwards).
+inline GreedyRun RunGreedy(Engine& e, const std::vector<int32_t>& prompt, int steps,
+                           PrefillOptions po = {}) {
+  auto seq = e.CreateSequence(static_cast<int>(prompt.size()) + steps);
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  if (!seq.ok()) return {};
+  auto pre = e.Prefill(*seq, prompt, po);
+  EXPECT_TRUE(pre.ok()) << pre.status();
+  if (!pre.ok()) return {};
+  GreedyRun run = DecodeGreedy(e, *seq, std::move(pre->logits), steps);
   EXPECT_TRUE(e.ReleaseSequence(*seq).ok());
   return run;
 }
@@ -131,6 +137,42 @@ inline void ExpectMatchesFullForward(Engine& e, const std::vector<int32_t>& prom
     ASSERT_LE(RelDiff(run.logits[k].data(), ref, V), rel) << "step " << k;
     ASSERT_EQ(run.tokens[k], Argmax(ref, V)) << "step " << k;
   }
+}
+
+// The sequences of `lengths`-token prompts decoded together, `steps` greedy
+// steps in one batch, give each sequence's tokens and logits (within 1e-4)
+// of a run alone. Releases what it made.
+inline void ExpectBatchedDecodeEqualsAlone(Engine& e, const std::vector<int>& lengths,
+                                           int steps) {
+  std::vector<GreedyRun> alone;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    alone.push_back(RunGreedy(e, RandomPrompt(lengths[i], i), steps));
+  }
+  std::vector<SeqId> seqs;
+  std::vector<int32_t> next;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    auto seq = e.CreateSequence(lengths[i] + steps);
+    ASSERT_TRUE(seq.ok());
+    auto pre = e.Prefill(*seq, RandomPrompt(lengths[i], i), PrefillOptions{});
+    ASSERT_TRUE(pre.ok());
+    seqs.push_back(*seq);
+    next.push_back(Argmax(pre->logits.data(), pre->logits.size()));
+    ASSERT_EQ(next.back(), alone[i].tokens[0]);
+  }
+  const int V = e.config().vocab_size;
+  for (int step = 1; step < steps; ++step) {
+    std::vector<DecodeInput> inputs;
+    for (size_t i = 0; i < seqs.size(); ++i) inputs.push_back({seqs[i], next[i]});
+    auto logits = e.Decode(inputs);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const float* row = logits->data() + i * V;
+      EXPECT_LE(RelDiff(row, alone[i].logits[step].data(), V), 1e-4) << "seq " << i;
+      next[i] = Argmax(row, V);
+      ASSERT_EQ(next[i], alone[i].tokens[step]) << "seq " << i << " step " << step;
+    }
+  }
+  for (SeqId s : seqs) ASSERT_TRUE(e.ReleaseSequence(s).ok());
 }
 
 }  // namespace ced::testing

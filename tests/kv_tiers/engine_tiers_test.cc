@@ -33,19 +33,7 @@ Resumed RunPrompt(Engine& e, const std::vector<int32_t>& prompt, int steps) {
   EXPECT_TRUE(pre.ok()) << pre.status();
   if (!pre.ok()) return out;
   EXPECT_EQ(pre->cached_tokens, out.cached);
-  std::vector<float> logits = pre->logits;
-  const int V = e.config().vocab_size;
-  for (int i = 0; i < steps; ++i) {
-    const int32_t tok = Argmax(logits.data(), V);
-    out.run.tokens.push_back(tok);
-    out.run.logits.push_back(logits);
-    if (i + 1 == steps) break;
-    DecodeInput in{*seq, tok};
-    auto next = e.Decode(absl::MakeConstSpan(&in, 1));
-    EXPECT_TRUE(next.ok()) << next.status();
-    if (!next.ok()) return out;
-    logits = std::move(*next);
-  }
+  out.run = DecodeGreedy(e, *seq, std::move(pre->logits), steps);
   EXPECT_TRUE(e.ReleaseSequence(*seq).ok());
   return out;
 }
