@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: builds ced, makes the embedded default model (`tiny`, seed 1),
-# starts the disaggregated topology as local processes on loopback (router,
+# The main job: builds ced, serves the trained default model (models/ced-pydocs:
+# a small CED trained on the Python documentation, bench/quality), starts the
+# disaggregated topology as local processes on loopback (router,
 # gateway, one encoder-only-capable prefill worker, one decode worker, K/V over
 # UCX) and answers a request through the public gRPC gateway.
 set -euo pipefail
@@ -8,10 +9,15 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${CED_BUILD_DIR:-build}
 bash scripts/build.sh ced
 CED="$BUILD_DIR/bin/ced"
-MODEL_DIR=${CED_MODEL_DIR:-$BUILD_DIR/models/tiny}
+# CED_MODEL_DIR serves another model folder; one without weights gets the synthetic
+# `tiny` preset (random weights: its text is noise).
+MODEL_DIR=${CED_MODEL_DIR:-models/ced-pydocs}
 if [[ ! -f "$MODEL_DIR/model.safetensors" ]]; then
   "$CED" model make --preset tiny --seed 1 --out "$MODEL_DIR"
 fi
+MODEL_NAME=$(basename "$MODEL_DIR")
+DEFAULT_PROMPT='The :mod:`json` module'
+PROMPT=${CED_PROMPT:-$DEFAULT_PROMPT}
 "$CED" model info "$MODEL_DIR"
 
 RUN_DIR=$(mktemp -d)
@@ -39,7 +45,7 @@ cat "$RUN_DIR/ready"
 GATEWAY=$(awk '$1 == "gateway" { for (i = 2; i <= NF; i++) if ($i ~ /^grpc=/) print substr($i, 6) }' "$RUN_DIR/ready")
 echo "--- request through the gateway at $GATEWAY ---"
 for placement in prefill decode; do
-  "$CED" client generate --gateway "$GATEWAY" --prompt "${CED_PROMPT:-Hello from ced-serve}" \
+  "$CED" client generate --gateway "$GATEWAY" --prompt "$PROMPT" \
     --max-tokens "${CED_MAX_TOKENS:-32}" --replay-on "$placement"
 done
 # The same cluster speaks the OpenAI API (the gateway's --http-listen).
@@ -47,6 +53,7 @@ HTTP=$(awk '$1 == "gateway" { for (i = 2; i <= NF; i++) if ($i ~ /^http=/) print
 if [[ -n "$HTTP" ]] && command -v curl >/dev/null; then
   echo "--- the same through the OpenAI-compatible API at http://$HTTP ---"
   curl -sS "http://$HTTP/v1/completions" -H 'Content-Type: application/json' \
-    -d "{\"model\": \"tiny\", \"prompt\": \"${CED_PROMPT:-Hello from ced-serve}\", \"max_tokens\": ${CED_MAX_TOKENS:-32}, \"seed\": 1}"
+    -d "$(MODEL="$MODEL_NAME" PROMPT="$PROMPT" MAX="${CED_MAX_TOKENS:-32}" /usr/bin/python3 -c \
+      'import json, os; print(json.dumps({"model": os.environ["MODEL"], "prompt": os.environ["PROMPT"], "max_tokens": int(os.environ["MAX"]), "temperature": 0}))')"
   echo
 fi

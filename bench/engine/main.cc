@@ -51,6 +51,7 @@ struct Flags {
   int resume_steps = 64;
   int seed = 0;
   std::string scratch_dir;
+  std::string ced_model, dec_model;  // model folders instead of small / small-dec
   std::string compare_blas_core = "none";
   std::string variants = "all";
   std::string peers = "auto";
@@ -207,10 +208,21 @@ absl::Status Run(const Flags& f, const std::string& command) {
                   .string();
     cleanup.dir = scratch;
   }
-  std::fprintf(stderr, "[setup] writing/loading models small, small-dec under %s\n",
-               scratch.c_str());
-  ASSIGN_OR_RETURN(auto ced, LoadPreset(scratch, "small", f.seed));
-  ASSIGN_OR_RETURN(auto dec, LoadPreset(scratch, "small-dec", f.seed));
+  std::shared_ptr<const ModelWeights> ced, dec;
+  if (f.ced_model.empty() != f.dec_model.empty()) {
+    return absl::InvalidArgumentError("--ced_model and --dec_model go together");
+  }
+  if (!f.ced_model.empty()) {
+    std::fprintf(stderr, "[setup] loading models %s, %s\n", f.ced_model.c_str(),
+                 f.dec_model.c_str());
+    ASSIGN_OR_RETURN(ced, LoadModelWeights(f.ced_model, WeightSet::kFull));
+    ASSIGN_OR_RETURN(dec, LoadModelWeights(f.dec_model, WeightSet::kFull));
+  } else {
+    std::fprintf(stderr, "[setup] writing/loading models small, small-dec under %s\n",
+                 scratch.c_str());
+    ASSIGN_OR_RETURN(ced, LoadPreset(scratch, "small", f.seed));
+    ASSIGN_OR_RETURN(dec, LoadPreset(scratch, "small-dec", f.seed));
+  }
 
   BenchReport report;
   RunContext& ctx = report.context;
@@ -403,6 +415,10 @@ int main(int argc, char** argv) {
                "cached prefixes P as fractions of N - 1 (rounded down to full blocks)");
   flags.Int("resume_steps", &f.resume_steps, "greedy steps K compared per (N, P)");
   flags.Int("seed", &f.seed, "synthetic weights seed");
+  flags.String("ced_model", &f.ced_model,
+               "prefill and decode sections on this CED model folder instead of preset small "
+               "(with --dec_model, its decoder-only twin)");
+  flags.String("dec_model", &f.dec_model, "the decoder-only twin of --ced_model");
   flags.String("scratch_dir", &f.scratch_dir,
                "where models are written (kept and reused); default: a temporary directory");
   flags.String("compare_blas_core", &f.compare_blas_core,

@@ -42,7 +42,7 @@ struct SimOptions {
   double heartbeat_s = 0.05;
   int block_size = 16;
   int max_batch = 256;  // running sequences per decode instance
-  // The decode worker's scheduler loop (services/decode/scheduler.cc): a
+  // The decode worker's loop (services/decode/loop.cc, engine/scheduler): a
   // request whose K/V landed while others run is started (tail imported) in
   // one iteration and decoded from the next. false: it joins the next step.
   bool start_lag = false;

@@ -374,8 +374,21 @@ int RunCluster(const std::vector<std::string>& args) {
 
 namespace ced::cli {
 
+// The trained default model (models/ced-pydocs, bench/quality): CED_DEFAULT_MODEL, else
+// the source tree's copy this binary was built from, else the installed copy.
+std::string DefaultModelDir() {
+  if (const char* env = std::getenv("CED_DEFAULT_MODEL"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  for (const std::string& dir : {std::string(CED_SHIPPED_MODEL_DIR),
+                                std::string("/usr/local/share/ced/models/ced-pydocs")}) {
+    if (!std::ifstream(dir + "/model.safetensors").fail()) return dir;
+  }
+  return "";
+}
+
 int RunUp(const std::vector<std::string>& args) {
-  std::string model, preset = "tiny", seed = "1";
+  std::string model, preset, seed = "1";
   std::vector<std::string> rest;
   bool help = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -395,20 +408,43 @@ int RunUp(const std::vector<std::string>& args) {
     rest.push_back(args[i]);
   }
   if (help) {
+    const std::string shipped = DefaultModelDir();
     std::printf(
-        "Usage: ced up [--model DIR] [--preset tiny] [--seed 1] [ced cluster flags]\n\n"
+        "Usage: ced up [--model DIR | --preset NAME [--seed 1]] [ced cluster flags]\n\n"
         "Starts router, gateway, one prefill and one decode worker (counts settable) as local\n"
-        "processes on loopback, making the model first when DIR has none (default DIR:\n"
-        "$HOME/.cache/ced/models/PRESET). Prints the addresses; Ctrl-C stops everything.\n\n"
-        "Own flags:\n  --model=DIR\n  --preset=tiny      preset to make when DIR has no model\n"
-        "  --seed=1           weights seed for that preset\n\nCluster flags:\n");
+        "processes on loopback and prints the addresses; Ctrl-C stops everything.\n"
+        "Without --model or --preset it serves the trained default model, ced-pydocs (a\n"
+        "small CED trained on the Python documentation; models/ced-pydocs/README.md)%s.\n\n"
+        "Own flags:\n  --model=DIR        model folder (config.json, model.safetensors, tokenizer)\n"
+        "  --preset=NAME      serve a synthetic preset (random weights: text is noise), made\n"
+        "                     in $HOME/.cache/ced/models/NAME when missing\n"
+        "  --seed=1           weights seed for that preset\n\nCluster flags:\n",
+        shipped.empty() ? "" : (", here " + shipped).c_str());
     return RunCluster({"--help"});
+  }
+  if (model.empty() && preset.empty()) {
+    model = DefaultModelDir();
+    if (model.empty()) {
+      std::fprintf(stderr,
+                   "ced up: the default model ced-pydocs is not here (set CED_DEFAULT_MODEL, "
+                   "or pass --model DIR or --preset NAME); serving preset 'tiny' instead\n");
+      preset = "tiny";
+    } else {
+      std::printf("serving the default model %s\n", model.c_str());
+    }
   }
   if (model.empty()) {
     const char* home = std::getenv("HOME");
     model = std::string(home != nullptr ? home : ".") + "/.cache/ced/models/" + preset;
   }
   if (std::ifstream(model + "/model.safetensors").fail()) {
+    if (preset.empty()) {
+      std::fprintf(stderr,
+                   "ced up: --model %s has no model.safetensors (add --preset NAME to make a "
+                   "synthetic one there)\n",
+                   model.c_str());
+      return 2;
+    }
     std::printf("making model '%s' (seed %s) in %s\n", preset.c_str(), seed.c_str(),
                 model.c_str());
     std::fflush(stdout);

@@ -95,7 +95,7 @@ Command WithClientSecurity(Command c) {
 void AddServiceCommands(std::vector<Command>* commands) {
   commands->push_back({"serve", "run one service role (--role=gateway|router|prefill|decode)", Serve});
   commands->push_back({"cluster", "run gateway, router, prefill and decode pools locally", RunCluster});
-  commands->push_back({"up", "like cluster, making the default model when missing", RunUp});
+  commands->push_back({"up", "like cluster, on the trained default model (or --model, --preset)", RunUp});
   const size_t first_client = commands->size();
   AddClientCommand(commands);
   for (size_t i = first_client; i < commands->size(); ++i) {

@@ -125,6 +125,10 @@ int ServeDecode(const std::vector<std::string>& args) {
   specs.push_back({"kv-listen", "127.0.0.1:50080", "KV data plane listen address"});
   specs.push_back({"advertise-kv-address", "", "KV address registered with the router (default: the bound one)"});
   specs.push_back({"max-batch", "64", "sequences per decode step"});
+  specs.push_back({"max-step-tokens", "2048",
+                   "token budget of one scheduler step: each running sequence's decode token "
+                   "plus start work (local prefill, replay); the first start of a step always "
+                   "runs"});
   specs.push_back({"reservation-timeout-ms", "30000",
                    "inactivity timeout: release a reservation once no K/V of it (chunk, tail or "
                    "prefill progress notice) has landed for this long; the client deadline "
@@ -171,6 +175,11 @@ int ServeDecode(const std::vector<std::string>& args) {
   o.max_queued_requests = static_cast<int>(*dq);
   o.max_queued_tokens = *dqt;
   o.max_batch = static_cast<int>(*mb);
+  auto mst = f->GetInt("max-step-tokens");
+  if (!mst.ok() || *mst < 1 || *mst > (int64_t{1} << 24)) {
+    return Fail("serve --role=decode", "--max-step-tokens must be in [1, 2^24]", 2);
+  }
+  o.max_step_tokens = *mst;
   o.reservation_timeout_ms = static_cast<int>(*rt);
   o.drain_timeout_ms = static_cast<int>(*dt);
   services::InstallShutdownSignals();

@@ -47,6 +47,15 @@ absl::Status DecodeWorker::Init() {
     return absl::InvalidArgumentError("a decode worker holds the full model");
   }
   ASSIGN_OR_RETURN(engine_, Engine::Create(options_.engine));
+  SchedulerOptions so;
+  so.max_batch = options_.max_batch;
+  so.max_queued_requests = options_.max_queued_requests;
+  so.max_queued_tokens = options_.max_queued_tokens;
+  so.max_step_tokens = options_.max_step_tokens;
+  so.chunked_start = false;  // Engine::Prefill / Replay run whole
+  so.kv_timeout = std::chrono::milliseconds(options_.reservation_timeout_ms);
+  so.attach_timeout = std::chrono::milliseconds(options_.stream_attach_timeout_ms);
+  ASSIGN_OR_RETURN(sched_, Scheduler::Create(so));
   m_ = std::make_unique<Metrics>();
   auto gauge = [&](const char* name, const char* help) {
     return metrics::AddUnlabelledGauge(registry_, name, help);
@@ -121,13 +130,13 @@ absl::Status DecodeWorker::Init() {
   ASSIGN_OR_RETURN(kv_address_, transport_->Listen(options_.kv_address, sink_.get()));
 
   service_ = MakeDecodeService(this);
-  ServerOptions so;
-  so.grpc_address = options_.grpc_address;
-  so.metrics_address = options_.metrics_address;
-  so.services = {service_.get()};
-  so.health_service_name = "ced.internal.DecodeWorker";
-  so.registry = &registry_;
-  ASSIGN_OR_RETURN(server_, RunningServer::Start(so));
+  ServerOptions server_options;
+  server_options.grpc_address = options_.grpc_address;
+  server_options.metrics_address = options_.metrics_address;
+  server_options.services = {service_.get()};
+  server_options.health_service_name = "ced.internal.DecodeWorker";
+  server_options.registry = &registry_;
+  ASSIGN_OR_RETURN(server_, RunningServer::Start(server_options));
   scheduler_ = std::thread([this] { SchedulerLoop(); });
 
   if (!options_.router_address.empty()) {
@@ -157,7 +166,8 @@ void DecodeWorker::FillLoad(ced::internal::LoadReport* report) {
   int running = 0, waiting = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, r] : requests_) (r->state == Request::kRunning ? running : waiting)++;
+    running = sched_->running();
+    waiting = sched_->waiting();
   }
   report->set_running_sequences(running);
   report->set_waiting_sequences(waiting);
@@ -226,7 +236,9 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   r->prefill_worker_id = req.prefill_worker_id();
   r->received.assign(r->prompt.size(), 0);
   r->t_reserve = Clock::now();
-  r->t_progress = r->t_reserve;
+  const int n = static_cast<int>(r->prompt.size());
+  r->replay_work_tokens =
+      c.IsDecoderOnly() ? 0 : n - engine_->ReplayStart(n, r->replay_mode, r->replay_window);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (requests_.count(r->id)) {
@@ -235,49 +247,46 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
     if (cancelled_early_.erase(r->id) > 0) {
       return absl::CancelledError(absl::StrCat("request_id '", r->id, "' was cancelled"));
     }
-    // Bounded queue: reservations that do not decode yet.
-    int queued = admitting_;
-    int64_t queued_tokens = admitting_tokens_;
-    for (const auto& [id, q] : requests_) {
-      if (q->finished || q->cancelled || q->state == Request::kRunning) continue;
-      ++queued;
-      queued_tokens += static_cast<int64_t>(q->prompt.size());
+    // Bounded queue: reservations that do not decode yet (admissions in
+    // progress included: the scheduler counts them from Add).
+    AddRejection why;
+    absl::Status added = sched_->Add({r->id, n, !r->local_prefill}, r->t_reserve, &why);
+    switch (why) {
+      case AddRejection::kNone:
+        break;
+      case AddRejection::kDuplicate:
+        return absl::AlreadyExistsError(
+            absl::StrCat("request_id '", r->id, "' is already reserved"));
+      case AddRejection::kQueueRequests:
+        m_->admission_rejected->WithLabelValues({"queue_requests"}).Increment();
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "decode worker: ", sched_->queued_requests(),
+            " reservations already wait for K/V or a batch slot (--max-queued ",
+            options_.max_queued_requests, "); retry later"));
+      case AddRejection::kQueueTokens:
+        m_->admission_rejected->WithLabelValues({"queue_tokens"}).Increment();
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "decode worker: ", sched_->queued_tokens(), " prompt tokens already wait and ", n,
+            " more would exceed --max-queued-tokens ", options_.max_queued_tokens,
+            "; retry later"));
     }
-    if (queued >= options_.max_queued_requests) {
-      m_->admission_rejected->WithLabelValues({"queue_requests"}).Increment();
-      return absl::ResourceExhaustedError(
-          absl::StrCat("decode worker: ", queued, " reservations already wait for K/V or a batch ",
-                       "slot (--max-queued ", options_.max_queued_requests, "); retry later"));
-    }
-    if (queued_tokens + static_cast<int64_t>(r->prompt.size()) > options_.max_queued_tokens) {
-      m_->admission_rejected->WithLabelValues({"queue_tokens"}).Increment();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "decode worker: ", queued_tokens, " prompt tokens already wait and ", r->prompt.size(),
-          " more would exceed --max-queued-tokens ", options_.max_queued_tokens, "; retry later"));
-    }
-    ++admitting_;
-    admitting_tokens_ += static_cast<int64_t>(r->prompt.size());
+    RETURN_IF_ERROR(added);
   }
-  // Leaves the count of admissions in progress on every path below: Done()
-  // with mu_ held, or the destructor on an early return.
+  // Until activated below, an early return takes the request back out of
+  // the scheduler's queue.
   struct Admitting {
     DecodeWorker* w;
-    int64_t tokens;
+    std::string id;
     bool done = false;
-    void Done() {
-      done = true;
-      --w->admitting_;
-      w->admitting_tokens_ -= tokens;
-    }
     ~Admitting() {
       if (done) return;
       {
         std::lock_guard<std::mutex> lock(w->mu_);
-        Done();
+        w->sched_->Remove(id);
       }
-      w->cv_.notify_all();  // the scheduler may wait for admissions to finish
+      w->cv_.notify_all();  // the loop may wait for admissions to finish
     }
-  } admitting{this, static_cast<int64_t>(r->prompt.size())};
+  } admitting{this, r->id};
   {
     std::lock_guard<std::mutex> lock(engine_mu_);
     // The prefix cache may already hold the prompt's first blocks (an earlier
@@ -301,6 +310,8 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
       r->received_tokens = cached;
     }
   }
+  r->prefill_work_tokens =
+      n - engine_->ResumeStart(n, r->cached_tokens, r->replay_mode, r->replay_window);
   r->transfer_token = RandomToken();
   ced::internal::ReserveResponse resp;
   resp.set_transfer_token(r->transfer_token);
@@ -312,21 +323,15 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   resp.set_cached_prefix_tokens(r->local_prefill ? 0 : r->cached_tokens);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    admitting.Done();
-    if (!requests_.count(r->id)) {
-      by_token_[r->transfer_token] = r.get();
-      requests_[r->id] = std::move(r);
-      cv_.notify_all();
-      return resp;
-    }
+    // The scheduler holds the id from Add on, so no duplicate got in.
+    CED_CHECK(!requests_.count(r->id));
+    CED_CHECK(sched_->Activate(r->id, r->local_prefill ? r->prefill_work_tokens : 0).ok());
+    admitting.done = true;
+    by_token_[r->transfer_token] = r.get();
+    requests_[r->id] = std::move(r);
+    cv_.notify_all();
+    return resp;
   }
-  // Lost a race with a duplicate. engine_mu_ is taken without mu_ held: the
-  // scheduler takes mu_ while it holds engine_mu_.
-  {
-    std::lock_guard<std::mutex> elock(engine_mu_);
-    (void)engine_->ReleaseSequence(r->seq);
-  }
-  return absl::AlreadyExistsError(absl::StrCat("request_id '", r->id, "' is already reserved"));
 }
 
 void DecodeWorker::AttachStream(const std::string& request_id,
@@ -345,6 +350,7 @@ void DecodeWorker::AttachStream(const std::string& request_id,
     return;
   }
   r->stream = std::move(stream);
+  sched_->Attach(request_id);
   for (auto& chunk : r->pending) r->stream->Push(std::move(chunk));
   r->pending.clear();
   if (r->final_status.has_value()) r->stream->Close(*r->final_status);
@@ -363,10 +369,8 @@ bool DecodeWorker::Cancel(const std::string& request_id, const std::string& why)
     if (cancelled_early_.size() < 10000) cancelled_early_[request_id] = now;
     return false;
   }
-  if (!it->second->cancelled) {
-    it->second->cancelled = true;
-    it->second->cancel_reason = why;
-  }
+  it->second->cancelled = true;
+  sched_->Cancel(request_id, why);  // keeps the first reason
   cv_.notify_all();
   return true;
 }

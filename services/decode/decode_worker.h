@@ -4,7 +4,9 @@
 // the replay when told, then decodes it in the batch and streams its tokens.
 //
 // Threads: gRPC threads (Reserve/Stream/Cancel), transport threads (the KV
-// sink), and one scheduler thread that owns all engine compute.
+// sink), and one loop thread that owns all engine compute. What runs when
+// (admission bounds, batching, the step token budget, timeouts) is decided
+// by a ced::Scheduler (engine/scheduler); the loop executes its plans.
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,7 @@
 
 #include "ced/internal/decode_worker.grpc.pb.h"
 #include "engine/runtime/engine.h"
+#include "engine/scheduler/scheduler.h"
 #include "engine/sampling/sampler.h"
 #include "services/common/grpc_util.h"
 #include "services/common/router_client.h"
@@ -38,6 +41,10 @@ struct DecodeWorkerOptions {
   std::string advertise_address;            // registered gRPC address (default: bound one)
   std::string advertise_kv_address;         // registered KV address (default: bound one)
   int max_batch = 64;                        // sequences per decode step
+  // Tokens of work per step: one per decoding sequence, plus the prefill /
+  // replay tokens of requests started in the step (the first start of a step
+  // always runs). Bounds how long starts stall the running batch.
+  int64_t max_step_tokens = 2048;
   // Admission: reservations not yet decoding (waiting for their K/V or a
   // batch slot), in requests and in prompt tokens; beyond either bound
   // Reserve answers RESOURCE_EXHAUSTED at once. KV blocks bound the rest.
@@ -76,6 +83,8 @@ class DecodeWorker {
   explicit DecodeWorker(const DecodeWorkerOptions& options);
   absl::Status Init();
   void SchedulerLoop();
+  // Ends a request the scheduler ended (mu_ held).
+  void EndRequest(Request* r, const EndedRequest& e);
   void FillLoad(ced::internal::LoadReport* report);
 
   // Called with mu_ held by the service and the sink.
@@ -103,8 +112,9 @@ class DecodeWorker {
   struct Metrics;
   std::unique_ptr<Metrics> m_;
 
-  std::mutex mu_;  // requests, transfer state
+  std::mutex mu_;  // requests, transfer state, sched_
   std::condition_variable cv_;
+  std::unique_ptr<Scheduler> sched_;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::map<uint64_t, Request*> by_token_;
   // Ids cancelled before their Reserve arrived (the calls race): a later
@@ -117,9 +127,6 @@ class DecodeWorker {
   // is gone (not merely that one stream failed) and migrates those requests.
   std::atomic<bool> shutting_down_{false};
   std::thread scheduler_;
-  // Reserve calls past the queue check, not yet in requests_ (guarded by mu_).
-  int admitting_ = 0;
-  int64_t admitting_tokens_ = 0;
 };
 
 }  // namespace ced::services

@@ -15,8 +15,9 @@ namespace ced::services {
 
 using Clock = std::chrono::steady_clock;
 
+// The protocol and transfer state of one reservation; its scheduling state
+// (queued, ready, running, timeouts) is the worker's Scheduler's.
 struct DecodeWorker::Request {
-  enum State { kReserved, kReady, kRunning };
   std::string id;
   uint64_t id_hash = 0;
   uint64_t transfer_token = 0;
@@ -29,20 +30,18 @@ struct DecodeWorker::Request {
   std::string prefill_worker_id;  // who sends the K/V (empty with local prefill)
   SeqId seq = 0;
   int cached_tokens = 0;  // prompt tokens whose K/V this worker's prefix cache held
+  // Start work charged to the scheduler's step budget: a local prefill's
+  // tokens, or the replay a landed request may need (0 for decoder-only).
+  int64_t prefill_work_tokens = 0, replay_work_tokens = 0;
 
   // Guarded by DecodeWorker::mu_.
-  State state = kReserved;
   std::vector<char> received;  // per prompt token: global K/V landed
   int received_tokens = 0;
   bool tail_received = false;
+  bool kv_landed = false;  // all global K/V and the tail: no more K/V accepted
   std::vector<uint8_t> tail_bytes;
   int inflight_messages = 0;   // accepted by the sink, not yet completed
-  // The reservation, or the last K/V message of this request accepted or
-  // landed (progress notices included): the reservation timeout counts from it.
-  Clock::time_point t_progress;
   bool cancelled = false;
-  std::string cancel_reason;
-  std::string transfer_error;  // a failed K/V message
   std::shared_ptr<StreamWriter<ced::internal::TokenChunk>::Handle> stream;
   std::vector<ced::internal::TokenChunk> pending;  // produced before Stream attached
   std::optional<grpc::Status> final_status;        // finished before Stream attached

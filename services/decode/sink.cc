@@ -41,7 +41,7 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
     if (r->finished || r->cancelled) {
       return Reject("inactive", absl::CancelledError(absl::StrCat("request '", r->id, "' is no longer active")));
     }
-    if (r->local_prefill || r->state != Request::kReserved) {
+    if (r->local_prefill || r->kv_landed) {
       return Reject("unexpected", absl::FailedPreconditionError(
           absl::StrCat("request '", r->id, "' does not expect K/V now")));
     }
@@ -59,7 +59,7 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
         if (b == e && b <= n && h.payload_bytes == 0) {
           // A progress notice (no tokens): the prefill worker is computing
           // toward this request's K/V.
-          r->t_progress = Clock::now();
+          w_->sched_->OnKvProgress(r->id, Clock::now());
           ++r->inflight_messages;
           return std::vector<MemSpan>{};
         }
@@ -81,7 +81,7 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
         std::vector<MemSpan> spans;
         for (const ByteRegion& reg : regions) spans.push_back({reg.data, reg.size});
         ++r->inflight_messages;
-        r->t_progress = Clock::now();
+        w_->sched_->OnKvProgress(r->id, Clock::now());
         return spans;
       }
       case KvMessageKind::kTail: {
@@ -106,12 +106,12 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
         }
         r->tail_bytes.resize(h.payload_bytes);
         ++r->inflight_messages;
-        r->t_progress = Clock::now();
+        w_->sched_->OnKvProgress(r->id, Clock::now());
         return std::vector<MemSpan>{{r->tail_bytes.data(), r->tail_bytes.size()}};
       }
       case KvMessageKind::kAbort:
-        r->transfer_error =
-            absl::StrCat("prefill worker ", r->prefill_worker_id, " aborted the transfer");
+        w_->sched_->FailTransfer(
+            r->id, absl::StrCat("prefill worker ", r->prefill_worker_id, " aborted the transfer"));
         w_->cv_.notify_all();
         return absl::CancelledError("transfer aborted");
     }
@@ -132,16 +132,17 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
     --r->inflight_messages;
     if (!status.ok()) {
       // UNAVAILABLE: the connection broke mid-message, i.e. the sender left.
-      r->transfer_error =
-          absl::IsUnavailable(status)
-              ? absl::StrCat("prefill worker ", r->prefill_worker_id,
-                             " gone: K/V transfer failed: ", status.message())
-              : absl::StrCat("K/V transfer failed: ", status.message());
+      w_->sched_->FailTransfer(
+          r->id, absl::IsUnavailable(status)
+                     ? absl::StrCat("prefill worker ", r->prefill_worker_id,
+                                    " gone: K/V transfer failed: ", status.message())
+                     : absl::StrCat("K/V transfer failed: ", status.message()));
       r->tail_bytes.clear();
       w_->cv_.notify_all();
       return;
     }
-    r->t_progress = Clock::now();
+    const auto now = Clock::now();
+    w_->sched_->OnKvProgress(r->id, now);
     w_->m_->transfer_bytes->Increment(static_cast<double>(h.payload_bytes));
     if (h.kind == KvMessageKind::kGlobalRange) {
       for (uint32_t t = h.token_begin; t < h.token_end; ++t) r->received[t] = 1;
@@ -149,9 +150,12 @@ class DecodeWorker::Sink final : public kv_transport::KvSink {
     } else if (h.kind == KvMessageKind::kTail) {
       r->tail_received = true;
     }
-    if (r->tail_received && r->received_tokens == static_cast<int>(r->prompt.size())) {
-      r->state = Request::kReady;
-      r->t_ready = Clock::now();
+    if (r->tail_received && r->received_tokens == static_cast<int>(r->prompt.size()) &&
+        !r->kv_landed) {
+      r->kv_landed = true;
+      r->t_ready = now;
+      // Its start work: the replay, in case the prefill worker did not run it.
+      w_->sched_->OnKvLanded(r->id, now, r->replay_work_tokens);
       w_->m_->transfer_seconds->Observe(
           std::chrono::duration<double>(r->t_ready - r->t_reserve).count());
       w_->cv_.notify_all();

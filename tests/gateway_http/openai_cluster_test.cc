@@ -57,6 +57,7 @@ std::string Quote(const std::string& s) {
 std::string GrpcText(const std::string& gateway, const std::string& prompt) {
   ced::v1::GenerateRequest req;
   req.set_prompt(prompt);
+  req.set_add_bos(true);  // what /v1/completions does with a text prompt by default
   req.set_max_tokens(12);
   req.set_temperature(0.8f);
   req.set_seed(42);

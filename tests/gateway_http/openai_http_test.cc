@@ -188,13 +188,15 @@ TEST_F(OpenAiHttpTest, CompletionWithoutStreaming) {
   ASSERT_EQ(r.json["choices"].size(), 1u);
   EXPECT_EQ(r.json["choices"][0]["text"], "Hello");
   EXPECT_EQ(r.json["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(r.json["usage"]["prompt_tokens"], 2);
+  // BOS + the two bytes of "hi": a text prompt gets the tokenizer's BOS by default.
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], 3);
   EXPECT_EQ(r.json["usage"]["completion_tokens"], 5);
-  EXPECT_EQ(r.json["usage"]["total_tokens"], 7);
+  EXPECT_EQ(r.json["usage"]["total_tokens"], 8);
   // The request the decode worker got: the same fields as over gRPC.
   const auto reserves = decode_.reserves();
   ASSERT_EQ(reserves.size(), 1u);
-  EXPECT_EQ(reserves[0].prompt_token_ids_size(), 2);
+  ASSERT_EQ(reserves[0].prompt_token_ids_size(), 3);
+  EXPECT_EQ(reserves[0].prompt_token_ids(0), 256);  // the byte tokenizer's BOS
   EXPECT_EQ(reserves[0].max_tokens(), 5);
   EXPECT_EQ(reserves[0].sampling().seed(), 7u);
   EXPECT_FLOAT_EQ(reserves[0].sampling().temperature(), 0.5f);
@@ -240,7 +242,7 @@ TEST_F(OpenAiHttpTest, StreamedCompletionIsServerSentEvents) {
   const Json& usage = e.chunks.back();
   EXPECT_TRUE(usage["choices"].empty()) << r.body;
   EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
-  EXPECT_EQ(usage["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 3);
   for (const Json& c : e.chunks) EXPECT_EQ(c["id"], e.chunks[0]["id"]);
 }
 
@@ -259,6 +261,17 @@ TEST_F(OpenAiHttpTest, StreamWithoutIncludeUsageHasNoUsageChunk) {
   EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "length");
 }
 
+TEST_F(OpenAiHttpTest, AddBosFalseSendsOnlyThePromptText) {
+  ScriptHello();
+  const Reply r = Post("/v1/completions", R"({"model": "test-model", "prompt": "hi",
+                                               "max_tokens": 5, "add_bos": false})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], 2);
+  const auto reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), 1u);
+  ASSERT_EQ(reserves[0].prompt_token_ids_size(), 2);
+  EXPECT_EQ(reserves[0].prompt_token_ids(0), 'h');
+}
 TEST_F(OpenAiHttpTest, ForcedUsage) {
   TearDown();
   Start([](GatewayServerOptions* o) { o->http_force_usage = true; });
@@ -269,7 +282,7 @@ TEST_F(OpenAiHttpTest, ForcedUsage) {
   const Events e = ParseEvents(r.body);
   ASSERT_TRUE(e.done) << r.body;
   EXPECT_TRUE(e.chunks.back()["choices"].empty()) << r.body;
-  EXPECT_EQ(e.chunks.back()["usage"]["total_tokens"], 7) << r.body;
+  EXPECT_EQ(e.chunks.back()["usage"]["total_tokens"], 8) << r.body;
 }
 
 TEST_F(OpenAiHttpTest, StreamedChat) {

@@ -282,6 +282,10 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
   OpenAiRequest out;
   out.endpoint = endpoint;
   ced::v1::GenerateRequest& g = out.generate;
+  // A text prompt gets the special tokens the tokenizer asks for (its BOS), as
+  // add_special_tokens does in other OpenAI-compatible servers; "add_bos": false
+  // turns that off. Chat prompts get theirs from the template.
+  if (!chat) g.set_add_bos(true);
   bool has_model = false, has_prompt = false, has_messages = false;
   std::optional<int64_t> max_tokens, max_completion_tokens;
   for (const auto& [key, v] : doc.items()) {

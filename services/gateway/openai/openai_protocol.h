@@ -14,7 +14,8 @@
 //   tool_choice ("none"/"auto"), parallel_tool_calls.
 //   Extensions: top_k, stop_token_ids, ignore_eos, replay_on ("prefill",
 //   "decode", "auto"), replay_mode ("bounded", "exact"), add_bos
-//   (completions), session_id (a string hint, accepted and unused), request_id.
+//   (completions; default true: the tokenizer's BOS, like add_special_tokens),
+//   session_id (a routing hint), request_id.
 //   Chat: tools (passed to the template).
 // Any other field: 400 naming it. Errors are InvalidArgument whose message
 // starts with the field; FieldOf() gives the field for OpenAI's `param`.

@@ -1,12 +1,14 @@
-// The decode worker's scheduler: the only thread that runs the engine.
-// Each iteration releases finished/cancelled sequences, starts requests whose
-// K/V has landed (import + replay when deferred) or that prefill locally,
-// then runs one batched decode step over every running sequence.
+// The decode worker's loop: the only thread that runs the engine. Each
+// iteration asks the scheduler (engine/scheduler) for a StepPlan, ends what
+// it ended, releases finished sequences, starts the planned requests (import
+// + replay when deferred, or a local prefill), runs one batched decode step
+// over the planned sequences, and reports back which of them finished.
 #include <algorithm>
 #include <cstdio>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
 #include "services/decode/request.h"
 
 namespace ced::services {
@@ -142,114 +144,127 @@ void DecodeWorker::StartRequest(Request* r) {
     return;
   }
   if (first < 0) first = SampleToken(logits.data(), c.vocab_size, r->sampling, 0);
-  r->state = Request::kRunning;
   Emit(r, first);
+}
+
+void DecodeWorker::EndRequest(Request* r, const EndedRequest& e) {
+  // mu_ held by the caller.
+  switch (e.reason) {
+    case EndReason::kCancelled:
+      Finish(r, ced::internal::FINISH_REASON_CANCELLED, e.detail,
+             grpc::Status(grpc::StatusCode::CANCELLED, e.detail));
+      return;
+    case EndReason::kTransferFailed:
+      Finish(r, ced::internal::FINISH_REASON_ERROR, e.detail,
+             grpc::Status(grpc::StatusCode::UNAVAILABLE, e.detail));
+      return;
+    case EndReason::kNeverAttached:
+      Finish(r, ced::internal::FINISH_REASON_ERROR, "never streamed",
+             grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "the reservation was not streamed in time"));
+      return;
+    case EndReason::kKvTimeout: {
+      // An inactivity timeout: every K/V message resets it, so a slow but
+      // progressing prefill is never cut off; the client's deadline (the
+      // gateway's) bounds the request as a whole.
+      const std::string why =
+          absl::StrCat("no K/V progress from prefill worker ", r->prefill_worker_id, " for ",
+                       options_.reservation_timeout_ms, " ms (--reservation-timeout-ms; ",
+                       r->received_tokens, " of ", r->prompt.size(), " prompt tokens landed)");
+      Finish(r, ced::internal::FINISH_REASON_ERROR, why,
+             grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, why));
+      return;
+    }
+  }
 }
 
 void DecodeWorker::SchedulerLoop() {
   const int V = engine_->config().vocab_size;
+  const auto attach_timeout = std::chrono::milliseconds(options_.stream_attach_timeout_ms);
   while (true) {
-    std::vector<Request*> to_start, running;
+    std::vector<Request*> starts, decodes;
     std::vector<std::unique_ptr<Request>> to_release;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (stop_) return;
       const auto now = Clock::now();
+      const StepPlan plan = sched_->Schedule(now);
+      auto find = [this](const std::string& id) {
+        auto it = requests_.find(id);
+        CED_CHECK(it != requests_.end());  // activated together with its insertion
+        return it->second.get();
+      };
+      for (const EndedRequest& e : plan.ended) EndRequest(find(e.id), e);
+      for (const StartWork& w : plan.start) starts.push_back(find(w.id));
+      for (const std::string& id : plan.decode) decodes.push_back(find(id));
+      // Release only once no transfer can still land in the blocks and the
+      // stream (if any) has the final status. The scheduler already forgot
+      // every finished request.
       for (auto it = requests_.begin(); it != requests_.end();) {
         Request* r = it->second.get();
-        if (!r->finished && r->cancelled) {
-          Finish(r, ced::internal::FINISH_REASON_CANCELLED, r->cancel_reason,
-                 grpc::Status(grpc::StatusCode::CANCELLED, r->cancel_reason));
-        } else if (!r->finished && !r->transfer_error.empty()) {
-          Finish(r, ced::internal::FINISH_REASON_ERROR, r->transfer_error,
-                 grpc::Status(grpc::StatusCode::UNAVAILABLE, r->transfer_error));
-        } else if (!r->finished && !r->stream &&
-                   now - r->t_reserve >
-                       std::chrono::milliseconds(options_.stream_attach_timeout_ms)) {
-          Finish(r, ced::internal::FINISH_REASON_ERROR, "never streamed",
-                 grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                              "the reservation was not streamed in time"));
-        } else if (!r->finished && r->state == Request::kReserved && !r->local_prefill &&
-                   now - r->t_progress >
-                       std::chrono::milliseconds(options_.reservation_timeout_ms)) {
-          // An inactivity timeout: every K/V message resets it, so a slow but
-          // progressing prefill is never cut off; the client's deadline (the
-          // gateway's) bounds the request as a whole.
-          const std::string why =
-              absl::StrCat("no K/V progress from prefill worker ", r->prefill_worker_id, " for ",
-                           options_.reservation_timeout_ms, " ms (--reservation-timeout-ms; ",
-                           r->received_tokens, " of ", r->prompt.size(), " prompt tokens landed)");
-          Finish(r, ced::internal::FINISH_REASON_ERROR, why,
-                 grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, why));
-        }
-        // Release only once no transfer can still land in the blocks and the
-        // stream (if any) has the final status.
         const bool stream_settled =
-            r->stream || r->cancelled ||
-            now - r->t_reserve > std::chrono::milliseconds(options_.stream_attach_timeout_ms);
+            r->stream || r->cancelled || now - r->t_reserve > attach_timeout;
         if (r->finished && r->inflight_messages == 0 && stream_settled) {
           by_token_.erase(r->transfer_token);
           to_release.push_back(std::move(it->second));
           it = requests_.erase(it);
           continue;
         }
-        if (!r->finished) {
-          if (r->state == Request::kReady ||
-              (r->state == Request::kReserved && r->local_prefill && r->stream)) {
-            to_start.push_back(r);
-          } else if (r->state == Request::kRunning) {
-            running.push_back(r);
-          }
-        }
         ++it;
       }
-      if (to_start.empty() && running.empty() && to_release.empty()) {
-        if (stop_) return;
+      if (starts.empty() && decodes.empty() && to_release.empty()) {
+        sched_->Update({});
         cv_.wait_for(lock, std::chrono::milliseconds(50));
         continue;
       }
-      if (stop_) return;
       // Reserve calls in progress take the engine first: std::mutex is not
       // fair, and this loop re-takes engine_mu_ microseconds after each step,
       // so a waiting Reserve (and the prompts queued behind its prefill) would
       // otherwise wait until the running sequences finish. Bounded: 5 ms.
-      cv_.wait_for(lock, std::chrono::milliseconds(5), [this] { return admitting_ == 0 || stop_; });
+      cv_.wait_for(lock, std::chrono::milliseconds(5),
+                   [this] { return sched_->admitting() == 0 || stop_; });
+      if (stop_) {
+        sched_->Update({});
+        return;
+      }
     }
-    if (options_.step_delay_ms_for_testing > 0 && !running.empty()) {
+    if (options_.step_delay_ms_for_testing > 0 && !decodes.empty()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_delay_ms_for_testing));
     }
     std::lock_guard<std::mutex> elock(engine_mu_);
     for (auto& r : to_release) (void)engine_->ReleaseSequence(r->seq);
     to_release.clear();
-    // Sequences started here join the batch next iteration: count them, so
-    // the batch never exceeds max_batch (a truncated batch would starve the
-    // sequences cut off; the others keep waiting in their queue).
-    size_t started = 0;
-    for (Request* r : to_start) {
-      if (running.size() + started >= static_cast<size_t>(options_.max_batch)) break;
-      StartRequest(r);
-      ++started;
+    // Started sequences decode from the next step (the scheduler counted
+    // them against max_batch and the step's token budget).
+    for (Request* r : starts) StartRequest(r);
+    absl::StatusOr<std::vector<float>> logits;
+    if (!decodes.empty()) {
+      std::vector<DecodeInput> inputs;
+      for (Request* r : decodes) inputs.push_back({r->seq, r->last_token});
+      const auto t0 = Clock::now();
+      logits = engine_->Decode(inputs);
+      m_->step_seconds->Observe(std::chrono::duration<double>(Clock::now() - t0).count());
+      m_->batch_size->Observe(static_cast<double>(inputs.size()));
+      m_->steps->Increment();
     }
-    if (running.size() > static_cast<size_t>(options_.max_batch))
-      running.resize(options_.max_batch);
-    if (running.empty()) continue;
-    std::vector<DecodeInput> inputs;
-    for (Request* r : running) inputs.push_back({r->seq, r->last_token});
-    const auto t0 = Clock::now();
-    auto logits = engine_->Decode(inputs);
-    m_->step_seconds->Observe(std::chrono::duration<double>(Clock::now() - t0).count());
-    m_->batch_size->Observe(static_cast<double>(inputs.size()));
-    m_->steps->Increment();
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < running.size(); ++i) {
-      Request* r = running[i];
-      if (r->finished) continue;
-      if (!logits.ok()) {
-        Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(logits.status().message()),
-               ToGrpc(logits.status()));
-        continue;
-      }
-      Emit(r, SampleToken(logits->data() + i * V, V, r->sampling, r->generated));
+    StepResult result;
+    for (Request* r : starts) {
+      if (r->finished) result.finished.push_back(r->id);
     }
+    for (size_t i = 0; i < decodes.size(); ++i) {
+      Request* r = decodes[i];
+      if (!r->finished) {
+        if (logits.ok()) {
+          Emit(r, SampleToken(logits->data() + i * V, V, r->sampling, r->generated));
+        } else {
+          Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(logits.status().message()),
+                 ToGrpc(logits.status()));
+        }
+      }
+      if (r->finished) result.finished.push_back(r->id);
+    }
+    sched_->Update(result);
   }
 }
 
