@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/flags.h"
 #include "bench/engine/machine.h"
 #include "kernels/cpu/gemm_packed.h"
 #include "kernels/cpu/isa.h"
@@ -82,16 +83,6 @@ double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return diff / std::max(scale, 1e-30);
 }
 
-int ParseIntFlag(int argc, char** argv, const char* name, int fallback) {
-  const size_t len = std::strlen(name);
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], name, len) == 0 && argv[i][len] == '=') {
-      return std::atoi(argv[i] + len + 1);
-    }
-  }
-  return fallback;
-}
-
 // FMA peak of a variant on the current threads, GFLOP/s (0: none measured).
 double VariantPeak(ced::kernels::CpuIsa isa) {
   using ced::bench::FmaIsa;
@@ -114,9 +105,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", err.c_str());
     return 2;
   }
-  const int reps = std::max(7, ParseIntFlag(argc, argv, "--reps", 9));
-  const double target_s = std::max(1, ParseIntFlag(argc, argv, "--ms", 20)) * 1e-3;
-  const int threads = std::max(1, ParseIntFlag(argc, argv, "--threads", 1));
+  int reps = 9, ms = 20, threads = 1;
+  ced::bench::FlagSet flags;
+  flags.Int("reps", &reps, "repetitions (at least 7)");
+  flags.Int("ms", &ms, "milliseconds per repetition (at least 1)");
+  flags.Int("threads", &threads, "threads for every contender (1: per-core figures)");
+  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
+    std::fprintf(stderr, "blas_compare: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help("blas_compare [--reps=N] [--ms=M] [--threads=T]",
+                                 "The engine's packed GEMM per kernel variant vs OpenBLAS and "
+                                 "oneDNN sgemm on the engine's GEMM shapes.")
+                          .c_str());
+    return 0;
+  }
+  reps = std::max(7, reps);
+  threads = std::max(1, threads);
+  const double target_s = std::max(1, ms) * 1e-3;
   openblas_set_num_threads(threads);
   omp_set_num_threads(threads);  // oneDNN here is built on the OpenMP runtime; so is the pool
   const std::vector<k::CpuIsa> isas = k::SupportedCpuIsas();

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "bench/common/stats.h"
 #include "bench/engine/bench_models.h"
 #include "bench/engine/machine.h"
-#include "bench/engine/stats.h"
 #include "engine/accounting/accounting.h"
 #include "engine/common/status.h"
 

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "bench/engine/stats.h"
+#include "bench/common/stats.h"
 
 extern "C" char* openblas_get_corename(void);
 

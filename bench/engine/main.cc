@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,11 +17,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "bench/engine/bench_flags.h"
+#include "bench/common/flags.h"
+#include "bench/common/run_info.h"
+#include "bench/common/stats.h"
 #include "bench/engine/bench_models.h"
 #include "bench/engine/child_run.h"
 #include "bench/engine/report.h"
-#include "bench/engine/stats.h"
 #include "engine/common/status.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/kv_codec.h"
@@ -59,47 +59,6 @@ struct Flags {
   std::string json = "bench/results/engine.json";
 };
 
-absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& text) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, ": '", part, "' is not a positive integer"));
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
-  return out;
-}
-
-// Environment variables that change what the bench measures.
-constexpr const char* kRelevantEnv[] = {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
-                                        "OPENBLAS_CORETYPE", "CED_CPU_ISA"};
-
-// The command line as typed, preceded by the relevant environment, with an
-// absolute program path reduced to its file name (reports must not carry
-// machine-specific paths).
-std::string CommandLine(int argc, char** argv) {
-  std::vector<std::string> parts;
-  for (const char* name : kRelevantEnv) {
-    if (const char* v = std::getenv(name); v != nullptr)
-      parts.push_back(absl::StrCat(name, "=", v));
-  }
-  std::string prog = argv[0];
-  if (!prog.empty() && prog[0] == '/') prog = std::filesystem::path(prog).filename().string();
-  parts.push_back(prog);
-  for (int i = 1; i < argc; ++i) parts.push_back(argv[i]);
-  return absl::StrJoin(parts, " ");
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  if (!(in >> a >> b >> c)) return "unknown";
-  return absl::StrCat(a, " ", b, " ", c);
-}
-
 // The OpenBLAS kernel set to compare prefill against, or "" for none: on an
 // AVX-512 CPU, auto compares AVX-512 kernels with AVX2 ones.
 std::string AltBlasCore(const std::string& flag, const MachineInfo& m) {
@@ -109,15 +68,19 @@ std::string AltBlasCore(const std::string& flag, const MachineInfo& m) {
   return BlasIsa(m.blas_core) == "avx512" ? "Haswell" : "SkylakeX";
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
+// --resume_cached: fractions in (0, 1], at least one.
+absl::StatusOr<std::vector<double>> ParseCachedFractions(const std::string& text) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || !(v > 0 && v <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resume_cached: '", part, "' is not a fraction in (0, 1]"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--resume_cached is empty");
+  return out;
 }
 
 absl::Status Validate(const Flags& f) {
@@ -133,14 +96,8 @@ absl::Status Validate(const Flags& f) {
     }
   }
   if (f.fma_seconds <= 0) return absl::InvalidArgumentError("--fma_seconds must be positive");
-  for (absl::string_view part : absl::StrSplit(f.resume_cached, ',', absl::SkipEmpty())) {
-    double v = 0;
-    if (!absl::SimpleAtod(part, &v) || !(v > 0 && v <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--resume_cached: '", part, "' is not a fraction in (0, 1]"));
-    }
-  }
-  RETURN_IF_ERROR(ParseInts("resume_lengths", f.resume_lengths).status());
+  RETURN_IF_ERROR(ParseCachedFractions(f.resume_cached).status());
+  RETURN_IF_ERROR(ParsePositiveInts("resume_lengths", f.resume_lengths).status());
   if (f.peers != "auto" && f.peers != "on" && f.peers != "off") {
     return absl::InvalidArgumentError("--peers must be auto, on or off");
   }
@@ -184,8 +141,8 @@ ChildRun MakeChildRun(const Flags& f, const std::string& sections, const std::st
 absl::Status Run(const Flags& f, const std::string& command) {
   const double t_start = NowSeconds();
   RETURN_IF_ERROR(Validate(f));
-  ASSIGN_OR_RETURN(std::vector<int> batches, ParseInts("decode_batches", f.decode_batches));
-  ASSIGN_OR_RETURN(std::vector<int> lengths, ParseInts("replay_lengths", f.replay_lengths));
+  ASSIGN_OR_RETURN(std::vector<int> batches, ParsePositiveInts("decode_batches", f.decode_batches));
+  ASSIGN_OR_RETURN(std::vector<int> lengths, ParsePositiveInts("replay_lengths", f.replay_lengths));
   const std::vector<std::string> section_list = absl::StrSplit(f.sections, ',', absl::SkipEmpty());
   const std::set<std::string> sections(section_list.begin(), section_list.end());
   for (const std::string& s : sections) {
@@ -282,17 +239,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
   }
   if (sections.count("resume")) {
     ResumeErrorOptions ro;
-    ASSIGN_OR_RETURN(ro.lengths, ParseInts("resume_lengths", f.resume_lengths));
-    ro.cached_fractions.clear();
-    for (absl::string_view part : absl::StrSplit(f.resume_cached, ',', absl::SkipEmpty())) {
-      double v = 0;
-      if (!absl::SimpleAtod(part, &v) || !(v > 0 && v <= 1)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--resume_cached: '", part, "' is not a fraction in (0, 1]"));
-      }
-      ro.cached_fractions.push_back(v);
-    }
-    if (ro.cached_fractions.empty()) return absl::InvalidArgumentError("--resume_cached is empty");
+    ASSIGN_OR_RETURN(ro.lengths, ParsePositiveInts("resume_lengths", f.resume_lengths));
+    ASSIGN_OR_RETURN(ro.cached_fractions, ParseCachedFractions(f.resume_cached));
     ro.steps = f.resume_steps;
     for (absl::string_view preset : absl::StrSplit(f.resume_presets, ',', absl::SkipEmpty())) {
       std::shared_ptr<const ModelWeights> w = preset == "small" ? ced : nullptr;
@@ -364,8 +312,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
   ctx.load_end = LoadAverage();
   ctx.wall_s = NowSeconds() - t_start;
   const nlohmann::ordered_json doc = BuildJson(report);
-  RETURN_IF_ERROR(WriteFile(f.markdown, FormatMarkdown(doc)));
-  RETURN_IF_ERROR(WriteFile(f.json, doc.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteTextFile(f.markdown, FormatMarkdown(doc)));
+  RETURN_IF_ERROR(WriteTextFile(f.json, doc.dump(2) + "\n"));
   std::fprintf(stderr, "[done] %.0f s; wrote %s and %s\n", ctx.wall_s, f.markdown.c_str(),
                f.json.c_str());
   return absl::OkStatus();
@@ -457,7 +405,11 @@ int main(int argc, char** argv) {
                           .c_str());
     return 0;
   }
-  absl::Status s = ced::bench::Run(f, ced::bench::CommandLine(argc, argv));
+  // With the environment variables that change what the bench measures.
+  absl::Status s = ced::bench::Run(
+      f, ced::bench::CommandLine(argc, argv,
+                                 {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                                  "OPENBLAS_CORETYPE", "CED_CPU_ISA"}));
   if (!s.ok()) {
     std::fprintf(stderr, "ced_engine_bench: %s\n", std::string(s.message()).c_str());
     return 1;

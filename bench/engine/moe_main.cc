@@ -10,20 +10,18 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "bench/engine/bench_flags.h"
+#include "bench/common/flags.h"
+#include "bench/common/run_info.h"
+#include "bench/common/stats.h"
 #include "bench/engine/bench_models.h"
 #include "bench/engine/decode_bench.h"
 #include "bench/engine/machine.h"
 #include "bench/engine/prefill_bench.h"
-#include "bench/engine/stats.h"
 #include "engine/accounting/accounting.h"
 #include "engine/common/status.h"
 
@@ -52,16 +50,8 @@ std::string Median(const std::vector<double>& v, const char* fmt, double scale =
 }
 
 absl::StatusOr<std::string> Run(const Flags& f, const std::string& command) {
-  std::vector<int> batches;
-  for (absl::string_view part : absl::StrSplit(f.decode_batches, ',', absl::SkipEmpty())) {
-    int b = 0;
-    if (!absl::SimpleAtoi(part, &b) || b <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--decode_batches: '", part, "' is not a positive integer"));
-    }
-    batches.push_back(b);
-  }
-  if (batches.empty()) return absl::InvalidArgumentError("--decode_batches is empty");
+  ASSIGN_OR_RETURN(const std::vector<int> batches,
+                   ParsePositiveInts("decode_batches", f.decode_batches));
   const std::string scratch =
       (std::filesystem::temp_directory_path() / absl::StrCat("ced_moe_bench_", getpid())).string();
   struct RemoveOnExit {
@@ -211,10 +201,8 @@ int main(int argc, char** argv) {
   }
   std::printf("%s", md->c_str());
   if (!f.out.empty()) {
-    std::ofstream out(f.out, std::ios::trunc);
-    out << *md;
-    if (!out) {
-      std::fprintf(stderr, "ced_moe_bench: cannot write %s\n", f.out.c_str());
+    if (absl::Status s = WriteTextFile(f.out, *md); !s.ok()) {
+      std::fprintf(stderr, "ced_moe_bench: %s\n", std::string(s.message()).c_str());
       return 1;
     }
   }

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "bench/common/stats.h"
 #include "bench/engine/bench_models.h"
-#include "bench/engine/stats.h"
 #include "engine/accounting/accounting.h"
 #include "engine/common/status.h"
 

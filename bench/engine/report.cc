@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bench/engine/stats.h"
+#include "bench/common/stats.h"
 
 namespace ced::bench {
 namespace {

@@ -3,8 +3,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "bench/common/stats.h"
 #include "bench/engine/report.h"
-#include "bench/engine/stats.h"
 #include "kernels/cpu/isa.h"
 
 namespace ced::bench {

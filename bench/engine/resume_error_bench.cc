@@ -6,9 +6,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "bench/common/stats.h"
 #include "bench/engine/bench_models.h"
 #include "bench/engine/replay_error_bench.h"
-#include "bench/engine/stats.h"
 #include "engine/accounting/accounting.h"
 #include "engine/common/status.h"
 #include "kernels/cpu/kv_codec.h"

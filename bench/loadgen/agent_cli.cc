@@ -4,15 +4,17 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "bench/common/run_info.h"
 #include "bench/loadgen/agent_report.h"
 #include "bench/loadgen/agent_runner.h"
+#include "bench/loadgen/flags.h"
 #include "bench/loadgen/progress.h"
 #include "bench/loadgen/runner.h"
 #include "engine/common/status.h"
 
 namespace ced::loadgen {
 
-void AddAgentFlags(FlagSet* f, AgentArgs* a) {
+void AddAgentFlags(bench::FlagSet* f, AgentArgs* a) {
   f->Int("sessions", &a->sessions, "agent: concurrent sessions");
   f->Int("turns", &a->turns, "agent: turns per session");
   f->Int("first-prompt-tokens", &a->first_prompt_tokens, "agent: tokens of a session's first prompt");
@@ -118,9 +120,11 @@ absl::Status RunAgentWorkload(const AgentArgs& a, const AgentCommon& c) {
   if (c.md_out.empty()) {
     std::printf("%s", md.c_str());
   } else {
-    RETURN_IF_ERROR(WriteTextFile(c.md_out, md));
+    RETURN_IF_ERROR(bench::WriteTextFile(c.md_out, md));
   }
-  if (!c.json_out.empty()) RETURN_IF_ERROR(WriteTextFile(c.json_out, AgentReportJson(ctx, runs)));
+  if (!c.json_out.empty()) {
+    RETURN_IF_ERROR(bench::WriteTextFile(c.json_out, AgentReportJson(ctx, runs)));
+  }
   if (c.interrupt && c.interrupt->load()) {
     return absl::CancelledError("interrupted; partial results written");
   }

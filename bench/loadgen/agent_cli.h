@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "bench/loadgen/flags.h"
+#include "bench/common/flags.h"
 #include "ced/v1/gateway.pb.h"
 
 namespace ced::loadgen {
@@ -27,7 +27,7 @@ struct AgentArgs {
 // Registers --sessions, --turns, --first-prompt-tokens, --tool-result-mean,
 // --tool-result-cv, --output-tokens, --think-time-ms, --session-stagger-ms,
 // --session-id and --replay-mode.
-void AddAgentFlags(FlagSet* flags, AgentArgs* args);
+void AddAgentFlags(bench::FlagSet* flags, AgentArgs* args);
 
 // What the agent run shares with the Poisson mode's flags.
 struct AgentCommon {

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/common/flags.h"
+#include "bench/common/run_info.h"
 #include "bench/loadgen/agent_cli.h"
 #include "bench/loadgen/flags.h"
 #include "bench/loadgen/progress.h"
@@ -101,10 +103,10 @@ absl::Status Main(const Args& a) {
         absl::StrCat("--workload: expected poisson or agent, got '", a.workload, "'"));
   }
   ASSIGN_OR_RETURN(std::vector<Target> targets, ParseTargets(a.target));
-  ASSIGN_OR_RETURN(std::vector<double> rates, ParseDoubleList("rate", a.rate));
+  ASSIGN_OR_RETURN(std::vector<double> rates, bench::ParseDoubleList("rate", a.rate));
   std::vector<double> concurrencies;
   if (!a.concurrency.empty()) {
-    ASSIGN_OR_RETURN(concurrencies, ParseDoubleList("concurrency", a.concurrency));
+    ASSIGN_OR_RETURN(concurrencies, bench::ParseDoubleList("concurrency", a.concurrency));
   }
   for (double r : rates) {
     if (!(r > 0)) return absl::InvalidArgumentError("--rate: every rate must be > 0");
@@ -174,9 +176,11 @@ absl::Status Main(const Args& a) {
   if (a.md_out.empty()) {
     std::printf("%s", md.c_str());
   } else {
-    RETURN_IF_ERROR(WriteTextFile(a.md_out, md));
+    RETURN_IF_ERROR(bench::WriteTextFile(a.md_out, md));
   }
-  if (!a.json_out.empty()) RETURN_IF_ERROR(WriteTextFile(a.json_out, ReportJson(ctx, runs)));
+  if (!a.json_out.empty()) {
+    RETURN_IF_ERROR(bench::WriteTextFile(a.json_out, ReportJson(ctx, runs)));
+  }
   if (g_interrupt.load()) return absl::CancelledError("interrupted; partial results written");
   return absl::OkStatus();
 }
@@ -190,7 +194,7 @@ int main(int argc, char** argv) {
   // every absl::Mutex lock of a measuring process.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   Args a;
-  FlagSet f;
+  ced::bench::FlagSet f;
   f.String("target", &a.target,
            "gateway(s): [label=]host:port, comma-separated; runs go one "
            "target after the other at each load, on the same trace");

@@ -4,27 +4,18 @@
 #include <cmath>
 #include <numeric>
 
-namespace ced::loadgen {
+#include "bench/common/stats.h"
 
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  p = std::clamp(p, 0.0, 100.0);
-  const double rank = p / 100.0 * static_cast<double>(values.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, values.size() - 1);
-  const double frac = rank - static_cast<double>(lo);
-  return values[lo] + (values[hi] - values[lo]) * frac;
-}
+namespace ced::loadgen {
 
 LatencySummary Summarize(const std::vector<double>& values_ms) {
   LatencySummary s;
   s.count = static_cast<int64_t>(values_ms.size());
   if (values_ms.empty()) return s;
   s.mean = std::accumulate(values_ms.begin(), values_ms.end(), 0.0) / values_ms.size();
-  s.p50 = Percentile(values_ms, 50);
-  s.p90 = Percentile(values_ms, 90);
-  s.p99 = Percentile(values_ms, 99);
+  s.p50 = bench::Percentile(values_ms, 50);
+  s.p90 = bench::Percentile(values_ms, 90);
+  s.p99 = bench::Percentile(values_ms, 99);
   s.max = *std::max_element(values_ms.begin(), values_ms.end());
   return s;
 }

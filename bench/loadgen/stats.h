@@ -39,11 +39,6 @@ struct Slo {
   double tpot_ms = 0;
 };
 
-// Percentile of `values` (any order) by linear interpolation between closest
-// ranks: rank p/100·(n−1) of the sorted values (numpy's default). 0 when
-// empty; p is clamped to [0, 100].
-double Percentile(std::vector<double> values, double p);
-
 struct LatencySummary {
   int64_t count = 0;
   double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;  // milliseconds

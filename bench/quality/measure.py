@@ -7,6 +7,9 @@
   probe    long-range recall: a random two-token key and a value token planted in
            validation text, the key repeated d tokens later; is the value the top-1
            prediction (and its mean log-probability), CED vs decoder-only
+  copy     long-range recall of real text: a span of the window copied d tokens before
+           its end; top-1 accuracy on the span's tokens after its first two, against the
+           same window without the copy
   resume   session resume (DESIGN.md 1.6, bounded): a prompt whose first P tokens' global
            K/V are cached, computed from a = max(0, min(P, N-R_d) - R_e); KL and top-1
            against a fresh bounded prefill and against the full forward
@@ -98,6 +101,34 @@ def probe(model, data, distances, count, seed, vocab_lo, vocab_hi, seq):
 
 
 @torch.no_grad()
+def copy_probe(model, data, distances, count, seed, seq, span=8, seen=2):
+    """Recall of a real text span seen d tokens earlier.
+
+    A validation window's last `span` tokens are copied to `d` tokens before them; after
+    seeing the span's first `seen` tokens again, how often is each next token of the span
+    the top-1 prediction? `control` is the same window without the earlier copy, so
+    recall - control is what the earlier occurrence contributes.
+    """
+    rows = []
+    for d in distances:
+        q = seq - span  # the span's second occurrence
+        p = q - d
+        if p < 1 or d < span:
+            continue
+        x = windows(data, seq, count, seed + 2000 + d)
+        planted = x.clone()
+        planted[:, p:p + span] = x[:, q:q + span]
+        pos = slice(q + seen - 1, seq - 1)  # logits that predict span tokens seen..span-1
+        target = x[:, q + seen:seq]
+        hit = (model(planted)[:, pos].argmax(-1) == target).double().mean().item()
+        ctl = (model(x)[:, pos].argmax(-1) == target).double().mean().item()
+        rows.append({"d": d, "trials": count, "span": span, "seen": seen, "recall": hit,
+                     "control": ctl})
+        print(f"copy probe d={d}: recall {hit:.3f} control {ctl:.3f}", flush=True)
+    return rows
+
+
+@torch.no_grad()
 def resume(model, data, cases, steps, count, seed, block):
     c = model.c
     r = c["replay_window"]
@@ -134,28 +165,44 @@ def main():
     ap.add_argument("--windows", type=int, default=64)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--sections", default="replay,resume,probe,copy",
+                    help="comma list of replay, resume, probe, copy; results are merged into "
+                         "--out when it exists")
     args = ap.parse_args()
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     data = np.load(os.path.join(args.corpus, "valid.tokens.npy"))
     ced = ced_torch.load_exported(args.ced).eval()
+    dec = ced_torch.load_exported(args.dec).eval() if args.dec else None
     seq = ced.c["max_position"]
+    sections = set(args.sections.split(","))
     t0 = time.time()
-    out = {"model": args.ced, "twin": args.dec, "windows": args.windows}
+    out = {}
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            out = json.load(f)
+    out.update({"model": args.ced, "twin": args.dec, "windows": args.windows})
     steps = 32
-    lengths = [n for n in (64, 96, 128, 160, 192, 224) if n + steps <= seq]
-    out["replay"] = replay(ced, data, lengths, [1, 8, 16, 32, 64, 128], steps, args.windows,
-                           args.seed)
-    out["resume"] = resume(ced, data, [(n, f) for n in (128, 192, 224) if n + steps <= seq
-                                       for f in (0.25, 0.5, 0.9)],
-                           steps, args.windows, args.seed, block=16)
-    distances = [d for d in (8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 250) if d < seq - 3]
+    if "replay" in sections:
+        lengths = [n for n in (64, 96, 128, 160, 192, 224) if n + steps <= seq]
+        out["replay"] = replay(ced, data, lengths, [1, 8, 16, 32, 64, 128], steps,
+                               args.windows, args.seed)
+    if "resume" in sections:
+        out["resume"] = resume(ced, data, [(n, f) for n in (128, 192, 224) if n + steps <= seq
+                                           for f in (0.25, 0.5, 0.9)],
+                               steps, args.windows, args.seed, block=16)
+    distances = [d for d in (8, 16, 32, 48, 64, 96, 128, 192, 247) if d < seq - 8]
     vocab = ced.c["vocab_size"]
-    out["probe"] = {"ced": probe(ced, data, distances, 4 * args.windows, args.seed, 300,
-                                 vocab - 2, seq)}
-    if args.dec:
-        dec = ced_torch.load_exported(args.dec).eval()
-        out["probe"]["dec"] = probe(dec, data, distances, 4 * args.windows, args.seed, 300,
-                                    vocab - 2, seq)
+    if "probe" in sections:
+        few = [8, 32, 128]
+        out["probe"] = {"ced": probe(ced, data, few, args.windows, args.seed, 300, vocab - 2,
+                                     seq)}
+        if dec is not None:
+            out["probe"]["dec"] = probe(dec, data, few, args.windows, args.seed, 300, vocab - 2,
+                                        seq)
+    if "copy" in sections:
+        out["copy"] = {"ced": copy_probe(ced, data, distances, args.windows, args.seed, seq)}
+        if dec is not None:
+            out["copy"]["dec"] = copy_probe(dec, data, distances, args.windows, args.seed, seq)
     out["seconds"] = round(time.time() - t0, 1)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)

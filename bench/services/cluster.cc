@@ -1,10 +1,5 @@
 #include "bench/services/cluster.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -13,8 +8,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "bench/engine/stats.h"
+#include "bench/common/stats.h"
 #include "engine/common/status.h"
+#include "services/common/http_get.h"
 
 namespace ced::bench {
 
@@ -73,42 +69,12 @@ absl::StatusOr<std::string> BenchCluster::Address(const std::string& service,
   return it->second.at(key);
 }
 
-absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path) {
-  const auto colon = host_port.rfind(':');
-  if (colon == std::string::npos) return absl::InvalidArgumentError("address without port");
-  std::string host = host_port.substr(0, colon);
-  if (host.empty() || host == "0.0.0.0" || host == "localhost") host = "127.0.0.1";
-  int port = 0;
-  if (!absl::SimpleAtoi(host_port.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(absl::StrCat("bad port in ", host_port));
+absl::StatusOr<std::string> ScrapeMetrics(const std::string& address) {
+  ASSIGN_OR_RETURN(const services::HttpResponse r, services::HttpGet(address, "/metrics"));
+  if (r.status != 200) {
+    return absl::UnavailableError(absl::StrCat("GET ", address, "/metrics: status ", r.status));
   }
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::UnavailableError("socket failed");
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot connect to ", host_port));
-  }
-  const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host, "\r\n\r\n");
-  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return absl::UnavailableError("write failed");
-  }
-  std::string resp;
-  char buf[16384];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) resp.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const auto body = resp.find("\r\n\r\n");
-  if (body == std::string::npos || resp.compare(9, 3, "200") != 0) {
-    return absl::UnavailableError(absl::StrCat("GET ", host_port, path, " failed"));
-  }
-  return resp.substr(body + 4);
+  return r.body;
 }
 
 double MetricValue(const std::string& exposition, const std::string& name,
@@ -144,7 +110,7 @@ absl::StatusOr<double> ScrapeMetric(const BenchCluster& cluster, const std::stri
                                     const std::string& name,
                                     const std::map<std::string, std::string>& labels) {
   ASSIGN_OR_RETURN(const std::string address, cluster.Address(service, "metrics"));
-  ASSIGN_OR_RETURN(const std::string text, HttpGet(address, "/metrics"));
+  ASSIGN_OR_RETURN(const std::string text, ScrapeMetrics(address));
   return MetricValue(text, name, labels);
 }
 

@@ -43,8 +43,8 @@ class BenchCluster {
   double startup_s_ = 0;
 };
 
-// Body of GET http://host:port/path (HTTP/1.0, loopback); UNAVAILABLE on failure.
-absl::StatusOr<std::string> HttpGet(const std::string& host_port, const std::string& path);
+// The body of GET http://`address`/metrics; UNAVAILABLE unless it answers 200.
+absl::StatusOr<std::string> ScrapeMetrics(const std::string& address);
 
 // Sum of the samples of `name` whose label set contains every `label="value"`
 // pair in `labels` (an exact sample name: pass "x_sum", "x_count" for

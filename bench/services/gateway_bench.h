@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/engine/stats.h"
+#include "bench/common/stats.h"
 #include "bench/services/transport_bench.h"
 
 namespace ced::bench {

@@ -8,20 +8,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "bench/engine/bench_flags.h"
-#include "bench/engine/stats.h"
+#include "bench/common/flags.h"
+#include "bench/common/run_info.h"
+#include "bench/common/stats.h"
 #include "bench/services/report.h"
 #include "engine/common/status.h"
 
@@ -73,20 +72,6 @@ struct Flags {
   int fused_receive = -1;
 };
 
-absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& text) {
-  std::vector<int> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, ": '", part, "' is not a positive integer"));
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
-  return out;
-}
-
 // "64K", "1M", "4096" -> bytes.
 absl::StatusOr<std::vector<uint64_t>> ParseSizes(const std::string& text) {
   std::vector<uint64_t> out;
@@ -111,35 +96,9 @@ std::vector<std::string> SplitList(const std::string& text, char sep) {
   return absl::StrSplit(text, sep, absl::SkipEmpty());
 }
 
-// The command as typed, prefixed by the environment variables that change the
-// results, with an absolute program path reduced to its file name.
-std::string CommandLine(int argc, char** argv) {
-  std::vector<std::string> parts;
-  for (const char* name : {"OMP_WAIT_POLICY", "OMP_NUM_THREADS", "UCX_TLS"}) {
-    if (const char* v = std::getenv(name); v != nullptr)
-      parts.push_back(absl::StrCat(name, "=", v));
-  }
-  std::string prog = argv[0];
-  if (!prog.empty() && prog[0] == '/') prog = std::filesystem::path(prog).filename().string();
-  parts.push_back(prog);
-  for (int i = 1; i < argc; ++i) parts.push_back(argv[i]);
-  return absl::StrJoin(parts, " ");
-}
-
 std::string SelfExe() {
   std::error_code ec;
   return std::filesystem::read_symlink("/proc/self/exe", ec).string();
-}
-
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
 }
 
 void Log(const std::string& line) {
@@ -159,7 +118,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
     }
   }
   ASSIGN_OR_RETURN(const std::vector<uint64_t> sizes, ParseSizes(f.sizes));
-  ASSIGN_OR_RETURN(const std::vector<int> concurrency, ParseInts("concurrency", f.concurrency));
+  ASSIGN_OR_RETURN(const std::vector<int> concurrency,
+                   ParsePositiveInts("concurrency", f.concurrency));
   const std::string self = SelfExe();
   const std::string ced =
       f.ced.empty() ? (std::filesystem::path(self).parent_path() / "ced").string() : f.ced;
@@ -243,8 +203,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
     std::error_code ec;
     std::filesystem::remove_all(scratch, ec);
   }
-  RETURN_IF_ERROR(WriteFile(f.markdown, FormatMarkdown(report)));
-  RETURN_IF_ERROR(WriteFile(f.json, FormatJson(report)));
+  RETURN_IF_ERROR(WriteTextFile(f.markdown, FormatMarkdown(report)));
+  RETURN_IF_ERROR(WriteTextFile(f.json, FormatJson(report)));
   Log(absl::StrCat("done in ", static_cast<int>(report.wall_s), " s; wrote ", f.markdown, " and ",
                    f.json));
   return status;
@@ -337,7 +297,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ced_services_bench: --role: unknown role '%s'\n", f.role.c_str());
     return 2;
   }
-  const absl::Status s = ced::bench::Run(f, ced::bench::CommandLine(argc, argv));
+  const absl::Status s = ced::bench::Run(
+      f, ced::bench::CommandLine(argc, argv, {"OMP_WAIT_POLICY", "OMP_NUM_THREADS", "UCX_TLS"}));
   if (!s.ok()) {
     std::fprintf(stderr, "ced_services_bench: %s\n", s.ToString().c_str());
     return 1;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/common/run_info.h"
 #include "bench/services/perftest.h"
 
 namespace ced::bench {
@@ -252,13 +253,6 @@ void KvBytes(const KvBytesReport& k, std::string* md) {
 }
 
 }  // namespace
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return absl::StrCat(a, " ", b, " ", c);
-}
 
 MachineFacts CollectMachineFacts() {
   MachineFacts m;

@@ -22,7 +22,6 @@ struct MachineFacts {
   std::string ucx_tls_env;  // UCX_TLS of the bench's environment ("" = unset)
 };
 MachineFacts CollectMachineFacts();
-std::string LoadAverage();
 
 struct ServicesReport {
   std::string command, date_utc;

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/engine/stats.h"
+#include "bench/common/stats.h"
 #include "bench/services/ucx_lanes.h"
 
 namespace ced::bench {

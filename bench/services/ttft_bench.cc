@@ -19,7 +19,7 @@ struct DecodeCounters {
 
 absl::StatusOr<DecodeCounters> ReadDecode(const BenchCluster& cluster) {
   ASSIGN_OR_RETURN(const std::string address, cluster.Address("decode-0", "metrics"));
-  ASSIGN_OR_RETURN(const std::string text, HttpGet(address, "/metrics"));
+  ASSIGN_OR_RETURN(const std::string text, ScrapeMetrics(address));
   DecodeCounters c;
   c.ready_sum_s = MetricValue(text, "ced_kv_transfer_seconds_sum");
   c.ready_count = MetricValue(text, "ced_kv_transfer_seconds_count");

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/engine/stats.h"
+#include "bench/common/stats.h"
 #include "services/kv_transport/ucx/ucx_util.h"
 
 namespace ced::bench {

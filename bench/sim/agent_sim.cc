@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "bench/common/stats.h"
 #include "bench/sim/cost_model.h"
 #include "bench/sim/prefix_cache_model.h"
 #include "engine/common/status.h"
@@ -61,13 +62,6 @@ struct DecodeInst {
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
-
-// Nearest rank of sorted `v`.
-double Percentile(const std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 int IndexOf(const std::string& id) {  // "p003" -> 3
   int i = 0;
@@ -449,8 +443,8 @@ AgentSimSummary AgentSim::Run() {
     AgentTurnSummary& ts = s.by_turn[k];
     ts.turn = static_cast<int>(k) + 1;
     std::sort(ttft[k].begin(), ttft[k].end());
-    ts.ttft_p50_s = Percentile(ttft[k], 0.5);
-    ts.ttft_p90_s = Percentile(ttft[k], 0.9);
+    ts.ttft_p50_s = bench::NearestRankPercentile(ttft[k], 50);
+    ts.ttft_p90_s = bench::NearestRankPercentile(ttft[k], 90);
     if (ts.completed > 0) {
       ts.prompt_tokens_mean /= ts.completed;
       ts.cached_tokens_mean /= ts.completed;
@@ -462,8 +456,8 @@ AgentSimSummary AgentSim::Run() {
     }
   }
   std::sort(later.begin(), later.end());
-  s.ttft_later_p50_s = Percentile(later, 0.5);
-  s.ttft_later_p90_s = Percentile(later, 0.9);
+  s.ttft_later_p50_s = bench::NearestRankPercentile(later, 50);
+  s.ttft_later_p90_s = bench::NearestRankPercentile(later, 90);
   s.hit_rate_later = reusable_later > 0 ? static_cast<double>(cached_later) / reusable_later : 0;
   for (const PrefillInst& p : prefill_) s.evicted_blocks += p.cache->evicted_blocks();
   for (const DecodeInst& d : decode_) s.evicted_blocks += d.cache->evicted_blocks();

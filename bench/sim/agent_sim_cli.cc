@@ -8,7 +8,7 @@
 
 namespace ced::sim {
 
-void AddAgentSimFlags(FlagSet* f, AgentSimArgs* a) {
+void AddAgentSimFlags(bench::FlagSet* f, AgentSimArgs* a) {
   f->Int("sessions", &a->sessions, "agent: concurrent sessions");
   f->Int("turns", &a->turns, "agent: turns per session");
   f->Int("first-prompt-tokens", &a->first_prompt_tokens, "agent: tokens of a session's first prompt");

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "bench/sim/flags.h"
+#include "bench/common/flags.h"
 #include "bench/sim/simulator.h"
 
 namespace ced::sim {
@@ -17,7 +17,7 @@ struct AgentSimArgs {
   bool compare_no_cache = false;
 };
 
-void AddAgentSimFlags(FlagSet* flags, AgentSimArgs* args);
+void AddAgentSimFlags(bench::FlagSet* flags, AgentSimArgs* args);
 
 // Runs the agent trace on `base`'s fleet, model and device (its Poisson
 // workload and SLOs unused) and prints the per-turn tables; with

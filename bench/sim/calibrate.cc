@@ -23,14 +23,12 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
+#include "bench/common/flags.h"
+#include "bench/common/stats.h"
 #include "bench/engine/machine.h"
-#include "bench/engine/stats.h"
 #include "bench/sim/cost_model.h"
-#include "bench/sim/flags.h"
 #include "bench/sim/hardware.h"
 #include "engine/common/status.h"
 #include "engine/runtime/engine.h"
@@ -47,16 +45,9 @@ struct Args {
   double request_ms = 0, link_gbps = 0, bandwidth_mb = 256;
 };
 
-absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& text) {
-  std::vector<int> out;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    int v = 0;
-    if (!absl::SimpleAtoi(item, &v) || v < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, ": expected positive integers, got '", item, "'"));
-    }
-    out.push_back(v);
-  }
+// At least two positive integers (a line is fitted through them).
+absl::StatusOr<std::vector<int>> ParseFitPoints(const std::string& flag, const std::string& text) {
+  ASSIGN_OR_RETURN(std::vector<int> out, bench::ParsePositiveInts(flag, text));
   if (out.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, ": need at least two values"));
   }
@@ -167,7 +158,7 @@ class Neighbour {
 
 absl::Status Main(int argc, char** argv) {
   Args a;
-  FlagSet f;
+  bench::FlagSet f;
   f.String("model", &a.model, "model directory (the one `ced cluster --model` serves)");
   f.String("out", &a.out, "write the profile here (default: stdout)");
   f.String("name", &a.name, "profile name");
@@ -190,7 +181,7 @@ absl::Status Main(int argc, char** argv) {
            "processes held the core");
   RETURN_IF_ERROR(f.Parse(argc, argv));
   if (f.help_requested()) {
-    std::printf("%s", f.Help("Usage: ced-sim-calibrate --model DIR [--out FILE] [flags]\n\n"
+    std::printf("%s", f.Help("ced-sim-calibrate --model DIR [--out FILE] [flags]",
                              "Measures a CPU device profile for ced-sim --device-profile with "
                              "the threads\nOMP_NUM_THREADS allows (ced cluster gives each worker "
                              "cores / workers).")
@@ -202,8 +193,8 @@ absl::Status Main(int argc, char** argv) {
     return absl::InvalidArgumentError(
         "--reps, --steps, --context, --chunk and --kv-cache-mb must be >= 1");
   }
-  ASSIGN_OR_RETURN(std::vector<int> prompts, ParseInts("prompts", a.prompts));
-  ASSIGN_OR_RETURN(std::vector<int> batches, ParseInts("batches", a.batches));
+  ASSIGN_OR_RETURN(std::vector<int> prompts, ParseFitPoints("prompts", a.prompts));
+  ASSIGN_OR_RETURN(std::vector<int> batches, ParseFitPoints("batches", a.batches));
   kernels::SetBlasSingleThreaded();
   if (a.clock == "wall") {
     g_cpu_clock = false;

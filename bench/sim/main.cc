@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/common/flags.h"
 #include "bench/sim/agent_sim_cli.h"
-#include "bench/sim/flags.h"
 #include "bench/sim/planner.h"
 #include "bench/sim/report.h"
 #include "engine/common/status.h"
@@ -102,7 +102,7 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
 
 absl::Status Main(int argc, char** argv) {
   Args a;
-  FlagSet f;
+  bench::FlagSet f;
   f.String("preset", &a.preset, "model shape (engine presets, e.g. llama3-70b-ced)");
   f.Int("ced-encoder-layers", &a.encoder_layers, "E; L = decoder-only baseline; -1 = preset's");
   f.Int("ced-replay", &a.replay, "replay window R in tokens; -1 = preset's");
@@ -157,7 +157,7 @@ absl::Status Main(int argc, char** argv) {
   AddAgentSimFlags(&f, &a.agent);
   RETURN_IF_ERROR(f.Parse(argc, argv));
   if (f.help_requested()) {
-    std::printf("%s", f.Help("Usage: ced-sim [--plan | --info] [flags]\n\n"
+    std::printf("%s", f.Help("ced-sim [--plan | --info] [flags]",
                              "Discrete-event simulator of a disaggregated CED fleet, with the "
                              "router's own policy,\nand a planner of the prefill:decode split.")
                           .c_str());

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "bench/common/stats.h"
 #include "bench/sim/admission.h"
 #include "bench/sim/cost_model.h"
 #include "engine/common/status.h"
@@ -101,13 +102,6 @@ struct DecodeInst {
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
-
-// `v` sorted.
-double Percentile(const std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 class Simulator {
  public:
@@ -601,12 +595,12 @@ SimSummary Simulator::Run() {
   }
   std::sort(ttft.begin(), ttft.end());
   std::sort(tpot.begin(), tpot.end());
-  s.ttft_p50 = Percentile(ttft, 0.5);
-  s.ttft_p90 = Percentile(ttft, 0.9);
-  s.ttft_p99 = Percentile(ttft, 0.99);
-  s.tpot_p50 = Percentile(tpot, 0.5);
-  s.tpot_p90 = Percentile(tpot, 0.9);
-  s.tpot_p99 = Percentile(tpot, 0.99);
+  s.ttft_p50 = bench::NearestRankPercentile(ttft, 50);
+  s.ttft_p90 = bench::NearestRankPercentile(ttft, 90);
+  s.ttft_p99 = bench::NearestRankPercentile(ttft, 99);
+  s.tpot_p50 = bench::NearestRankPercentile(tpot, 50);
+  s.tpot_p90 = bench::NearestRankPercentile(tpot, 90);
+  s.tpot_p99 = bench::NearestRankPercentile(tpot, 99);
   return s;
 }
 

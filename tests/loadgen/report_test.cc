@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/common/flags.h"
 #include "bench/loadgen/flags.h"
 #include "bench/loadgen/progress.h"
 #include "gtest/gtest.h"
@@ -88,7 +89,7 @@ TEST(LoadgenReportMarkdownTest, OneRowPerRunAndErrors) {
 }
 
 TEST(LoadgenFlagsTest, ParsesTypedFlagsAndLists) {
-  FlagSet f;
+  bench::FlagSet f;
   int64_t n = 0;
   double d = 0;
   std::string s;
@@ -110,14 +111,14 @@ TEST(LoadgenFlagsTest, ParsesTypedFlagsAndLists) {
   EXPECT_EQ((*ParseTargets("localhost:5"))[0].label, "gateway");
   EXPECT_FALSE(ParseTargets("a=h:1,a=h:2").ok());
   EXPECT_FALSE(ParseTargets("a=").ok());
-  auto rates = ParseDoubleList("rate", "1, 2,4.5");
+  auto rates = bench::ParseDoubleList("rate", "1, 2,4.5");
   ASSERT_TRUE(rates.ok());
   EXPECT_EQ(*rates, (std::vector<double>{1, 2, 4.5}));
-  EXPECT_FALSE(ParseDoubleList("rate", "1,,2").ok());
+  EXPECT_FALSE(bench::ParseDoubleList("rate", "1,,2").ok());
 }
 
 TEST(LoadgenFlagsTest, ErrorsNameTheFlag) {
-  FlagSet f;
+  bench::FlagSet f;
   int64_t n = 0;
   f.Int("num", &n, "");
   const char* bad[] = {"x", "--num=abc"};

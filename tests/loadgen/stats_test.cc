@@ -5,26 +5,6 @@
 namespace ced::loadgen {
 namespace {
 
-TEST(LoadgenPercentileTest, LinearInterpolationBetweenClosestRanks) {
-  std::vector<double> v;
-  for (int i = 100; i >= 1; --i) v.push_back(i);  // any order
-  EXPECT_DOUBLE_EQ(Percentile(v, 50), 50.5);
-  EXPECT_DOUBLE_EQ(Percentile(v, 90), 90.1);
-  EXPECT_DOUBLE_EQ(Percentile(v, 99), 99.01);
-  EXPECT_DOUBLE_EQ(Percentile(v, 0), 1);
-  EXPECT_DOUBLE_EQ(Percentile(v, 100), 100);
-  EXPECT_DOUBLE_EQ(Percentile({10, 20}, 25), 12.5);
-  EXPECT_DOUBLE_EQ(Percentile({3, 1, 2}, 50), 2);
-}
-
-TEST(LoadgenPercentileTest, EdgeCases) {
-  EXPECT_EQ(Percentile({}, 50), 0);
-  EXPECT_EQ(Percentile({7}, 0), 7);
-  EXPECT_EQ(Percentile({7}, 99), 7);
-  EXPECT_EQ(Percentile({1, 2, 3}, -5), 1);   // clamped
-  EXPECT_EQ(Percentile({1, 2, 3}, 250), 3);  // clamped
-}
-
 TEST(LoadgenSummarizeTest, MeanAndPercentiles) {
   const LatencySummary s = Summarize({4, 1, 3, 2});
   EXPECT_EQ(s.count, 4);

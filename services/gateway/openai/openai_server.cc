@@ -10,11 +10,11 @@
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/chat/chat_template.h"
 #include "services/common/grpc_util.h"
+#include "services/common/host_port.h"
 #include "services/common/worker_util.h"
 #include "services/gateway/generate_call.h"
 #include "services/gateway/openai/http_sink.h"
@@ -68,16 +68,6 @@ bool SetUpTls(const services::SecurityConfig& config, SSL_CTX& ctx) {
   }
   ERR_clear_error();
   return ok;
-}
-
-bool SplitHostPort(const std::string& address, std::string* host, int* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return false;
-  *host = address.substr(0, colon);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  return absl::SimpleAtoi(address.substr(colon + 1), port) && *port >= 0 && *port < 65536;
 }
 
 }  // namespace
@@ -150,12 +140,13 @@ absl::Status OpenAiServer::Impl::Start() {
   server_->set_read_timeout(30, 0);
   server_->set_write_timeout(30, 0);
   Route();
-  std::string host;
-  int port = 0;
-  if (!SplitHostPort(options_.listen_address, &host, &port)) {
+  const absl::StatusOr<services::HostPort> hp = services::ParseHostPort(options_.listen_address);
+  if (!hp.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("http: bad listen address '", options_.listen_address, "' (host:port)"));
   }
+  const std::string& host = hp->host;
+  int port = hp->port;
   if (host.find(':') != std::string::npos) server_->set_address_family(AF_INET6);
   if (port == 0) {
     port = server_->bind_to_any_port(host);
@@ -166,8 +157,7 @@ absl::Status OpenAiServer::Impl::Start() {
   if (port < 0) {
     return absl::UnavailableError(absl::StrCat("http: cannot listen on ", options_.listen_address));
   }
-  address_ = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
-                                                 : absl::StrCat(host, ":", port);
+  address_ = services::FormatHostPort(host, static_cast<uint16_t>(port));
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
   return absl::OkStatus();
 }

@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "services/common/host_port.h"
 
 namespace ced::kv_transport::cuda {
 namespace {
@@ -54,29 +54,12 @@ absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port, bool passiv
 
 }  // namespace
 
-absl::Status SplitHostPort(const std::string& address, const char* field, std::string* host,
-                           int* port) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": '", address, "' is not host:port"));
-  }
-  std::string h = address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  int p = 0;
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 0 || p > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": '", address, "' has no valid port (0-65535)"));
-  }
-  *host = h;
-  *port = p;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<int> TcpListen(const std::string& address, std::string* bound) {
-  std::string host;
-  int port = 0;
-  if (absl::Status s = SplitHostPort(address, "listen address", &host, &port); !s.ok()) return s;
-  auto res = Resolve(host, port, /*passive=*/true);
+  const absl::StatusOr<services::HostPort> hp = services::ParseHostPort(address);
+  if (!hp.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("listen address: ", hp.status().message()));
+  }
+  auto res = Resolve(hp->host, hp->port, /*passive=*/true);
   if (!res.ok()) return res.status();
   absl::Status last = absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   for (addrinfo* ai = *res; ai != nullptr; ai = ai->ai_next) {
@@ -114,10 +97,9 @@ absl::StatusOr<int> TcpListen(const std::string& address, std::string* bound) {
 }
 
 absl::StatusOr<int> TcpConnect(const std::string& address, absl::Duration timeout) {
-  std::string host;
-  int port = 0;
-  if (absl::Status s = SplitHostPort(address, "peer", &host, &port); !s.ok()) return s;
-  auto res = Resolve(host, port, /*passive=*/false);
+  const absl::StatusOr<services::HostPort> hp = services::ParseHostPort(address);
+  if (!hp.ok()) return absl::InvalidArgumentError(absl::StrCat("peer: ", hp.status().message()));
+  auto res = Resolve(hp->host, hp->port, /*passive=*/false);
   if (!res.ok()) return res.status();
   const absl::Time deadline = absl::Now() + timeout;
   absl::Status last = absl::UnavailableError(absl::StrCat("cannot connect to ", address));

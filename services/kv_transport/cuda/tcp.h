@@ -11,10 +11,6 @@
 
 namespace ced::kv_transport::cuda {
 
-// Parses "host:port" / "[v6]:port" (port may be 0 for Listen). INVALID_ARGUMENT
-// naming `field` otherwise.
-absl::Status SplitHostPort(const std::string& address, const char* field, std::string* host,
-                           int* port);
 // Binds and listens; returns the fd and the bound "host:port".
 absl::StatusOr<int> TcpListen(const std::string& address, std::string* bound);
 // Connects within `timeout`; UNAVAILABLE when the peer is unreachable.

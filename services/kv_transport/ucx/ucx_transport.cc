@@ -336,7 +336,7 @@ void UcxTransport::Shutdown() {
 
 absl::StatusOr<std::string> UcxTransport::Listen(const std::string& address, KvSink* sink) {
   if (sink == nullptr) return absl::InvalidArgumentError("ucx listen: null sink");
-  ASSIGN_OR_RETURN(const HostPort hp, ParseHostPort(address));
+  ASSIGN_OR_RETURN(const services::HostPort hp, services::ParseHostPort(address));
   ASSIGN_OR_RETURN(const SockAddr addr, Resolve(hp, /*passive=*/true));
   {
     absl::MutexLock lock(&queue_mu_);
@@ -376,7 +376,7 @@ absl::StatusOr<std::string> UcxTransport::Listen(const std::string& address, KvS
     } else {
       sink_ = sink;
       exchange_ = *std::move(server);
-      result = FormatHostPort(hp.host.empty() ? "0.0.0.0" : hp.host, exchange_->port());
+      result = services::FormatHostPort(hp.host.empty() ? "0.0.0.0" : hp.host, exchange_->port());
       if (UseVerifierThread()) verifier_ = std::thread([this] { VerifierLoop(); });
     }
     done.Notify();
@@ -395,7 +395,7 @@ absl::StatusOr<SockAddr> UcxTransport::ResolvePeer(const std::string& peer) {
     auto it = resolved_.find(peer);
     if (it != resolved_.end()) return it->second;
   }
-  ASSIGN_OR_RETURN(const HostPort hp, ParseHostPort(peer));
+  ASSIGN_OR_RETURN(const services::HostPort hp, services::ParseHostPort(peer));
   ASSIGN_OR_RETURN(const SockAddr addr, Resolve(hp, /*passive=*/false));
   absl::MutexLock lock(&resolve_mu_);
   resolved_[peer] = addr;

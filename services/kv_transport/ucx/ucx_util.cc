@@ -20,30 +20,7 @@
 
 namespace ced::kv_transport::ucx {
 
-absl::StatusOr<HostPort> ParseHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("address '", address, "' is not host:port"));
-  }
-  HostPort hp;
-  hp.host = address.substr(0, colon);
-  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') {
-    hp.host = hp.host.substr(1, hp.host.size() - 2);
-  }
-  uint32_t port = 0;
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("address '", address, "': bad port"));
-  }
-  hp.port = static_cast<uint16_t>(port);
-  return hp;
-}
-
-std::string FormatHostPort(const std::string& host, uint16_t port) {
-  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
-  return absl::StrCat(host, ":", port);
-}
-
-absl::StatusOr<SockAddr> Resolve(const HostPort& hp, bool passive) {
+absl::StatusOr<SockAddr> Resolve(const services::HostPort& hp, bool passive) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

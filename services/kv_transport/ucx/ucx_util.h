@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/common/host_port.h"
 
 namespace ced::kv_transport::ucx {
 
@@ -20,17 +21,8 @@ struct SockAddr {
   const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage); }
 };
 
-struct HostPort {
-  std::string host;  // without IPv6 brackets
-  uint16_t port = 0;
-};
-
-// Parses "host:port" or "[v6]:port". An empty host means every interface.
-absl::StatusOr<HostPort> ParseHostPort(const std::string& address);
-// Formats back to "host:port" / "[v6]:port".
-std::string FormatHostPort(const std::string& host, uint16_t port);
 // Resolves to a socket address (numeric or DNS name; passive = for listening).
-absl::StatusOr<SockAddr> Resolve(const HostPort& hp, bool passive);
+absl::StatusOr<SockAddr> Resolve(const services::HostPort& hp, bool passive);
 // The port of an AF_INET / AF_INET6 address, 0 otherwise.
 uint16_t PortOf(const sockaddr_storage& addr);
 

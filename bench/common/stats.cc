@@ -1,7 +1,8 @@
-#include "bench/engine/stats.h"
+#include "bench/common/stats.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 
@@ -10,14 +11,28 @@
 namespace ced::bench {
 namespace {
 
-double Quantile(const std::vector<double>& sorted, double q) {
-  const double pos = q * (sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(pos);
+// `sorted` non-empty, q in [0, 1].
+double QuantileSorted(const std::vector<double>& sorted, double q) {
+  const double rank = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
   const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
 }
 
 }  // namespace
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return QuantileSorted(values, std::clamp(p, 0.0, 100.0) / 100.0);
+}
+
+double NearestRankPercentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t rank =
+      static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -36,9 +51,9 @@ Summary Summarize(std::vector<double> samples) {
   s.n = static_cast<int>(samples.size());
   s.min = samples.front();
   s.max = samples.back();
-  s.median = Quantile(samples, 0.5);
-  s.q1 = Quantile(samples, 0.25);
-  s.q3 = Quantile(samples, 0.75);
+  s.median = QuantileSorted(samples, 0.5);
+  s.q1 = QuantileSorted(samples, 0.25);
+  s.q3 = QuantileSorted(samples, 0.75);
   return s;
 }
 

@@ -1,0 +1,127 @@
+#include "bench/common/flags.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace ced::bench {
+
+void FlagSet::Int(const std::string& name, int* value, const std::string& help) {
+  flags_.push_back({name, help, absl::StrCat(*value), Kind::kInt, value});
+}
+void FlagSet::Int(const std::string& name, int64_t* value, const std::string& help) {
+  flags_.push_back({name, help, absl::StrCat(*value), Kind::kInt64, value});
+}
+void FlagSet::Double(const std::string& name, double* value, const std::string& help) {
+  flags_.push_back({name, help, absl::StrCat(*value), Kind::kDouble, value});
+}
+void FlagSet::String(const std::string& name, std::string* value, const std::string& help) {
+  flags_.push_back({name, help, value->empty() ? "\"\"" : *value, Kind::kString, value});
+}
+void FlagSet::Bool(const std::string& name, bool* value, const std::string& help) {
+  flags_.push_back({name, help, *value ? "true" : "false", Kind::kBool, value});
+}
+
+absl::Status FlagSet::Set(const Flag& flag, const std::string& text) const {
+  const char* expected = "";
+  switch (flag.kind) {
+    case Kind::kInt:
+      if (absl::SimpleAtoi(text, static_cast<int*>(flag.value))) return absl::OkStatus();
+      expected = "an integer";
+      break;
+    case Kind::kInt64:
+      if (absl::SimpleAtoi(text, static_cast<int64_t*>(flag.value))) return absl::OkStatus();
+      expected = "an integer";
+      break;
+    case Kind::kDouble:
+      if (absl::SimpleAtod(text, static_cast<double*>(flag.value))) return absl::OkStatus();
+      expected = "a number";
+      break;
+    case Kind::kString:
+      *static_cast<std::string*>(flag.value) = text;
+      return absl::OkStatus();
+    case Kind::kBool:
+      if (absl::SimpleAtob(text, static_cast<bool*>(flag.value))) return absl::OkStatus();
+      expected = "true or false";
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag.name, ": bad value '", text, "' (expected ", expected, ")"));
+}
+
+absl::Status FlagSet::Parse(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    std::string name = arg.substr(2), value;
+    bool has_value = false;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags_) {
+      if (f.name == name) flag = &f;
+    }
+    if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    if (!has_value) {
+      if (flag->kind == Kind::kBool) {
+        value = "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
+      }
+    }
+    if (absl::Status s = Set(*flag, value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string FlagSet::Help(const std::string& usage, const std::string& summary) const {
+  std::string out = absl::StrCat("Usage: ", usage, "\n\n", summary, "\n\nFlags:\n");
+  for (const Flag& f : flags_) {
+    absl::StrAppendFormat(&out, "  --%s (default: %s)\n      %s\n", f.name, f.default_text, f.help);
+  }
+  absl::StrAppend(&out, "  --help\n      this text\n");
+  return out;
+}
+
+absl::StatusOr<std::vector<int>> ParsePositiveInts(const std::string& flag,
+                                                   const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(item, &v) || v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", item, "' is not a positive integer"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> ParseDoubleList(const std::string& flag,
+                                                    const std::string& text) {
+  std::vector<double> out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    double v = 0;
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(item), &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": bad number '", item, "'"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace ced::bench

@@ -1,0 +1,31 @@
+#include "services/common/host_port.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace ced::services {
+
+absl::StatusOr<HostPort> ParseHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not host:port"));
+  }
+  HostPort hp;
+  hp.host = address.substr(0, colon);
+  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') {
+    hp.host = hp.host.substr(1, hp.host.size() - 2);
+  }
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' has no valid port (0-65535)"));
+  }
+  hp.port = static_cast<uint16_t>(port);
+  return hp;
+}
+
+std::string FormatHostPort(const std::string& host, uint16_t port) {
+  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace ced::services

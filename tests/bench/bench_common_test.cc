@@ -1,0 +1,117 @@
+// The benches' shared toolkit (bench/common): the flag parser, the list flags
+// and the percentiles every report uses.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/common/flags.h"
+#include "bench/common/stats.h"
+#include "gtest/gtest.h"
+
+namespace ced::bench {
+namespace {
+
+absl::Status Parse(FlagSet& f, std::vector<const char*> args) {
+  args.insert(args.begin(), "prog");
+  return f.Parse(static_cast<int>(args.size()), const_cast<char**>(args.data()));
+}
+
+TEST(BenchFlagSetTest, ParsesEveryKindAndBothValueForms) {
+  FlagSet f;
+  int i = 1;
+  int64_t big = 0;
+  double d = 0;
+  std::string s = "x";
+  bool b = false, off = true;
+  f.Int("i", &i, "");
+  f.Int("big", &big, "");
+  f.Double("d", &d, "");
+  f.String("s", &s, "");
+  f.Bool("b", &b, "");
+  f.Bool("off", &off, "");
+  ASSERT_TRUE(
+      Parse(f, {"--i=3", "--big", "5000000000", "--d=2.5", "--s", "a=b", "--b", "--off=0"}).ok());
+  EXPECT_EQ(i, 3);
+  EXPECT_EQ(big, 5000000000);
+  EXPECT_EQ(d, 2.5);
+  EXPECT_EQ(s, "a=b");
+  EXPECT_TRUE(b);
+  EXPECT_FALSE(off);
+  EXPECT_FALSE(f.help_requested());
+  ASSERT_TRUE(Parse(f, {"-h"}).ok());
+  EXPECT_TRUE(f.help_requested());
+}
+
+TEST(BenchFlagSetTest, ErrorsNameTheFlag) {
+  FlagSet f;
+  int i = 0;
+  f.Int("num", &i, "");
+  EXPECT_EQ(Parse(f, {"--num=abc"}).message(), "--num: bad value 'abc' (expected an integer)");
+  EXPECT_EQ(Parse(f, {"--num"}).message(), "--num: missing value");
+  EXPECT_EQ(Parse(f, {"--nope=1"}).message(), "unknown flag --nope");
+  EXPECT_EQ(Parse(f, {"positional"}).message(), "unexpected argument 'positional'");
+}
+
+TEST(BenchFlagSetTest, HelpShowsDefaults) {
+  FlagSet f;
+  int n = 7;
+  std::string empty;
+  f.Int("n", &n, "how many");
+  f.String("path", &empty, "where");
+  const std::string help = f.Help("prog [flags]", "Does things.");
+  EXPECT_EQ(help.rfind("Usage: prog [flags]\n\nDoes things.\n\nFlags:\n", 0), 0u) << help;
+  EXPECT_NE(help.find("  --n (default: 7)\n      how many\n"), std::string::npos) << help;
+  EXPECT_NE(help.find("  --path (default: \"\")\n      where\n"), std::string::npos) << help;
+}
+
+TEST(BenchListFlagsTest, PositiveIntsAndDoubles) {
+  EXPECT_EQ(*ParsePositiveInts("b", "1,16,,4"), (std::vector<int>{1, 16, 4}));
+  EXPECT_EQ(ParsePositiveInts("b", "1,0").status().message(), "--b: '0' is not a positive integer");
+  EXPECT_EQ(ParsePositiveInts("b", ",").status().message(), "--b is empty");
+  EXPECT_EQ(*ParseDoubleList("rate", "1, 2,4.5"), (std::vector<double>{1, 2, 4.5}));
+  EXPECT_FALSE(ParseDoubleList("rate", "1,,2").ok());
+}
+
+TEST(BenchPercentileTest, LinearInterpolationBetweenClosestRanks) {
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);  // any order
+  EXPECT_DOUBLE_EQ(Percentile(v, 50), 50.5);
+  EXPECT_DOUBLE_EQ(Percentile(v, 90), 90.1);
+  EXPECT_DOUBLE_EQ(Percentile(v, 99), 99.01);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0), 1);
+  EXPECT_DOUBLE_EQ(Percentile(v, 100), 100);
+  EXPECT_DOUBLE_EQ(Percentile({10, 20}, 25), 12.5);
+  EXPECT_DOUBLE_EQ(Percentile({3, 1, 2}, 50), 2);
+}
+
+TEST(BenchPercentileTest, EdgeCases) {
+  EXPECT_EQ(Percentile({}, 50), 0);
+  EXPECT_EQ(Percentile({7}, 0), 7);
+  EXPECT_EQ(Percentile({7}, 99), 7);
+  EXPECT_EQ(Percentile({1, 2, 3}, -5), 1);   // clamped
+  EXPECT_EQ(Percentile({1, 2, 3}, 250), 3);  // clamped
+}
+
+TEST(BenchPercentileTest, SummarizeQuartilesMatchPercentile) {
+  const Summary s = Summarize({4, 1, 3, 2, 10});
+  EXPECT_EQ(s.n, 5);
+  EXPECT_EQ(s.min, 1);
+  EXPECT_EQ(s.max, 10);
+  EXPECT_DOUBLE_EQ(s.median, Percentile({4, 1, 3, 2, 10}, 50));
+  EXPECT_DOUBLE_EQ(s.q1, Percentile({4, 1, 3, 2, 10}, 25));
+  EXPECT_DOUBLE_EQ(s.q3, Percentile({4, 1, 3, 2, 10}, 75));
+}
+
+TEST(BenchPercentileTest, NearestRankOfSortedValues) {
+  std::vector<double> v;
+  for (int i = 1; i <= 100; ++i) v.push_back(i);
+  EXPECT_EQ(NearestRankPercentile(v, 50), 50);
+  EXPECT_EQ(NearestRankPercentile(v, 90), 90);
+  EXPECT_EQ(NearestRankPercentile(v, 99), 99);
+  EXPECT_EQ(NearestRankPercentile({1, 2, 3}, 50), 2);  // ceil(1.5) = 2nd
+  EXPECT_EQ(NearestRankPercentile({1, 2, 3}, 0), 1);
+  EXPECT_EQ(NearestRankPercentile({}, 50), 0);
+}
+
+}  // namespace
+}  // namespace ced::bench
