@@ -189,6 +189,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
   ctx.load_start = LoadAverage();
   ctx.machine = CollectMachineInfo();
   ctx.ced_config = ced->config();
+  if (!f.ced_model.empty()) ctx.model_dirs = absl::StrCat(f.ced_model, ", ", f.dec_model);
   ctx.kv_format = std::string(kernels::KvFormatName(ced->config().kv_cache_dtype));
   ctx.block_size = EngineOptions().block_size;
   std::fprintf(stderr, "[setup] %s, %d cores, %d OpenMP threads, OpenBLAS %s, load %s\n",

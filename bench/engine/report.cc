@@ -118,8 +118,13 @@ void AppendHeader(const Json& d, std::string* md) {
       "- Load average (1/5/15 min) at start: ", d.value("load_average_start", ""),
       "; at end: ", d.value("load_average_end", ""), "\n",  //
       "- Compiler: GCC ", m.value("compiler", ""), "\n",
-      "- Models: synthetic random weights (presets); `small` (", d.value("model", ""),
-      ") and `small-dec` (the same tensors, E = L), f32 weights\n",
+      d.value("model_dirs", "").empty()
+          ? absl::StrCat("- Models: synthetic random weights (presets); `small` (",
+                         d.value("model", ""),
+                         ") and `small-dec` (the same tensors, E = L), f32 weights\n")
+          : absl::StrCat("- Models (prefill and decode sections): the folders ",
+                         d.value("model_dirs", ""), " (CED ", d.value("model", ""),
+                         ", and its decoder-only twin), weights as stored, computed in f32\n"),
       "- KV cache format: ", d.value("kv_format", ""), ", block size ", d.value("block_size", 0),
       " tokens\n\n",
       "Figures are medians over repetitions, [min .. max]. Variants and batch sizes alternate "

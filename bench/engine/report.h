@@ -28,6 +28,9 @@ struct RunContext {
   std::string load_start, load_end;  // /proc/loadavg (1, 5, 15 min)
   MachineInfo machine;
   ModelConfig ced_config;
+  // Where the prefill/decode models came from: empty = the synthetic presets
+  // small / small-dec; else "CED_DIR, DEC_DIR" (--ced_model, --dec_model).
+  std::string model_dirs;
   std::string kv_format;
   int block_size = 0;
 };

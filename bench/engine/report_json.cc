@@ -173,6 +173,7 @@ Json BuildJson(const BenchReport& report) {
                                mc.num_encoder_layers, mc.hidden_size, mc.num_heads, mc.num_kv_heads,
                                mc.head_dim, mc.intermediate_size, mc.vocab_size, mc.sliding_window,
                                mc.replay_window);
+  j["model_dirs"] = c.model_dirs;
   j["kv_format"] = c.kv_format;
   j["block_size"] = c.block_size;
   if (report.has_prefill) j["prefill"] = PrefillJson(report.prefill);
