@@ -209,6 +209,7 @@ int Generate(const std::vector<std::string>& raw_args) {
   }
   const grpc::Status status = reader->Finish();
   if (!json) std::fputs("\n", stdout);
+  std::fflush(stdout);  // the text ends before the summary on stderr, also through a pipe
   if (!status.ok()) return RpcFail(kGenerateWords, status);
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   const ced::v1::Usage& usage = final_message.usage();

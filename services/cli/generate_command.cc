@@ -231,6 +231,7 @@ int Generate(const std::vector<std::string>& args) {
   }
   cli::PrintText(text.Flush());
   std::fputs("\n", stdout);
+  std::fflush(stdout);  // the text ends before the summary on stderr, also through a pipe
   const auto t_end = std::chrono::steady_clock::now();
   (void)(*engine)->ReleaseSequence(*seq);
   if (!dump_path.empty()) {
