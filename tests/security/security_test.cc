@@ -5,12 +5,17 @@
 //     with expired or untrusted certificates, internal clients without (or
 //     with the wrong) client certificate all fail to connect;
 //   - missing / wrong tokens get UNAUTHENTICATED, health checks stay open;
+//   - the OpenAI HTTP API is HTTPS only, with the same certificate and tokens
+//     (401 in OpenAI's error shape without one);
 //   - every listening socket of every service process is on the loopback
 //     interface it was told to bind (gRPC, /metrics, the UCX KV listener).
+#include "services/common/security.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -32,8 +37,8 @@
 #include "ced/internal/router.grpc.pb.h"
 #include "ced/v1/gateway.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "services/common/grpc_util.h"
-#include "services/common/security.h"
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/service_process.h"
@@ -77,8 +82,8 @@ const std::string& CertDir() {
 std::string Cert(const std::string& name) { return CertDir() + "/" + name; }
 
 struct ClientIdentity {
-  std::string ca;           // file; empty: plaintext channel
-  std::string cert, key;    // files; empty: no client certificate
+  std::string ca;         // file; empty: plaintext channel
+  std::string cert, key;  // files; empty: no client certificate
 };
 
 std::shared_ptr<grpc::Channel> Channel(const std::string& address, const ClientIdentity& id) {
@@ -120,6 +125,7 @@ GenResult GenerateCall(const std::shared_ptr<grpc::Channel>& channel, const std:
   ced::v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
     r.tokens.insert(r.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    r.text += resp.text();
     r.last = resp;
   }
   r.status = reader->Finish();
@@ -197,9 +203,9 @@ TEST(SecurityTokensTest, LoadsFileAndListAndRejectsBadOnes) {
   std::ofstream(file) << "# only a comment\n";
   EXPECT_NE(services::LoadTokens(file, "").status().message().find("holds no token"),
             std::string::npos);
-  EXPECT_NE(services::LoadTokens(file + ".missing", "").status().message().find(
-                "--auth-tokens-file"),
-            std::string::npos);
+  EXPECT_NE(
+      services::LoadTokens(file + ".missing", "").status().message().find("--auth-tokens-file"),
+      std::string::npos);
   std::remove(file.c_str());
 }
 
@@ -277,11 +283,9 @@ struct RouterCase {
   const char* what;
 };
 
-
 TEST(SecurityTlsTest, InternalListenerAcceptsOnlyTheInternalIdentity) {
   // The health-only listener does not print its port: take one that was free a moment ago.
-  const std::string health =
-      "127.0.0.1:" + std::to_string(metrics::testing::PickFreePort());
+  const std::string health = "127.0.0.1:" + std::to_string(metrics::testing::PickFreePort());
   ServiceProcess router({"--role=router", "--listen", "127.0.0.1:0", "--metrics-listen",
                          "127.0.0.1:0", "--tls-cert", Cert("server.crt"), "--tls-key",
                          Cert("server.key"), "--tls-ca", Cert("ca.crt"), "--health-listen",
@@ -290,8 +294,7 @@ TEST(SecurityTlsTest, InternalListenerAcceptsOnlyTheInternalIdentity) {
   // The plaintext health port answers health checks and nothing else.
   grpc::Status hs;
   EXPECT_EQ(HealthCheck(Channel(health, {}), &hs), 1) << hs.error_message();
-  EXPECT_EQ(ListWorkersCall(Channel(health, {})).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ListWorkersCall(Channel(health, {})).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   const ClientIdentity internal{Cert("ca.crt"), Cert("server.crt"), Cert("server.key")};
   EXPECT_TRUE(ListWorkersCall(Channel(router.grpc(), internal)).ok());
   const ClientIdentity client_cert{Cert("ca.crt"), Cert("client.crt"), Cert("client.key")};
@@ -311,7 +314,8 @@ TEST(SecurityTlsTest, InternalListenerAcceptsOnlyTheInternalIdentity) {
                "client trusting another CA"},
        }) {
     const grpc::Status s = ListWorkersCall(Channel(router.grpc(), bad.id));
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << bad.what << ": " << s.error_message();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << bad.what << ": " << s.error_message();
   }
   // The router still serves the internal identity afterwards.
   EXPECT_TRUE(ListWorkersCall(Channel(router.grpc(), internal)).ok());
@@ -323,7 +327,8 @@ TEST(SecurityTlsTest, InternalListenerAcceptsOnlyTheInternalIdentity) {
   files.key = Cert("server.key");
   files.ca = Cert("ca.crt");
   for (const auto& [name, ok] : {std::pair<std::string, bool>{"", true},
-                                 {"ced-internal", true}, {"not-in-the-sans", false}}) {
+                                 {"ced-internal", true},
+                                 {"not-in-the-sans", false}}) {
     files.server_name = name;
     auto config = services::LoadSecurity("client", files);
     ASSERT_TRUE(config.ok()) << config.status();
@@ -355,8 +360,7 @@ std::vector<std::string> ListeningSockets(pid_t pid) {
   if (DIR* d = opendir(fd_dir.c_str())) {
     while (dirent* e = readdir(d)) {
       char target[256];
-      const ssize_t n =
-          readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+      const ssize_t n = readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
       if (n <= 0) continue;
       target[n] = 0;
       std::string t(target);
@@ -386,9 +390,9 @@ std::vector<std::string> ListeningSockets(pid_t pid) {
         addr = std::to_string(v & 0xff) + "." + std::to_string((v >> 8) & 0xff) + "." +
                std::to_string((v >> 16) & 0xff) + "." + std::to_string(v >> 24);
       } else {
-        addr = hex == "00000000000000000000000001000000" ? "[::1]"
+        addr = hex == "00000000000000000000000001000000"   ? "[::1]"
                : hex == "00000000000000000000000000000000" ? "[::]"
-                                                          : "[" + hex + "]";
+                                                           : "[" + hex + "]";
       }
       out.push_back(addr + ":" + std::to_string(port));
     }
@@ -428,8 +432,8 @@ class SecurityClusterTest : public ::testing::Test {
     std::ofstream(*tokens_file_) << "# gateway tokens\nsecret-token-1\nsecret-token-2\n";
     cluster_ = new LocalCluster(
         *model_, {"--prefill", "1", "--decode", "1", "--kv-cache-mb", "64", "--tls-cert",
-                  Cert("server.crt"), "--tls-key", Cert("server.key"), "--tls-ca",
-                  Cert("ca.crt"), "--auth-tokens-file", *tokens_file_});
+                  Cert("server.crt"), "--tls-key", Cert("server.key"), "--tls-ca", Cert("ca.crt"),
+                  "--auth-tokens-file", *tokens_file_});
   }
   static void TearDownTestSuite() {
     delete cluster_;
@@ -496,6 +500,85 @@ TEST_F(SecurityClusterTest, GatewayAnswersOnlyTlsClientsWithAToken) {
                          &out),
             0);
   EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
+}
+
+// The OpenAI-compatible HTTP API is served over TLS with the same
+// certificate and the same bearer tokens as the gRPC API: an HTTPS client
+// that trusts the CA and sends a token gets the text the gRPC API gives for
+// the same prompt; without a token it gets 401 in OpenAI's error shape;
+// plaintext HTTP and clients of another CA get no answer at all.
+TEST_F(SecurityClusterTest, HttpApiAnswersOnlyTlsClientsWithAToken) {
+  ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
+  const std::string http = Addr("gateway", "http");
+  const auto colon = http.rfind(':');
+  ASSERT_NE(colon, std::string::npos) << http;
+  const std::string host = http.substr(0, colon);
+  const int port = std::stoi(http.substr(colon + 1));
+  const auto prompt = Prompt(40, 7);
+  const GenResult grpc_result =
+      GenerateCall(Channel(cluster_->gateway(), {Cert("ca.crt"), "", ""}), "secret-token-1",
+                   Request(prompt, 12, ced::v1::REPLAY_ON_DECODE));
+  ASSERT_TRUE(grpc_result.status.ok()) << grpc_result.status.error_message();
+
+  nlohmann::json body = {
+      {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"replay_on", "decode"}};
+  auto https = [&](const std::string& ca) {
+    auto client = std::make_unique<httplib::SSLClient>(host, port);
+    client->set_ca_cert_path(ca.c_str());
+    client->enable_server_certificate_verification(true);
+    client->set_connection_timeout(20);
+    client->set_read_timeout(60);
+    return client;
+  };
+  {
+    auto client = https(Cert("ca.crt"));
+    const httplib::Headers auth = {{"Authorization", "Bearer secret-token-2"}};
+    // The model list needs the token too; the health check does not.
+    auto res = client->Get("/v1/models", auth);
+    ASSERT_TRUE(res) << httplib::to_string(res.error()) << "\n" << cluster_->Log();
+    ASSERT_EQ(res->status, 200) << res->body;
+    body["model"] = nlohmann::json::parse(res->body)["data"][0]["id"];
+    res = client->Get("/v1/models");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 401) << res->body;
+    res = client->Get("/health");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 200) << res->body;
+
+    res = client->Post("/v1/completions", auth, body.dump(), "application/json");
+    ASSERT_TRUE(res) << httplib::to_string(res.error()) << "\n" << cluster_->Log();
+    ASSERT_EQ(res->status, 200) << res->body;
+    const nlohmann::json reply = nlohmann::json::parse(res->body);
+    EXPECT_EQ(reply["choices"][0]["text"], grpc_result.text) << res->body;
+    EXPECT_EQ(reply["usage"]["completion_tokens"], 12) << res->body;
+
+    // No token, an unknown one: 401 in OpenAI's shape, nothing generated.
+    for (const httplib::Headers& h :
+         {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer secret-token-3"}}}) {
+      res = client->Post("/v1/completions", h, body.dump(), "application/json");
+      ASSERT_TRUE(res) << httplib::to_string(res.error());
+      EXPECT_EQ(res->status, 401) << res->body;
+      const nlohmann::json error = nlohmann::json::parse(res->body, nullptr, false);
+      ASSERT_TRUE(error.contains("error")) << res->body;
+      EXPECT_EQ(error["error"]["type"], "authentication_error") << res->body;
+      EXPECT_FALSE(error.contains("choices")) << res->body;
+    }
+  }
+  // Plaintext HTTP on the TLS port: no HTTP answer.
+  {
+    httplib::Client plain(host, port);
+    plain.set_connection_timeout(10);
+    plain.set_read_timeout(10);
+    auto res = plain.Get("/health");
+    EXPECT_FALSE(res) << "plaintext HTTP got status " << res->status;
+  }
+  // A client that trusts another CA refuses the server's certificate.
+  {
+    auto client = https(Cert("other-ca.crt"));
+    auto res = client->Get("/health");
+    EXPECT_FALSE(res) << "a client of another CA got status " << res->status;
+    if (!res) EXPECT_EQ(res.error(), httplib::Error::SSLServerVerification);
+  }
 }
 
 // The internal tier only talks to the internal identity, and every listener
