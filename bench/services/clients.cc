@@ -1,11 +1,15 @@
 #include "bench/services/clients.h"
 
+#include <httplib.h>
+
 #include <chrono>
 #include <random>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "nlohmann/json.hpp"
 
 namespace ced::bench {
 namespace {
@@ -60,6 +64,88 @@ StreamResult GatewayGenerate(ced::v1::Gateway::Stub* gateway, const GenerateArgs
   const grpc::Status s = reader->Finish();
   r.end_ms = MsSince(t0);
   if (r.status.ok()) r.status = FromGrpc(s, "gateway Generate");
+  return r;
+}
+
+StreamResult OpenAiGenerate(const std::string& http_address, const std::string& model,
+                            const GenerateArgs& args) {
+  StreamResult r;
+  const char* replay = args.replay_on == ced::v1::REPLAY_ON_PREFILL  ? "prefill"
+                       : args.replay_on == ced::v1::REPLAY_ON_DECODE ? "decode"
+                                                                     : "auto";
+  const nlohmann::json body = {{"model", model},
+                               {"prompt", args.prompt},
+                               {"max_tokens", args.max_tokens},
+                               {"temperature", 0},
+                               {"stream", true},
+                               {"stream_options", {{"include_usage", true}}},
+                               {"add_bos", false},
+                               {"ignore_eos", args.ignore_eos},
+                               {"replay_on", replay},
+                               {"request_id", args.request_id}};
+  httplib::Client client("http://" + http_address);
+  client.set_read_timeout(300, 0);
+  client.set_tcp_nodelay(true);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string pending;  // bytes after the last complete event
+  double first_ms = -1, last_ms = -1;
+  int completion_tokens = -1;
+  std::string error;
+  const auto t0 = Clock::now();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    const double now = MsSince(t0);
+    pending.append(data, n);
+    size_t end;
+    while ((end = pending.find("\n\n")) != std::string::npos) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+      const nlohmann::json j = nlohmann::json::parse(event.substr(6), nullptr, false);
+      if (j.is_discarded()) {
+        error = "an event that is not JSON: " + event.substr(0, 200);
+        return false;
+      }
+      if (j.contains("error")) {
+        error = j["error"].dump();
+        return false;
+      }
+      if (j.contains("usage") && j["usage"].is_object()) {
+        completion_tokens = j["usage"].value("completion_tokens", -1);
+      }
+      if (j.contains("choices") && !j["choices"].empty() &&
+          !j["choices"][0].value("text", "").empty()) {
+        if (first_ms < 0) first_ms = now;
+        last_ms = now;
+      }
+    }
+    return true;
+  };
+  const httplib::Result res = client.send(req);
+  r.end_ms = MsSince(t0);
+  if (!error.empty()) {
+    r.status = absl::InternalError(absl::StrCat("openai stream: ", error));
+  } else if (!res) {
+    r.status = absl::UnavailableError(absl::StrCat(
+        "POST http://", http_address, "/v1/completions: ", httplib::to_string(res.error())));
+  } else if (res->status != 200) {
+    r.status = absl::InternalError(
+        absl::StrCat("POST /v1/completions: status ", res->status, ": ", res->body.substr(0, 300)));
+  } else if (completion_tokens < 0) {
+    r.status = absl::InternalError("POST /v1/completions: the stream carried no usage");
+  } else if (completion_tokens > 0 && first_ms < 0) {
+    r.status = absl::InternalError("POST /v1/completions: tokens counted but no text streamed");
+  }
+  if (!r.status.ok() || completion_tokens <= 0) return r;
+  r.token_ms.resize(completion_tokens);
+  for (int i = 0; i < completion_tokens; ++i) {
+    r.token_ms[i] = completion_tokens == 1
+                        ? first_ms
+                        : first_ms + (last_ms - first_ms) * i / (completion_tokens - 1);
+  }
   return r;
 }
 

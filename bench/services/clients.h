@@ -46,6 +46,17 @@ struct StreamResult {
 
 StreamResult GatewayGenerate(ced::v1::Gateway::Stub* gateway, const GenerateArgs& args);
 
+// The same request through the gateway's OpenAI-compatible HTTP API:
+// `POST /v1/completions` with `stream: true` and usage in the last event,
+// the prompt as token ids (no BOS added), on a connection of its own.
+// OpenAI's events carry text, not token ids, and one event may hold several
+// tokens (a byte token that is not a whole character yet waits for the next):
+// token_ms gets the first token at the first event with text, the usage's
+// completion tokens in all, and the last at the last text event, the ones
+// between spread evenly (so TTFT and the mean TPOT are exact).
+StreamResult OpenAiGenerate(const std::string& http_address, const std::string& model,
+                            const GenerateArgs& args);
+
 struct DirectTarget {
   ced::internal::DecodeWorker::Stub* decode = nullptr;
   ced::internal::PrefillWorker::Stub* prefill = nullptr;  // unused with local prefill

@@ -1,5 +1,7 @@
 #include "bench/services/gateway_bench.h"
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -10,7 +12,9 @@
 #include "bench/services/cluster.h"
 #include "bench/services/ttft_bench.h"
 #include "engine/common/status.h"
+#include "nlohmann/json.hpp"
 #include "services/common/grpc_util.h"
+#include "services/common/http_get.h"
 
 namespace ced::bench {
 namespace {
@@ -20,6 +24,8 @@ struct Targets {
   std::unique_ptr<ced::internal::DecodeWorker::Stub> decode;
   std::unique_ptr<ced::internal::PrefillWorker::Stub> prefill;
   DirectTarget direct;
+  std::string http;   // the gateway's OpenAI-compatible API
+  std::string model;  // its model name there
 };
 
 absl::StatusOr<Targets> Connect(const BenchCluster& cluster) {
@@ -34,18 +40,49 @@ absl::StatusOr<Targets> Connect(const BenchCluster& cluster) {
   t.direct.prefill = t.prefill.get();
   t.direct.decode_worker_id = "decode-0";
   t.direct.prefill_worker_id = "prefill-0";
+  ASSIGN_OR_RETURN(t.http, cluster.Address("gateway", "http"));
+  ASSIGN_OR_RETURN(const services::HttpResponse models, services::HttpGet(t.http, "/v1/models"));
+  const nlohmann::json j = nlohmann::json::parse(models.body, nullptr, false);
+  if (models.status != 200 || j.is_discarded() || !j.contains("data") || j["data"].empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("GET ", t.http, "/v1/models: status ", models.status, ": ", models.body));
+  }
+  t.model = j["data"][0].value("id", "");
   return t;
 }
 
 StreamResult RunPath(Targets& t, const std::string& path, const GenerateArgs& args) {
   if (path == "gateway") return GatewayGenerate(t.gateway.get(), args);
+  if (path == "openai") return OpenAiGenerate(t.http, t.model, args);
   return DirectGenerate(t.direct, args, /*local_prefill=*/path == "local");
 }
 
 struct Load {
   double tokens_per_s = 0;
   double ttft_ms = 0, tpot_ms = 0;  // medians over the streams
+  size_t tokens = 0;
 };
+
+double ClientCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// CPU seconds so far of every CpuProcesses() entry.
+absl::StatusOr<std::vector<double>> CpuSeconds(const BenchCluster& cluster) {
+  std::vector<double> out;
+  for (const std::string& name : CpuProcesses()) {
+    if (name == "client") {
+      out.push_back(ClientCpuSeconds());
+      continue;
+    }
+    ASSIGN_OR_RETURN(const double v, ScrapeMetric(cluster, name, "ced_process_cpu_seconds_total"));
+    out.push_back(v);
+  }
+  return out;
+}
 
 // `c` concurrent streams on `path`.
 absl::StatusOr<Load> Throughput(Targets& t, const std::string& path, int c, int prompt_tokens,
@@ -80,7 +117,8 @@ absl::StatusOr<Load> Throughput(Targets& t, const std::string& path, int c, int 
     ttft.push_back(r.ttft_ms());
     tpot.push_back(r.tpot_ms());
   }
-  return Load{static_cast<double>(total) / elapsed, Summarize(ttft).median, Summarize(tpot).median};
+  return Load{static_cast<double>(total) / elapsed, Summarize(ttft).median, Summarize(tpot).median,
+              total};
 }
 
 }  // namespace
@@ -101,7 +139,7 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
   ASSIGN_OR_RETURN(auto cluster, BenchCluster::Start(co));
   ASSIGN_OR_RETURN(Targets t, Connect(*cluster));
 
-  const std::vector<std::string> names = {"gateway", "direct", "local"};
+  const std::vector<std::string> names = {"gateway", "openai", "direct", "local"};
   for (const std::string& n : names) report.paths.push_back(LatencyPath{n, {}, {}, {}, {}});
   uint64_t salt = 50000;
   for (int rep = -1; rep < o.repetitions; ++rep) {  // rep -1 warms every path up
@@ -119,40 +157,49 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
     }
     if (rep >= 0 && (rep + 1) % std::max(1, o.repetitions / 4) == 0) {
       progress(absl::StrFormat(
-          "gateway latency %d/%d: TTFT gateway %.2f / direct %.2f / local %.2f ms; TPOT %.3f / "
-          "%.3f / %.3f ms (last)",
+          "gateway latency %d/%d: TTFT gateway %.2f / openai %.2f / direct %.2f / local %.2f "
+          "ms; TPOT %.3f / %.3f / %.3f / %.3f ms (last)",
           rep + 1, o.repetitions, report.paths[0].ttft_ms.back(), report.paths[1].ttft_ms.back(),
-          report.paths[2].ttft_ms.back(), report.paths[0].tpot_ms.back(),
-          report.paths[1].tpot_ms.back(), report.paths[2].tpot_ms.back()));
+          report.paths[2].ttft_ms.back(), report.paths[3].ttft_ms.back(),
+          report.paths[0].tpot_ms.back(), report.paths[1].tpot_ms.back(),
+          report.paths[2].tpot_ms.back(), report.paths[3].tpot_ms.back()));
     }
   }
   for (LatencyPath& p : report.paths) {
     p.ttft = Summarize(p.ttft_ms);
     p.tpot = Summarize(p.tpot_ms);
   }
+  const std::vector<std::string> sides = {"gateway", "openai", "direct"};
   for (int c : o.concurrency) {
     ThroughputPoint point;
     point.concurrency = c;
+    for (const std::string& path : sides) point.sides.push_back(ThroughputSide{path});
     for (int rep = 0; rep < o.throughput_repetitions; ++rep) {
-      const bool gateway_first = rep % 2 == 0;
-      for (int k = 0; k < 2; ++k) {
-        const bool via_gateway = (k == 0) == gateway_first;
-        ASSIGN_OR_RETURN(const Load load,
-                         Throughput(t, via_gateway ? "gateway" : "direct", c,
-                                    o.stream_prompt_tokens, o.stream_tokens, &salt));
-        (via_gateway ? point.gateway_tps : point.direct_tps).push_back(load.tokens_per_s);
-        (via_gateway ? point.gateway_ttft_ms : point.direct_ttft_ms).push_back(load.ttft_ms);
-        (via_gateway ? point.gateway_tpot_ms : point.direct_tpot_ms).push_back(load.tpot_ms);
+      std::string line;
+      for (size_t k = 0; k < sides.size(); ++k) {
+        ThroughputSide& side = point.sides[(k + static_cast<size_t>(rep)) % sides.size()];
+        ASSIGN_OR_RETURN(const std::vector<double> cpu0, CpuSeconds(*cluster));
+        ASSIGN_OR_RETURN(const Load load, Throughput(t, side.path, c, o.stream_prompt_tokens,
+                                                     o.stream_tokens, &salt));
+        ASSIGN_OR_RETURN(const std::vector<double> cpu1, CpuSeconds(*cluster));
+        std::vector<double> per_ktok;
+        for (size_t i = 0; i < cpu0.size(); ++i) {
+          per_ktok.push_back(load.tokens > 0 ? (cpu1[i] - cpu0[i]) * 1e6 / load.tokens : 0);
+        }
+        side.tps.push_back(load.tokens_per_s);
+        side.ttft_ms.push_back(load.ttft_ms);
+        side.tpot_ms.push_back(load.tpot_ms);
+        side.cpu_ms_per_ktok.push_back(per_ktok);
+        absl::StrAppend(
+            &line, line.empty() ? "" : ", ",
+            absl::StrFormat("%s %.0f tok/s (TTFT %.0f, TPOT %.2f ms; gateway CPU "
+                            "%.0f ms/1k tok)",
+                            side.path, load.tokens_per_s, load.ttft_ms, load.tpot_ms, per_ktok[0]));
       }
-      progress(absl::StrFormat(
-          "gateway throughput c=%d rep %d/%d: gateway %.0f tok/s (TTFT %.0f, TPOT %.2f ms), "
-          "direct %.0f tok/s (TTFT %.0f, TPOT %.2f ms)",
-          c, rep + 1, o.throughput_repetitions, point.gateway_tps.back(),
-          point.gateway_ttft_ms.back(), point.gateway_tpot_ms.back(), point.direct_tps.back(),
-          point.direct_ttft_ms.back(), point.direct_tpot_ms.back()));
+      progress(absl::StrFormat("gateway throughput c=%d rep %d/%d: %s", c, rep + 1,
+                               o.throughput_repetitions, line));
     }
-    point.gateway = Summarize(point.gateway_tps);
-    point.direct = Summarize(point.direct_tps);
+    for (ThroughputSide& side : point.sides) side.tokens_per_s = Summarize(side.tps);
     report.throughput.push_back(point);
   }
   cluster->Stop();

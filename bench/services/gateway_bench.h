@@ -1,8 +1,10 @@
 // Gateway overhead on one `ced cluster` (one prefill, one decode worker):
 //
 // Latency: the same kind of request (fresh prompt of equal length, greedy,
-// replay on decode) three ways, rotating the order every repetition:
+// replay on decode) four ways, rotating the order every repetition:
 //   gateway  - ced.v1.Gateway.Generate (router, reservation, prefill, relay);
+//   openai   - the gateway's OpenAI-compatible HTTP API, POST /v1/completions
+//              with stream: true (server-sent events);
 //   direct   - the bench does the gateway's work itself: DecodeWorker.Reserve
 //              + Stream and PrefillWorker.Prefill (same placement, no gateway
 //              or router hop);
@@ -11,7 +13,11 @@
 // TTFT and time per output token are client-measured.
 //
 // Throughput: `c` concurrent streams of `stream_tokens` tokens each, through
-// the gateway and direct, alternating; tokens received per second of wall time.
+// the gateway (both APIs) and direct, the order rotated every repetition;
+// tokens received per second of wall time, and the CPU time each process
+// (gateway, router, decode and prefill workers, the bench's clients) spent
+// per streamed token: the cost of a path, which the wall-clock ratio on a
+// small shared machine shows only through contention.
 #pragma once
 
 #include <string>
@@ -43,12 +49,33 @@ struct LatencyPath {
   Summary ttft, tpot;
 };
 
+// Processes whose CPU time the throughput section reads (ced_process_cpu_
+// seconds_total of each service; the bench's own for its clients).
+inline const std::vector<std::string>& CpuProcesses() {
+  static const std::vector<std::string> names = {"gateway", "router", "decode-0", "prefill-0",
+                                                 "client"};
+  return names;
+}
+
+struct ThroughputSide {
+  std::string path;         // gateway | openai | direct
+  std::vector<double> tps;  // tokens/s per repetition
+  // Per repetition, the median over its streams.
+  std::vector<double> ttft_ms, tpot_ms;
+  // Per repetition, per CpuProcesses() entry: CPU ms per 1000 streamed tokens.
+  std::vector<std::vector<double>> cpu_ms_per_ktok;
+  Summary tokens_per_s;
+};
+
 struct ThroughputPoint {
   int concurrency = 0;
-  std::vector<double> gateway_tps, direct_tps;  // tokens/s per repetition
-  // Per repetition, the median over its streams.
-  std::vector<double> gateway_ttft_ms, direct_ttft_ms, gateway_tpot_ms, direct_tpot_ms;
-  Summary gateway, direct;
+  std::vector<ThroughputSide> sides;  // gateway, openai, direct
+  const ThroughputSide* Side(const std::string& path) const {
+    for (const ThroughputSide& s : sides) {
+      if (s.path == path) return &s;
+    }
+    return nullptr;
+  }
 };
 
 struct GatewayReport {

@@ -83,7 +83,8 @@ void Transport(const TransportReport& t, std::string* md) {
       "best sample of each over the run (the STREAM convention) — ucx_perftest busy-polls "
       "both its processes, so on a shared, oversubscribed machine its samples collapse "
       "whenever it is descheduled (see the min column) while ours yields its core on every "
-      "idle round and sleeps in `poll` after 0.5 ms idle; the best samples estimate what each does on a quiet machine and are "
+      "idle round and sleeps in `poll` after 0.5 ms idle; the best samples estimate what each does "
+      "on a quiet machine and are "
       "the fairer test of the target.\n\n");
   absl::StrAppend(
       md,
@@ -179,37 +180,79 @@ void Gateway(const GatewayReport& g, std::string* md) {
       "` (one prefill, one decode worker). Latency: ", o.prompt_tokens, "-token prompts, ",
       o.max_tokens, " tokens, greedy, replay on decode, ", o.repetitions,
       " requests per path, order rotated each repetition. **gateway** = "
-      "`ced.v1.Gateway/Generate`; **direct** = the bench does the gateway's work itself "
+      "`ced.v1.Gateway/Generate`; **openai** = the gateway's OpenAI-compatible API, `POST "
+      "/v1/completions` with `stream: true` (server-sent events; a new HTTP connection per "
+      "request; OpenAI's events carry text, so a token's time is its event's and tokens "
+      "merged into one event share it); **direct** = the bench does the gateway's work itself "
       "(`DecodeWorker.Reserve` + `Stream`, `PrefillWorker.Prefill`): same placement, no "
       "gateway or router hop; **local** = `Reserve` with `local_prefill` + `Stream` (the "
       "decode worker prefills itself, no K/V transfer). Client-measured; TPOT = mean gap "
       "after the first token.\n\n| path | TTFT ms | TPOT ms |\n|---|---|---|\n");
+  const LatencyPath* direct = nullptr;
   for (const LatencyPath& p : g.paths) {
     absl::StrAppend(md, "| ", p.name, " | ", S(p.ttft, "%.2f"), " | ", S(p.tpot, "%.3f"), " |\n");
+    if (p.name == "direct") direct = &p;
   }
-  if (g.paths.size() >= 2) {
-    absl::StrAppend(
-        md, absl::StrFormat(
-                "\nGateway overhead (medians, gateway − direct): TTFT %+.2f ms, TPOT %+.3f ms "
-                "per token.\n\n",
-                g.paths[0].ttft.median - g.paths[1].ttft.median,
-                g.paths[0].tpot.median - g.paths[1].tpot.median));
+  if (direct != nullptr) {
+    absl::StrAppend(md, "\nGateway overhead (medians, path − direct):");
+    for (const LatencyPath& p : g.paths) {
+      if (p.name != "gateway" && p.name != "openai") continue;
+      absl::StrAppend(md, absl::StrFormat(" %s TTFT %+.2f ms, TPOT %+.3f ms per token;", p.name,
+                                          p.ttft.median - direct->ttft.median,
+                                          p.tpot.median - direct->tpot.median));
+    }
+    absl::StrAppend(md, " target: TTFT <= +0.5 ms.\n\n");
   }
-  absl::StrAppend(md, "Streamed tokens per second, `c` concurrent streams of ", o.stream_tokens,
-                  " tokens (", o.stream_prompt_tokens,
-                  "-token prompts, ignore_eos), gateway vs direct, alternating, ",
-                  o.throughput_repetitions,
-                  " repetitions. Per-stream TTFT and TPOT: median over a repetition's streams, "
-                  "then median over repetitions.\n\n| c | gateway tok/s | direct tok/s | "
-                  "gateway ÷ direct | TTFT ms gateway / direct | TPOT ms gateway / direct |\n"
-                  "|---|---|---|---|---|---|\n");
+  absl::StrAppend(
+      md, "Streamed tokens per second, `c` concurrent streams of ", o.stream_tokens, " tokens (",
+      o.stream_prompt_tokens,
+      "-token prompts, ignore_eos), the three paths in an order rotated each repetition, ",
+      o.throughput_repetitions,
+      " repetitions. Per-stream TTFT and TPOT: median over a repetition's streams, then median "
+      "over repetitions. Target: each API ≥ 0.9× direct at 16 and 48 streams.\n\n"
+      "| c | gRPC tok/s | OpenAI tok/s | direct tok/s | gRPC ÷ direct | OpenAI ÷ direct | TTFT "
+      "ms gRPC / OpenAI / direct | TPOT ms gRPC / OpenAI / direct |\n"
+      "|---|---|---|---|---|---|---|---|\n");
+  auto ratio = [](const ThroughputSide* a, const ThroughputSide* b) {
+    return a != nullptr && b != nullptr && b->tokens_per_s.median > 0
+               ? absl::StrFormat("%.2f", a->tokens_per_s.median / b->tokens_per_s.median)
+               : std::string("-");
+  };
   for (const ThroughputPoint& p : g.throughput) {
-    absl::StrAppend(
-        md, "| ", p.concurrency, " | ", S(p.gateway, "%.0f"), " | ", S(p.direct, "%.0f"), " | ",
-        absl::StrFormat("%.2f", p.direct.median > 0 ? p.gateway.median / p.direct.median : 0),
-        absl::StrFormat(" | %.0f / %.0f | %.2f / %.2f |\n", Summarize(p.gateway_ttft_ms).median,
-                        Summarize(p.direct_ttft_ms).median, Summarize(p.gateway_tpot_ms).median,
-                        Summarize(p.direct_tpot_ms).median));
+    const ThroughputSide* gw = p.Side("gateway");
+    const ThroughputSide* oa = p.Side("openai");
+    const ThroughputSide* di = p.Side("direct");
+    if (gw == nullptr || oa == nullptr || di == nullptr) continue;
+    absl::StrAppend(md, "| ", p.concurrency, " | ", S(gw->tokens_per_s, "%.0f"), " | ",
+                    S(oa->tokens_per_s, "%.0f"), " | ", S(di->tokens_per_s, "%.0f"), " | ",
+                    ratio(gw, di), " | ", ratio(oa, di), " | ",
+                    absl::StrFormat("%.0f / %.0f / %.0f | %.2f / %.2f / %.2f |\n",
+                                    Summarize(gw->ttft_ms).median, Summarize(oa->ttft_ms).median,
+                                    Summarize(di->ttft_ms).median, Summarize(gw->tpot_ms).median,
+                                    Summarize(oa->tpot_ms).median, Summarize(di->tpot_ms).median));
+  }
+  absl::StrAppend(md,
+                  "\nCPU time per 1000 streamed tokens (ms, median over repetitions), by "
+                  "process: each service's `ced_process_cpu_seconds_total`, the bench's own "
+                  "(`getrusage`) for the clients. What a path costs the machine, whatever the "
+                  "contention.\n\n| c | path |");
+  for (const std::string& name : CpuProcesses()) absl::StrAppend(md, " ", name, " |");
+  absl::StrAppend(md, " all |\n|---|---|");
+  for (size_t i = 0; i <= CpuProcesses().size(); ++i) absl::StrAppend(md, "---|");
+  absl::StrAppend(md, "\n");
+  for (const ThroughputPoint& p : g.throughput) {
+    for (const ThroughputSide& side : p.sides) {
+      absl::StrAppend(md, "| ", p.concurrency, " | ", side.path, " |");
+      double all = 0;
+      for (size_t i = 0; i < CpuProcesses().size(); ++i) {
+        std::vector<double> v;
+        for (const auto& rep : side.cpu_ms_per_ktok) v.push_back(rep[i]);
+        const double m = Summarize(v).median;
+        all += m;
+        absl::StrAppend(md, absl::StrFormat(" %.0f |", m));
+      }
+      absl::StrAppend(md, absl::StrFormat(" %.0f |\n", all));
+    }
   }
   absl::StrAppend(md, "\n");
 }

@@ -119,15 +119,24 @@ json Gateway(const GatewayReport& g) {
   }
   json tput = json::array();
   for (const ThroughputPoint& p : g.throughput) {
-    tput.push_back({{"concurrency", p.concurrency},
-                    {"gateway_tokens_per_s", J(p.gateway)},
-                    {"direct_tokens_per_s", J(p.direct)},
-                    {"gateway_samples", p.gateway_tps},
-                    {"direct_samples", p.direct_tps},
-                    {"gateway_stream_ttft_ms", p.gateway_ttft_ms},
-                    {"direct_stream_ttft_ms", p.direct_ttft_ms},
-                    {"gateway_stream_tpot_ms", p.gateway_tpot_ms},
-                    {"direct_stream_tpot_ms", p.direct_tpot_ms}});
+    json sides = json::array();
+    for (const ThroughputSide& side : p.sides) {
+      json cpu = json::array();
+      for (const auto& rep : side.cpu_ms_per_ktok) {
+        json one;
+        for (size_t i = 0; i < rep.size() && i < CpuProcesses().size(); ++i) {
+          one[CpuProcesses()[i]] = rep[i];
+        }
+        cpu.push_back(one);
+      }
+      sides.push_back({{"path", side.path},
+                       {"tokens_per_s", J(side.tokens_per_s)},
+                       {"samples", side.tps},
+                       {"stream_ttft_ms", side.ttft_ms},
+                       {"stream_tpot_ms", side.tpot_ms},
+                       {"cpu_ms_per_1000_tokens", cpu}});
+    }
+    tput.push_back({{"concurrency", p.concurrency}, {"paths", sides}});
   }
   const GatewayBenchOptions& o = g.options;
   return {{"preset", o.preset},

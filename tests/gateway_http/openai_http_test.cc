@@ -472,6 +472,36 @@ TEST_F(OpenAiHttpTest, ModelsAndHealth) {
   EXPECT_EQ(Get("/health").status, 200);
 }
 
+// Many clients connecting at the same moment (a burst of streams) are all
+// answered: the listener's backlog holds them until the server accepts.
+TEST_F(OpenAiHttpTest, BurstOfConnectionsIsAllAnswered) {
+  constexpr int kClients = 96;
+  std::vector<std::thread> threads;
+  std::vector<int> status(kClients, 0);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Client client("http://" + gateway_->http_address());
+      client.set_connection_timeout(20, 0);
+      client.set_read_timeout(20, 0);
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      auto result = client.Get("/health");
+      status[i] = result ? result->status : -static_cast<int>(result.error());
+    });
+  }
+  while (ready.load() < kClients) std::this_thread::yield();
+  go.store(true);
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(status[i], 200) << "client " << i << ": "
+                              << (status[i] < 0
+                                      ? httplib::to_string(static_cast<httplib::Error>(-status[i]))
+                                      : std::to_string(status[i]));
+  }
+}
+
 // Streams the request and hangs up after the first event; returns what came.
 std::string StreamAndHangUp(const std::string& address, const std::string& body) {
   httplib::Client client("http://" + address);

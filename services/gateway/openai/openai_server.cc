@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <map>
@@ -25,6 +26,9 @@ namespace ced::gateway::openai {
 namespace {
 
 constexpr char kJson[] = "application/json";
+// Pending connections the HTTP listener queues (the kernel caps it at
+// net.core.somaxconn).
+constexpr int kListenBacklog = 4096;
 
 void SendError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusOf(status.code());
@@ -148,6 +152,15 @@ absl::Status OpenAiServer::Impl::Start() {
   const std::string& host = hp->host;
   int port = hp->port;
   if (host.find(':') != std::string::npos) server_->set_address_family(AF_INET6);
+  // httplib's own options set SO_REUSEPORT, which lets a second server bind
+  // the same port unnoticed: SO_REUSEADDR only (restarts over TIME_WAIT).
+  // The library listens with a backlog of 5; the socket is kept to raise it.
+  std::shared_ptr<int> listen_fd = std::make_shared<int>(-1);
+  server_->set_socket_options([listen_fd](int fd) {
+    const int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    *listen_fd = fd;
+  });
   if (port == 0) {
     port = server_->bind_to_any_port(host);
     if (port <= 0) port = -1;
@@ -156,6 +169,12 @@ absl::Status OpenAiServer::Impl::Start() {
   }
   if (port < 0) {
     return absl::UnavailableError(absl::StrCat("http: cannot listen on ", options_.listen_address));
+  }
+  // Clients that connect at once (a burst of streams) overflow a backlog of
+  // 5: the kernel drops their handshakes and some see their connection reset.
+  if (*listen_fd >= 0 && listen(*listen_fd, kListenBacklog) != 0) {
+    return absl::UnavailableError(absl::StrCat("http: listen(", options_.listen_address,
+                                               ", backlog ", kListenBacklog, ") failed"));
   }
   address_ = services::FormatHostPort(host, static_cast<uint16_t>(port));
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
