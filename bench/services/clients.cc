@@ -53,6 +53,7 @@ StreamResult GatewayGenerate(ced::v1::Gateway::Stub* gateway, const GenerateArgs
   while (reader->Read(&resp)) {
     const double now = MsSince(t0);
     for (int i = 0; i < resp.token_ids_size(); ++i) r.token_ms.push_back(now);
+    if (resp.token_ids_size() > 0) ++r.messages;
     if (resp.finish_reason() != ced::v1::FINISH_REASON_UNSPECIFIED) {
       r.gateway_timings = resp.timings();
       r.placement = resp.placement();
@@ -118,6 +119,7 @@ StreamResult OpenAiGenerate(const std::string& http_address, const std::string& 
       }
       if (j.contains("choices") && !j["choices"].empty() &&
           !j["choices"][0].value("text", "").empty()) {
+        ++r.messages;
         if (first_ms < 0) first_ms = now;
         last_ms = now;
       }
@@ -216,6 +218,7 @@ StreamResult DirectGenerate(const DirectTarget& target, const GenerateArgs& args
   while (reader->Read(&chunk)) {
     const double now = MsSince(t0);
     for (int i = 0; i < chunk.token_ids_size(); ++i) arrived(chunk.start_step() + i, now);
+    if (chunk.token_ids_size() > 0) ++r.messages;
     if (chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
       r.decode_timings = chunk.timings();
       if (chunk.finish_reason() == ced::internal::FINISH_REASON_ERROR) {

@@ -31,6 +31,7 @@ struct StreamResult {
   absl::Status status;
   std::vector<double> token_ms;  // arrival of each generated token, in order
   double end_ms = 0;             // stream finished
+  int messages = 0;              // messages (events) that carried tokens
   // Through the gateway: its final message.
   ced::v1::Timings gateway_timings;
   ced::v1::Placement placement;

@@ -18,16 +18,16 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const ClusterO
   std::unique_ptr<BenchCluster> cluster(new BenchCluster);
   const std::string ready = o.log_path + ".ready";
   std::remove(ready.c_str());
-  ChildOptions co;
-  co.argv = {o.ced_binary,          "cluster", "--model",      o.model_dir, "--base-port", "0",
-             "--metrics-base-port", "0",       "--ready-file", ready};
+  services::SubprocessOptions co = services::BackgroundJob(
+      {o.ced_binary, "cluster", "--model", o.model_dir, "--base-port", "0", "--metrics-base-port",
+       "0", "--ready-file", ready},
+      o.log_path);
   co.argv.insert(co.argv.end(), o.flags.begin(), o.flags.end());
   co.env = o.env;
-  co.log_path = o.log_path;
   const double t0 = NowSeconds();
-  ASSIGN_OR_RETURN(cluster->child_, Child::Spawn(co));
+  ASSIGN_OR_RETURN(cluster->child_, services::Subprocess::Spawn(co));
   while (NowSeconds() - t0 < o.ready_timeout_s) {
-    const std::string text = ReadFileOrEmpty(ready);
+    const std::string text = services::ReadFileOrEmpty(ready);
     if (!text.empty()) {
       std::istringstream in(text);
       std::string line;
@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(const ClusterO
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return absl::UnavailableError(
-      absl::StrCat("ced cluster did not become ready; log tail:\n", TailOfFile(o.log_path, 1500)));
+      absl::StrCat("ced cluster did not become ready; log tail:\n", services::TailOfFile(o.log_path, 1500)));
 }
 
 BenchCluster::~BenchCluster() { Stop(); }

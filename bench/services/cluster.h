@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/services/process.h"
+#include "services/common/subprocess.h"
 
 namespace ced::bench {
 
@@ -38,7 +38,7 @@ class BenchCluster {
 
  private:
   BenchCluster() = default;
-  std::unique_ptr<Child> child_;
+  std::unique_ptr<services::Subprocess> child_;
   std::map<std::string, std::map<std::string, std::string>> addresses_;
   double startup_s_ = 0;
 };

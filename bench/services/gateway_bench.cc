@@ -61,6 +61,7 @@ struct Load {
   double tokens_per_s = 0;
   double ttft_ms = 0, tpot_ms = 0;  // medians over the streams
   size_t tokens = 0;
+  size_t messages = 0;
 };
 
 double ClientCpuSeconds() {
@@ -109,16 +110,17 @@ absl::StatusOr<Load> Throughput(Targets& t, const std::string& path, int c, int 
   go.store(true);
   for (auto& th : threads) th.join();
   const double elapsed = NowSeconds() - t0;
-  size_t total = 0;
+  size_t total = 0, messages = 0;
   std::vector<double> ttft, tpot;
   for (const StreamResult& r : results) {
     RETURN_IF_ERROR(r.status);
     total += r.token_ms.size();
+    messages += static_cast<size_t>(r.messages);
     ttft.push_back(r.ttft_ms());
     tpot.push_back(r.tpot_ms());
   }
   return Load{static_cast<double>(total) / elapsed, Summarize(ttft).median, Summarize(tpot).median,
-              total};
+              total, messages};
 }
 
 }  // namespace
@@ -190,11 +192,13 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
         side.ttft_ms.push_back(load.ttft_ms);
         side.tpot_ms.push_back(load.tpot_ms);
         side.cpu_ms_per_ktok.push_back(per_ktok);
-        absl::StrAppend(
-            &line, line.empty() ? "" : ", ",
-            absl::StrFormat("%s %.0f tok/s (TTFT %.0f, TPOT %.2f ms; gateway CPU "
-                            "%.0f ms/1k tok)",
-                            side.path, load.tokens_per_s, load.ttft_ms, load.tpot_ms, per_ktok[0]));
+        side.tokens_per_message.push_back(
+            load.messages > 0 ? static_cast<double>(load.tokens) / load.messages : 0);
+        absl::StrAppend(&line, line.empty() ? "" : ", ",
+                        absl::StrFormat("%s %.0f tok/s (TTFT %.0f, TPOT %.2f ms; gateway CPU "
+                                        "%.0f ms/1k tok; %.2f tok/msg)",
+                                        side.path, load.tokens_per_s, load.ttft_ms, load.tpot_ms,
+                                        per_ktok[0], side.tokens_per_message.back()));
       }
       progress(absl::StrFormat("gateway throughput c=%d rep %d/%d: %s", c, rep + 1,
                                o.throughput_repetitions, line));

@@ -64,6 +64,9 @@ struct ThroughputSide {
   std::vector<double> ttft_ms, tpot_ms;
   // Per repetition, per CpuProcesses() entry: CPU ms per 1000 streamed tokens.
   std::vector<std::vector<double>> cpu_ms_per_ktok;
+  // Per repetition: tokens per message the clients received (messages or
+  // events that carried tokens; more than 1 when the sender coalesced).
+  std::vector<double> tokens_per_message;
   Summary tokens_per_s;
 };
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "bench/services/process.h"
+#include "services/common/subprocess.h"
 #include "engine/common/status.h"
 
 namespace ced::bench {
@@ -76,21 +76,19 @@ int FreePort() {
 }
 
 absl::StatusOr<double> RunOnce(const PerftestRun& run, bool* server_died) {
-  ChildOptions server_options;
-  server_options.argv = Args(run, /*client=*/false);
+  services::SubprocessOptions server_options =
+      services::BackgroundJob(Args(run, /*client=*/false), run.log_dir + "/perftest_server.log");
   server_options.env["UCX_TLS"] = run.tls;
   if (run.error_handling) server_options.env["UCX_MM_ERROR_HANDLING"] = "y";
-  server_options.log_path = run.log_dir + "/perftest_server.log";
-  ASSIGN_OR_RETURN(auto server, Child::Spawn(server_options));
+  ASSIGN_OR_RETURN(auto server, services::Subprocess::Spawn(server_options));
   const std::string client_log = run.log_dir + "/perftest_client.log";
   for (int attempt = 0; attempt < kClientAttempts; ++attempt) {
     std::this_thread::sleep_for(kRetryPause);  // let the server open its port
-    ChildOptions client_options;
-    client_options.argv = Args(run, /*client=*/true);
+    services::SubprocessOptions client_options =
+        services::BackgroundJob(Args(run, /*client=*/true), client_log);
     client_options.env["UCX_TLS"] = run.tls;
     if (run.error_handling) client_options.env["UCX_MM_ERROR_HANDLING"] = "y";
-    client_options.log_path = client_log;
-    ASSIGN_OR_RETURN(auto client, Child::Spawn(client_options));
+    ASSIGN_OR_RETURN(auto client, services::Subprocess::Spawn(client_options));
     absl::StatusOr<int> st = client->Wait(run.timeout_s);
     if (!st.ok()) {
       client->Terminate(1);
@@ -99,7 +97,7 @@ absl::StatusOr<double> RunOnce(const PerftestRun& run, bool* server_died) {
     }
     if (*st == 0) {
       (void)server->Wait(10);
-      ASSIGN_OR_RETURN(const double mib_per_s, ParseOverallMiBps(ReadFileOrEmpty(client_log)));
+      ASSIGN_OR_RETURN(const double mib_per_s, ParseOverallMiBps(services::ReadFileOrEmpty(client_log)));
       return mib_per_s * 1048576.0 / 1e9;
     }
     if (!server->Running()) {  // e.g. its port was taken meanwhile
@@ -108,8 +106,8 @@ absl::StatusOr<double> RunOnce(const PerftestRun& run, bool* server_died) {
     }
   }
   return absl::UnavailableError(absl::StrCat("ucx_perftest (", run.tls, ", ", run.size,
-                                             " B) failed: ", TailOfFile(client_log, 400),
-                                             TailOfFile(server_options.log_path, 400)));
+                                             " B) failed: ", services::TailOfFile(client_log, 400),
+                                             services::TailOfFile(server_options.output_path, 400)));
 }
 
 }  // namespace
@@ -127,10 +125,9 @@ absl::StatusOr<double> RunPerftest(const PerftestRun& run) {
 }
 
 std::string UcxVersionString() {
-  ChildOptions o;
-  o.argv = {"ucx_info", "-v"};
+  services::SubprocessOptions o = services::BackgroundJob({"ucx_info", "-v"}, "");
   o.pipe_stdout = true;
-  auto child = Child::Spawn(o);
+  auto child = services::Subprocess::Spawn(o);
   if (!child.ok()) return "";
   auto line = (*child)->ReadLine(10);
   (void)(*child)->Wait(10);

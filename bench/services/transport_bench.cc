@@ -17,8 +17,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "bench/services/perftest.h"
-#include "bench/services/process.h"
 #include "engine/common/status.h"
+#include "services/common/subprocess.h"
 #include "services/kv_transport/checksum.h"
 #include "services/kv_transport/transport.h"
 
@@ -59,7 +59,7 @@ class SlotSink final : public KvSink {
 // One receiver process and the sending transport in this process, for one UCX_TLS.
 struct Endpoint {
   std::string tls;
-  std::unique_ptr<Child> sink;
+  std::unique_ptr<services::Subprocess> sink;
   std::string address;
   std::unique_ptr<KvTransport> sender;
 };
@@ -69,22 +69,19 @@ absl::StatusOr<std::unique_ptr<Endpoint>> StartEndpoint(const TransportBenchOpti
                                                         uint64_t slot_bytes) {
   auto ep = std::make_unique<Endpoint>();
   ep->tls = tls;
-  ChildOptions co;
-  co.argv = {o.self_exe,
-             "--role=kv_sink",
-             "--sink_tls=" + tls,
-             absl::StrCat("--sink_slot_bytes=", slot_bytes),
-             absl::StrCat("--sink_slots=", o.threads),
-             absl::StrCat("--verifier_threads=", o.verifier_threads),
-             absl::StrCat("--fused_receive=", o.fused_receive)};
-  co.pipe_stdin = true;
+  services::SubprocessOptions co = services::BackgroundJob(
+      {o.self_exe, "--role=kv_sink", "--sink_tls=" + tls,
+       absl::StrCat("--sink_slot_bytes=", slot_bytes), absl::StrCat("--sink_slots=", o.threads),
+       absl::StrCat("--verifier_threads=", o.verifier_threads),
+       absl::StrCat("--fused_receive=", o.fused_receive)},
+      o.scratch_dir + "/kv_sink_" + tls + ".log");
+  co.stdin_from = services::SubprocessOptions::Stdin::kPipe;
   co.pipe_stdout = true;
-  co.log_path = o.scratch_dir + "/kv_sink_" + tls + ".log";
-  ASSIGN_OR_RETURN(ep->sink, Child::Spawn(co));
+  ASSIGN_OR_RETURN(ep->sink, services::Subprocess::Spawn(co));
   ASSIGN_OR_RETURN(std::string line, ep->sink->ReadLine(30));
   if (!absl::StartsWith(line, "ADDR ")) {
     return absl::InternalError(absl::StrCat("kv sink (", tls, "): unexpected output '", line,
-                                            "'; log: ", TailOfFile(co.log_path, 400)));
+                                            "'; log: ", services::TailOfFile(co.output_path, 400)));
   }
   ep->address = line.substr(5);
   kv_transport::TransportOptions to;

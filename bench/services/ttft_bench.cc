@@ -46,14 +46,14 @@ absl::Status EnsureModel(const std::string& ced_binary, const std::string& prese
       std::filesystem::exists(dir + "/model.safetensors")) {
     return absl::OkStatus();
   }
-  ChildOptions o;
-  o.argv = {ced_binary, "model", "make", "--preset", preset, "--seed", "1", "--out", dir};
-  o.log_path = dir + ".make.log";
-  ASSIGN_OR_RETURN(auto child, Child::Spawn(o));
+  const services::SubprocessOptions o = services::BackgroundJob(
+      {ced_binary, "model", "make", "--preset", preset, "--seed", "1", "--out", dir},
+      dir + ".make.log");
+  ASSIGN_OR_RETURN(auto child, services::Subprocess::Spawn(o));
   ASSIGN_OR_RETURN(const int st, child->Wait(300));
   if (st != 0) {
     return absl::InternalError(
-        absl::StrCat("ced model make --preset ", preset, " failed: ", TailOfFile(o.log_path, 400)));
+        absl::StrCat("ced model make --preset ", preset, " failed: ", services::TailOfFile(o.output_path, 400)));
   }
   return absl::OkStatus();
 }

@@ -245,7 +245,7 @@ PYEOF
 
 SIM_COMMON=(--preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2
   --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --ced-replay-on auto
-  --heartbeat-ms 1000 --max-batch 64 --decode-start-lag --colocated
+  --heartbeat-ms 1000 --max-batch 64 --colocated
   --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED"
   --ttft-slo-ms 1000 --tpot-slo-ms 50)
 LOADS=()

@@ -27,9 +27,9 @@ struct Args {
   int prefill_gpus = 4, decode_gpus = 4;
   std::string gpu = "h100", device_profile, requests_out;
   double bytes_per_param = 0;  // 0: the device's (bf16 on the GPU kinds)
-  bool start_lag = false, colocated = false;
+  bool colocated = false;
   double link_gbps = 50, heartbeat_ms = 50;
-  int block_size = 16, max_batch = 256;
+  int block_size = 16, max_batch = 256, max_step_tokens = 2048;
   double input_mean = 1024, input_cv = 0.5, output_mean = 1024, output_cv = 0.5;
   double rate = 1;
   int requests = 500, seed = 1, max_requests = 20000;
@@ -78,7 +78,7 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
   o.block_size = a.block_size;
   o.max_batch = a.max_batch;
   o.count_inflight = !a.naive_router;
-  o.start_lag = a.start_lag;
+  o.max_step_tokens = a.max_step_tokens;
   o.colocated = a.colocated;
   o.workload.input_mean = a.input_mean;
   o.workload.input_cv = a.input_cv;
@@ -121,6 +121,8 @@ absl::Status Main(int argc, char** argv) {
   f.Double("heartbeat-ms", &a.heartbeat_ms, "load-report period to the router (simulated ms)");
   f.Int("block-size", &a.block_size, "KV block size in tokens");
   f.Int("max-batch", &a.max_batch, "running sequences per decode instance");
+  f.Int("max-step-tokens", &a.max_step_tokens,
+        "decode instance's token budget per step (ced serve --role=decode --max-step-tokens)");
   f.Double("input-mean", &a.input_mean, "mean prompt tokens (lognormal)");
   f.Double("input-cv", &a.input_cv, "prompt length coefficient of variation");
   f.Double("output-mean", &a.output_mean, "mean output tokens (lognormal)");
@@ -140,9 +142,6 @@ absl::Status Main(int argc, char** argv) {
   f.Bool("plan", &a.plan, "find every split's capacity and the best split");
   f.Bool("info", &a.info, "print instance memory and one-prefill-step tables");
   f.Bool("naive-router", &a.naive_router, "route prefill by reported queued tokens only");
-  f.Bool("decode-start-lag", &a.start_lag,
-         "model the decode worker's loop: K/V that lands while others run is started in one "
-         "iteration and decoded from the next");
   f.Bool("colocated", &a.colocated,
          "prefill instance i and decode instance i share one machine: each runs slower while "
          "the other computes, by the device profile's measured colocated slowdowns");

@@ -14,6 +14,7 @@
 #include "bench/common/stats.h"
 #include "bench/sim/admission.h"
 #include "bench/sim/cost_model.h"
+#include "bench/sim/decode_instance.h"
 #include "engine/common/status.h"
 #include "services/router_policy/worker_table.h"
 
@@ -77,24 +78,9 @@ struct PrefillInst {
 struct DecodeInst {
   std::string id;
   std::unique_ptr<DecodeKvPool> pool;  // the engine's block allocator
+  std::unique_ptr<SimDecodeInstance> exec;  // the worker's scheduler + the cost model
   int reserved = 0;                    // admitted, not finished
-  std::deque<int> ready;               // K/V landed, waiting for a batch slot
-  std::vector<int> started;            // started this iteration, decoded from the next (start_lag)
-  // The running batch, priced without a pass over it: every sequence past
-  // its first token advances one position per step, so the batch's context
-  // sums move by known amounts and change otherwise only when a sequence
-  // joins, reaches the local window or finishes (heaps keyed by step).
-  int64_t steps_done = 0;
-  int64_t running = 0;                                // sequences in the batch
-  int64_t batch = 0, sum_context = 0, sum_local = 0;  // those past their first token
-  int64_t below_window = 0;  // ... whose context is below W (local sum still grows)
-  using StepEvent = std::pair<int64_t, int>;  // (steps_done, request)
-  std::priority_queue<StepEvent, std::vector<StepEvent>, std::greater<StepEvent>> finish_at,
-      reach_window_at;
-  std::vector<int> first_pending;  // replays on decode: their first token this step
   bool busy = false;
-  Work replay_work;  // replays on decode in the batch
-  int64_t replay_tokens = 0;  // ... and the positions they replay (MoE experts touched)
   Step step;
   double end_t = 0;  // the running step's end, when busy
   uint64_t end_seq = 0;
@@ -137,9 +123,6 @@ class Simulator {
   void OnPrefillDone(int p);
   void OnTransferDone(int r);
   void StartDecodeStep(int d);
-  void SetDecodeIdle(int d);
-  void JoinBatch(DecodeInst& inst, int r);
-  void AddToBatch(DecodeInst& inst, int r);
   void OnDecodeStepDone(int d);
   void Heartbeat();
 
@@ -160,7 +143,7 @@ class Simulator {
   int64_t prefill_room_tokens_ = 0;
   int64_t max_decode_blocks_ = 0;
   bool prefill_replays_ = false;
-  int64_t decode_steps_ = 0;
+  std::vector<int> first_token_, finished_;  // of a decode step (scratch)
   double prefill_slowdown_ = 1, decode_slowdown_ = 1;
 };
 
@@ -237,6 +220,12 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
     DecodeInst d;
     d.id = absl::StrFormat("d%03d", i);
     d.pool = std::make_unique<DecodeKvPool>(blocks, o_.block_size);
+    SimDecodeInstance::Options exec;
+    exec.cost = cost_.get();
+    exec.gpus = o_.decode_gpus;
+    exec.max_batch = o_.max_batch;
+    exec.max_step_tokens = o_.max_step_tokens;
+    ASSIGN_OR_RETURN(d.exec, SimDecodeInstance::Create(exec));
     RETURN_IF_ERROR(table_.Register(
         {d.id, router::Role::kDecode, router::WeightsHeld::kFull, blocks, o_.block_size},
         ToTime(0)));
@@ -295,6 +284,12 @@ bool Simulator::Route(int r) {
   DecodeInst& d = decode_[q.decode];
   if (!d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks)) {
     return false;  // the router's view was stale: retry like the gateway does
+  }
+  // The prefill instance makes the first token unless the replay runs on decode.
+  if (!d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens,
+                       q.replay_on_decode ? 0 : 1, now_)) {
+    d.pool->Release(&q.blocks);
+    return false;  // the worker's queue bounds: retry like the gateway does
   }
   ++d.reserved;
   PrefillInst& p = prefill_[q.prefill];
@@ -357,128 +352,26 @@ void Simulator::OnPrefillDone(int p) {
 }
 
 void Simulator::OnTransferDone(int r) {
-  const int d = reqs_[r].decode;
-  decode_[d].ready.push_back(r);
-  if (!decode_[d].busy) StartDecodeStep(d);
-}
-
-void Simulator::JoinBatch(DecodeInst& inst, int r) {
   const Req& q = reqs_[r];
-  ++inst.running;
-  if (q.generated == 0) {
-    inst.replay_work += cost_->DecodeReplayWork(q.spec.prompt_tokens);
-    inst.replay_tokens += cost_->ReplayedTokens(q.spec.prompt_tokens);
-    inst.first_pending.push_back(r);
-    return;
-  }
-  AddToBatch(inst, r);
-}
-
-void Simulator::AddToBatch(DecodeInst& inst, int r) {
-  const Req& q = reqs_[r];
-  const int64_t context = q.spec.prompt_tokens + q.generated;  // at its next step
-  const int64_t left = q.spec.output_tokens - q.generated;
-  const int64_t w = cost_->config().sliding_window;
-  ++inst.batch;
-  inst.sum_context += context;
-  inst.finish_at.push({inst.steps_done + left, r});
-  if (w > 0) {
-    inst.sum_local += std::min(w, context);
-    if (context < w) {
-      ++inst.below_window;
-      if (w - context <= left) inst.reach_window_at.push({inst.steps_done + (w - context), r});
-    }
-  }
+  DecodeInst& inst = decode_[q.decode];
+  inst.exec->OnKvLanded(r, q.replay_on_decode, now_);
+  if (!inst.busy) StartDecodeStep(q.decode);
 }
 
 void Simulator::StartDecodeStep(int d) {
   DecodeInst& inst = decode_[d];
-  if (o_.start_lag) {
-    // The worker's loop: requests started in the last iteration join now;
-    // those whose K/V landed since are started now and join the next one,
-    // unless nothing runs (then they are decoded at once).
-    for (int r : inst.started) JoinBatch(inst, r);
-    inst.started.clear();
-    const bool idle = inst.running == 0;
-    while (!inst.ready.empty() &&
-           inst.running + static_cast<int64_t>(inst.started.size()) < o_.max_batch) {
-      if (idle) {
-        JoinBatch(inst, inst.ready.front());
-      } else {
-        inst.started.push_back(inst.ready.front());
-      }
-      inst.ready.pop_front();
-    }
-  } else {
-    while (!inst.ready.empty() && inst.running < o_.max_batch) {
-      JoinBatch(inst, inst.ready.front());
-      inst.ready.pop_front();
-    }
-  }
-  if (inst.running == 0) {
-    SetDecodeIdle(d);
-    return;
-  }
-  Work work = cost_->DecodeStepBaseWork(inst.batch, inst.replay_tokens);
-  work += inst.replay_work;
-  work += cost_->DecodeBatchWork(inst.batch, inst.sum_context, inst.sum_local);
+  const double seconds = inst.exec->BeginStep(now_);
   const bool was_busy = inst.busy;
-  inst.busy = true;
-  ++decode_steps_;
-  const double end = Begin(inst.step, cost_->DecodeStepSeconds(work, inst.running, o_.decode_gpus),
-                           DecodeSpeed(inst));
-  ScheduleDecodeEnd(inst, end);
-  if (!was_busy && inst.neighbour >= 0) RespeedPrefill(inst.neighbour);
-}
-
-void Simulator::SetDecodeIdle(int d) {
-  DecodeInst& inst = decode_[d];
-  if (!inst.busy) return;
-  inst.busy = false;
-  if (inst.neighbour >= 0) RespeedPrefill(inst.neighbour);
+  inst.busy = seconds >= 0;
+  if (inst.busy) ScheduleDecodeEnd(inst, Begin(inst.step, seconds, DecodeSpeed(inst)));
+  if (inst.busy != was_busy && inst.neighbour >= 0) RespeedPrefill(inst.neighbour);
 }
 
 void Simulator::OnDecodeStepDone(int d) {
   DecodeInst& inst = decode_[d];
-  ++inst.steps_done;
-  // Every sequence past its first token advanced one position.
-  inst.sum_context += inst.batch;
-  inst.sum_local += inst.below_window;
-  while (!inst.reach_window_at.empty() && inst.reach_window_at.top().first <= inst.steps_done) {
-    --inst.below_window;
-    inst.reach_window_at.pop();
-  }
-  const int64_t w = cost_->config().sliding_window;
-  while (!inst.finish_at.empty() && inst.finish_at.top().first <= inst.steps_done) {
-    const int r = inst.finish_at.top().second;
-    inst.finish_at.pop();
-    Req& q = reqs_[r];
-    const int64_t context = q.spec.prompt_tokens + q.spec.output_tokens;
-    --inst.running;
-    --inst.batch;
-    inst.sum_context -= context;
-    if (w > 0) {
-      inst.sum_local -= std::min(w, context);
-      if (context < w) --inst.below_window;
-    }
-    q.generated = q.spec.output_tokens;
-    Finish(r);
-  }
-  // Replays on decode made their first token.
-  inst.replay_work = Work{};
-  inst.replay_tokens = 0;
-  for (int r : inst.first_pending) {
-    Req& q = reqs_[r];
-    q.generated = 1;
-    q.result.first_token_s = now_;
-    if (q.spec.output_tokens <= 1) {
-      --inst.running;
-      Finish(r);
-    } else {
-      AddToBatch(inst, r);
-    }
-  }
-  inst.first_pending.clear();
+  inst.exec->EndStep(&first_token_, &finished_);
+  for (int r : first_token_) reqs_[r].result.first_token_s = now_;
+  for (int r : finished_) Finish(r);
   StartDecodeStep(d);
 }
 
@@ -493,7 +386,7 @@ void Simulator::Heartbeat() {
   }
   for (const DecodeInst& d : decode_) {
     router::WorkerLoad load;
-    load.running_sequences = d.running;
+    load.running_sequences = d.exec->running();
     load.waiting_sequences = d.reserved - load.running_sequences;
     load.free_kv_blocks = d.pool->free_blocks();
     load.last_heartbeat = t;
@@ -563,7 +456,7 @@ SimSummary Simulator::Run() {
 
   SimSummary s;
   s.requests = static_cast<int>(reqs_.size());
-  s.decode_steps = decode_steps_;
+  for (const DecodeInst& d : decode_) s.decode_steps += d.exec->decode_steps();
   std::vector<double> ttft, tpot;
   double first_arrival = reqs_.empty() ? 0 : reqs_.front().spec.arrival_s,
          last_finish = first_arrival;
@@ -619,8 +512,9 @@ absl::StatusOr<SimSummary> RunSimulation(const SimOptions& o) {
       o.decode_gpus < 1) {
     return absl::InvalidArgumentError("sim: instance counts and GPUs per instance must be >= 1");
   }
-  if (o.block_size < 1 || o.max_batch < 1 || !(o.heartbeat_s > 0)) {
-    return absl::InvalidArgumentError("sim: block_size, max_batch and heartbeat must be > 0");
+  if (o.block_size < 1 || o.max_batch < 1 || o.max_step_tokens < 1 || !(o.heartbeat_s > 0)) {
+    return absl::InvalidArgumentError(
+        "sim: block_size, max_batch, max_step_tokens and heartbeat must be > 0");
   }
   CostModel::Options cost;
   cost.config = o.model;

@@ -1,16 +1,20 @@
 // Discrete-event, iteration-level simulator of a disaggregated fleet: a
-// prefill pool (FIFO, one prompt per step) and a decode pool (continuous
-// batching, admission by KV reservation, admission.h), placed by the
-// router's own policy library (services/router_policy) on simulated time,
-// fed load reports at a heartbeat period. K/V goes over one link per prefill
-// instance, serialized, after the prompt's prefill step. Optionally
-// (colocated) prefill and decode instances share machines and slow each
-// other down while both compute, by the device's measured slowdowns.
+// prefill pool (FIFO, one prompt per step) and a decode pool whose instances
+// run the decode worker's own scheduler (engine/scheduler: admission bounds,
+// continuous batching, FIFO starts, the per-step token budget) on the cost
+// model (decode_instance.h), with admission by KV reservation (admission.h),
+// placed by the router's own policy library (services/router_policy) on
+// simulated time, fed load reports at a heartbeat period. K/V goes over one
+// link per prefill instance, serialized, after the prompt's prefill step.
+// Optionally (colocated) prefill and decode instances share machines and
+// slow each other down while both compute, by the device's measured
+// slowdowns.
 //
 // Time to first token: for decoder-only models and replay on prefill, the
 // prefill instance makes the first token and the gateway relays it at once;
-// with replay on decode it is made by the decode instance's first iteration
-// for the request (after the transfer). TPOT = (finish - first token) /
+// with replay on decode it is made by the decode step that starts the
+// request (after the transfer). Either way the request decodes from the step
+// after its start, as in the worker. TPOT = (finish - first token) /
 // (output - 1), 0 for one-token outputs.
 //
 // Deterministic: the same options give the same summary. Thread-compatible
@@ -41,11 +45,11 @@ struct SimOptions {
   bool count_inflight = true;  // false: the naive router (queued tokens only)
   double heartbeat_s = 0.05;
   int block_size = 16;
-  int max_batch = 256;  // running sequences per decode instance
-  // The decode worker's loop (services/decode/loop.cc, engine/scheduler): a
-  // request whose K/V landed while others run is started (tail imported) in
-  // one iteration and decoded from the next. false: it joins the next step.
-  bool start_lag = false;
+  // The decode worker's scheduler (engine/scheduler, linked): sequences per
+  // decode instance, and the per-step token budget (one per decoding
+  // sequence plus the replay tokens of the step's starts).
+  int max_batch = 256;
+  int64_t max_step_tokens = 2048;
   // Prefill instance i and decode instance i share one machine (the CPU
   // cluster: i < min(prefill, decode) instances): while one computes, the
   // other runs slower by the device's measured colocated slowdown, applied
@@ -77,7 +81,7 @@ struct SimSummary {
   double throughput = 0;  // completed requests / makespan
   double goodput = 0;     // requests meeting both SLOs / makespan
   double output_tokens_per_s = 0;
-  int64_t decode_steps = 0;  // iterations over all decode instances
+  int64_t decode_steps = 0;  // decode batches run, over all decode instances
   int replays_on_decode = 0;
   std::vector<RequestResult> results;  // in arrival order
   // One line, every figure with full precision (determinism checks).

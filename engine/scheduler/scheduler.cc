@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
@@ -46,7 +45,14 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
 
 Scheduler::Entry* Scheduler::Find(const std::string& id) {
   auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : &entries_.at(it->second);
+  if (it == by_id_.end()) return nullptr;
+  auto w = waiting_.find(it->second);
+  return w != waiting_.end() ? &w->second : &running_entries_.at(it->second);
+}
+
+void Scheduler::MakeReady(const std::string& id, Entry* e) {
+  e->state = State::kReady;
+  startable_.insert(by_id_.at(id));
 }
 
 void Scheduler::Unqueue(const Entry& e) {
@@ -56,14 +62,22 @@ void Scheduler::Unqueue(const Entry& e) {
 }
 
 void Scheduler::Erase(uint64_t order) {
-  auto it = entries_.find(order);
-  if (it == entries_.end()) return;
+  Entries* from = &waiting_;
+  auto it = waiting_.find(order);
+  if (it == waiting_.end()) {
+    from = &running_entries_;
+    it = running_entries_.find(order);
+    if (it == running_entries_.end()) return;
+  }
   const Entry& e = it->second;
   Unqueue(e);
   if (e.state == State::kRunning) --running_;
+  if (e.state == State::kStarting) --starting_;
   if (e.state == State::kAdmitting) --admitting_;
+  watched_.erase(order);
+  startable_.erase(order);
   by_id_.erase(e.request.id);
-  entries_.erase(it);
+  from->erase(it);
 }
 
 absl::Status Scheduler::Add(const ScheduledRequest& request, SchedulerTime now,
@@ -89,7 +103,7 @@ absl::Status Scheduler::Add(const ScheduledRequest& request, SchedulerTime now,
                      " more would exceed ", options_.max_queued_tokens));
   }
   const uint64_t order = next_order_++;
-  Entry& e = entries_[order];
+  Entry& e = waiting_[order];
   e.request = request;
   e.added = e.progress = now;
   by_id_[request.id] = order;
@@ -110,7 +124,8 @@ absl::Status Scheduler::Activate(const std::string& id, int64_t start_tokens) {
   if (e->request.awaits_kv) {
     e->state = State::kAwaitingKv;
   } else {
-    e->state = e->attached ? State::kReady : State::kAwaitingAttach;
+    e->state = State::kAwaitingAttach;
+    if (e->attached) MakeReady(id, e);
   }
   return absl::OkStatus();
 }
@@ -124,7 +139,8 @@ void Scheduler::Attach(const std::string& id) {
   Entry* e = Find(id);
   if (e == nullptr) return;
   e->attached = true;
-  if (e->state == State::kAwaitingAttach) e->state = State::kReady;
+  if (e->state == State::kAwaitingAttach) MakeReady(id, e);
+  if (!Watched(*e)) watched_.erase(by_id_.at(id));
 }
 
 void Scheduler::OnKvProgress(const std::string& id, SchedulerTime now) {
@@ -138,7 +154,7 @@ void Scheduler::OnKvLanded(const std::string& id, SchedulerTime now, int64_t sta
   e->progress = std::max(e->progress, now);
   if (e->state != State::kAwaitingKv) return;
   e->work_left = std::max<int64_t>(0, start_tokens);
-  e->state = State::kReady;
+  MakeReady(id, e);
 }
 
 bool Scheduler::Cancel(const std::string& id, const std::string& reason) {
@@ -149,6 +165,7 @@ bool Scheduler::Cancel(const std::string& id, const std::string& reason) {
     e->cancelled = true;
     e->detail = reason;
   }
+  watched_.insert(by_id_.at(id));
   return true;
 }
 
@@ -157,52 +174,63 @@ bool Scheduler::FailTransfer(const std::string& id, const std::string& detail) {
   if (e == nullptr) return false;
   if (!e->failed && !e->cancelled) e->detail = detail;
   e->failed = true;
+  watched_.insert(by_id_.at(id));
   return true;
+}
+
+std::optional<EndReason> Scheduler::EndsNow(const Entry& e, SchedulerTime now) const {
+  if (e.state == State::kAdmitting) return std::nullopt;  // left alone until activated
+  if (e.cancelled) return EndReason::kCancelled;
+  if (e.failed) return EndReason::kTransferFailed;
+  if (!e.attached && options_.attach_timeout.count() > 0 &&
+      now - e.added > options_.attach_timeout) {
+    return EndReason::kNeverAttached;
+  }
+  if (e.state == State::kAwaitingKv && options_.kv_timeout.count() > 0 &&
+      now - e.progress > options_.kv_timeout) {
+    return EndReason::kKvTimeout;
+  }
+  return std::nullopt;
 }
 
 StepPlan Scheduler::Schedule(SchedulerTime now) {
   CED_CHECK(!in_step_);  // Update the previous plan first
   StepPlan plan;
-  // 1. Ends: cancelled, failed, never attached, no K/V progress. An
-  // admission still in progress is left alone until it is activated.
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    Entry& e = it->second;
-    std::optional<EndReason> why;
-    if (e.state == State::kAdmitting) {
-    } else if (e.cancelled) {
-      why = EndReason::kCancelled;
-    } else if (e.failed) {
-      why = EndReason::kTransferFailed;
-    } else if (!e.attached && options_.attach_timeout.count() > 0 &&
-               now - e.added > options_.attach_timeout) {
-      why = EndReason::kNeverAttached;
-    } else if (e.state == State::kAwaitingKv && options_.kv_timeout.count() > 0 &&
-               now - e.progress > options_.kv_timeout) {
-      why = EndReason::kKvTimeout;
+  // 1. Ends, in Add order: cancelled, failed, never attached, no K/V
+  // progress. Running requests can end only when watched.
+  // Running requests and, without timeouts, waiting ones can end only when
+  // watched.
+  std::vector<uint64_t> candidates(watched_.begin(), watched_.end());
+  if (options_.kv_timeout.count() > 0 || options_.attach_timeout.count() > 0) {
+    for (const auto& [order, e] : waiting_) {
+      if (!watched_.count(order)) candidates.push_back(order);
     }
-    if (!why) {
-      ++it;
-      continue;
-    }
-    const bool detailed = *why == EndReason::kCancelled || *why == EndReason::kTransferFailed;
-    plan.ended.push_back({e.request.id, *why, detailed ? e.detail : std::string()});
-    const uint64_t order = it->first;
-    ++it;
-    Erase(order);
+    std::sort(candidates.begin(), candidates.end());
   }
+  std::vector<uint64_t> ending;
+  for (uint64_t order : candidates) {
+    auto w = waiting_.find(order);
+    const Entry* e = w != waiting_.end() ? &w->second : &running_entries_.at(order);
+    const std::optional<EndReason> why = EndsNow(*e, now);
+    if (!why) continue;
+    const bool detailed = *why == EndReason::kCancelled || *why == EndReason::kTransferFailed;
+    plan.ended.push_back({e->request.id, *why, detailed ? e->detail : std::string()});
+    ending.push_back(order);
+  }
+  for (uint64_t order : ending) Erase(order);
   // 2. Decode: every running sequence, one token each; never cut.
-  int starting = 0;
-  for (const auto& [order, e] : entries_) {
-    if (e.state == State::kRunning) plan.decode.push_back(e.request.id);
-    if (e.state == State::kStarting) ++starting;
+  plan.decode_count = running_;
+  if (options_.list_decode) {
+    plan.decode.reserve(running_entries_.size());
+    for (const auto& [order, e] : running_entries_) plan.decode.push_back(e.request.id);
   }
   // 3. Start work, FIFO, in the slots and the budget left. Strict FIFO:
   // the first request that does not fit stops the scan (no overtaking), and
   // the first start of a step always runs, so no request starves.
-  int free_slots = options_.max_batch - running_ - starting;
-  int64_t left = options_.max_step_tokens - static_cast<int64_t>(plan.decode.size());
-  for (const auto& [order, e] : entries_) {
-    if (e.state != State::kReady && e.state != State::kStarting) continue;
+  int free_slots = options_.max_batch - running_ - starting_;
+  int64_t left = options_.max_step_tokens - plan.decode_count;
+  for (uint64_t order : startable_) {
+    const Entry& e = waiting_.at(order);
     const bool holds_slot = e.state == State::kStarting;
     if (!holds_slot && free_slots <= 0) continue;
     int64_t tokens = e.work_left;
@@ -226,17 +254,25 @@ StepPlan Scheduler::Schedule(SchedulerTime now) {
 void Scheduler::Update(const StepResult& result) {
   CED_CHECK(in_step_);  // Schedule first
   in_step_ = false;
-  const std::unordered_set<std::string> finished(result.finished.begin(), result.finished.end());
+  const std::vector<std::string>& finished = result.finished;
   for (const StartWork& s : planned_starts_) {
     Entry* e = Find(s.id);
-    if (e == nullptr || finished.count(s.id)) continue;
+    if (e == nullptr || std::find(finished.begin(), finished.end(), s.id) != finished.end()) {
+      continue;  // a step's starts are few: a scan beats building a set
+    }
     e->work_left = std::max<int64_t>(0, e->work_left - s.tokens);
+    if (e->state == State::kStarting) --starting_;
     if (s.completes) {
       Unqueue(*e);
       e->state = State::kRunning;
       ++running_;
+      const uint64_t order = by_id_.at(s.id);
+      if (Watched(*e)) watched_.insert(order);
+      startable_.erase(order);
+      running_entries_.insert(waiting_.extract(order));
     } else {
       e->state = State::kStarting;
+      ++starting_;
     }
   }
   planned_starts_.clear();

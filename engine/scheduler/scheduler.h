@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,6 +61,10 @@ struct SchedulerOptions {
   // A request with no consumer attached this long after Add ends
   // (kNeverAttached); 0 disables.
   std::chrono::milliseconds attach_timeout{10000};
+  // false: StepPlan::decode stays empty and only decode_count says how many
+  // sequences decode (an executor that keeps its own batch, like the
+  // simulator's: a plan then costs O(ended + started), not O(running)).
+  bool list_decode = true;
 };
 
 struct ScheduledRequest {
@@ -93,10 +99,11 @@ struct StartWork {
 struct StepPlan {
   std::vector<EndedRequest> ended;  // end these before anything else
   std::vector<StartWork> start;     // FIFO (Add order)
-  std::vector<std::string> decode;  // one token each, FIFO (Add order)
+  std::vector<std::string> decode;  // one token each, FIFO (Add order); see list_decode
+  int64_t decode_count = 0;         // every running sequence (listed or not)
   int64_t start_tokens = 0;         // sum of start[].tokens
-  int64_t budget_tokens() const { return static_cast<int64_t>(decode.size()) + start_tokens; }
-  bool empty() const { return ended.empty() && start.empty() && decode.empty(); }
+  int64_t budget_tokens() const { return decode_count + start_tokens; }
+  bool empty() const { return ended.empty() && start.empty() && decode_count == 0; }
 };
 
 struct StepResult {
@@ -139,6 +146,8 @@ class Scheduler {
   bool FailTransfer(const std::string& id, const std::string& detail);
 
   // Decides one step. Every Schedule is followed by Update before the next.
+  // Costs O(started + ended + watched), plus O(waiting) with a timeout set
+  // and O(running) when options.list_decode.
   StepPlan Schedule(SchedulerTime now);
   // Applies the executed plan: planned starts advance (complete ones run),
   // finished requests are forgotten.
@@ -169,18 +178,33 @@ class Scheduler {
     int64_t work_left = 0;  // start work not yet run
   };
 
+  using Entries = std::map<uint64_t, Entry>;  // by Add order: FIFO
+
   explicit Scheduler(const SchedulerOptions& options) : options_(options) {}
   Entry* Find(const std::string& id);
+  // Why `e` ends at a Schedule at `now`, if it does.
+  std::optional<EndReason> EndsNow(const Entry& e, SchedulerTime now) const;
   bool Queued(const Entry& e) const { return e.state != State::kRunning && !e.cancelled; }
+  // Schedule must look at `e` even without timeouts: it may end.
+  bool Watched(const Entry& e) const {
+    return e.cancelled || e.failed ||
+           (e.state == State::kRunning && !e.attached && options_.attach_timeout.count() > 0);
+  }
+  void MakeReady(const std::string& id, Entry* e);
   // Keep the counters in step with a change of `e`.
   void Unqueue(const Entry& e);
   void Erase(uint64_t order);
 
   SchedulerOptions options_;
-  std::map<uint64_t, Entry> entries_;  // by Add order: FIFO
+  // Not running, and running. A step looks at the startable and watched
+  // entries (and every waiting one when a timeout is set), never at all of
+  // the running ones unless it lists them.
+  Entries waiting_, running_entries_;
+  std::set<uint64_t> startable_;  // ready or starting, by Add order
+  std::set<uint64_t> watched_;    // may end (Watched)
   std::unordered_map<std::string, uint64_t> by_id_;
   uint64_t next_order_ = 0;
-  int running_ = 0, admitting_ = 0, queued_ = 0;
+  int running_ = 0, starting_ = 0, admitting_ = 0, queued_ = 0;
   int64_t queued_tokens_ = 0;
   std::vector<StartWork> planned_starts_;  // of the plan awaiting Update
   bool in_step_ = false;

@@ -1,10 +1,10 @@
 // `ced cluster`: the compose topology (router, gateway, prefill pool, decode
 // pool) as local processes on loopback — the embedded default deployment.
-#include <atomic>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <chrono>
@@ -23,9 +23,8 @@
 #include "services/cli/security_flags.h"
 #include "services/cli/service_commands.h"
 #include "services/common/grpc_util.h"
+#include "services/common/subprocess.h"
 #include "services/kv_store/local_redis.h"
-
-extern char** environ;
 
 namespace ced::cli {
 namespace {
@@ -34,7 +33,7 @@ constexpr char kWords[] = "cluster";
 
 struct Child {
   std::string name;
-  pid_t pid = -1;
+  std::unique_ptr<services::Subprocess> proc;
   std::string grpc, metrics, kv, http;
   std::thread reader;  // forwards its output, then reaps it (and says how it ended)
   std::atomic<bool> exited{false};
@@ -47,25 +46,15 @@ std::string Port(int base, int offset) { return base == 0 ? "0" : std::to_string
 // Starts `ced serve --role=...`, forwards its output with a prefix and waits
 // (at most 120 s) for its "listening on" line.
 absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  std::vector<std::string> full = {"ced", "serve"};
-  full.insert(full.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int rc = posix_spawn(&c->pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
-    return absl::InternalError(absl::StrCat("cannot start ", c->name));
-  }
-  FILE* out = fdopen(fds[0], "r");
+  services::SubprocessOptions o;
+  o.program = "/proc/self/exe";
+  o.argv = {"ced", "serve"};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.pipe_stdout = true;  // stderr stays ours
+  auto proc = services::Subprocess::Spawn(o);
+  if (!proc.ok()) return absl::InternalError(absl::StrCat("cannot start ", c->name));
+  c->proc = *std::move(proc);
+  FILE* out = fdopen(c->proc->ReleaseStdout(), "r");
   std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+?))?(, http (\S+?))?\))");
   char line[4096];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -95,8 +84,9 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
       std::fflush(stdout);
     }
     fclose(out);
-    int st = 0;
-    if (waitpid(c->pid, &st, 0) == c->pid) {
+    const absl::StatusOr<int> status = c->proc->Wait(-1);
+    if (status.ok()) {
+      const int st = *status;
       std::lock_guard<std::mutex> lock(g_print_mu);
       if (WIFEXITED(st)) {
         std::printf("cluster: %s exited with status %d\n", c->name.c_str(), WEXITSTATUS(st));
@@ -112,7 +102,7 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
 
 void StopAll(std::vector<std::unique_ptr<Child>>& children, int grace_ms) {
   for (auto it = children.rbegin(); it != children.rend(); ++it) {
-    if ((*it)->pid > 0 && !(*it)->exited) kill((*it)->pid, SIGTERM);
+    if ((*it)->proc != nullptr && !(*it)->exited) (*it)->proc->Signal(SIGTERM);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
   for (auto& c : children) {
@@ -120,27 +110,16 @@ void StopAll(std::vector<std::unique_ptr<Child>>& children, int grace_ms) {
       while (!c->exited && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      if (!c->exited) kill(c->pid, SIGKILL);
+      if (!c->exited) c->proc->Signal(SIGKILL);
       c->reader.join();
-      c->pid = -1;
       continue;
     }
-    while (c->pid > 0) {
-      int st;
-      pid_t r = waitpid(c->pid, &st, WNOHANG);
-      if (r == c->pid || r < 0) {
-        c->pid = -1;
-        break;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(c->pid, SIGKILL);
-        waitpid(c->pid, &st, 0);
-        c->pid = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (c->proc == nullptr) continue;
+    const std::chrono::duration<double> left = deadline - std::chrono::steady_clock::now();
+    if (absl::IsDeadlineExceeded(c->proc->Wait(std::max(0.0, left.count())).status())) {
+      c->proc->Signal(SIGKILL);
+      (void)c->proc->Wait(-1);
     }
-    if (c->reader.joinable()) c->reader.join();
   }
 }
 

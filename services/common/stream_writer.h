@@ -1,18 +1,23 @@
 // A server-streaming reactor fed from any thread: producers Push messages and
 // Close with a status; the reactor writes them in order, one at a time.
 //
+// Coalescing: with a `merge` function, a message pushed while another waits
+// behind the one being written is merged into the waiting one when `merge`
+// agrees (e.g. two token deltas become one): a client that reads slower
+// than tokens come gets fewer, larger messages instead of a growing queue.
+//
 // Lifetime: gRPC owns the reactor until OnDone, which deletes it. Producers
 // hold a std::shared_ptr<StreamWriter<T>::Handle>; pushes after the stream is
 // done are dropped, so a producer never touches a deleted reactor.
 #pragma once
+
+#include <grpcpp/grpcpp.h>
 
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
-
-#include <grpcpp/grpcpp.h>
 
 namespace ced::services {
 
@@ -42,9 +47,14 @@ class StreamWriter final : public grpc::ServerWriteReactor<T> {
   };
 
   // `on_cancel` runs (once, on a gRPC thread) when the client cancels or the
-  // deadline expires.
-  explicit StreamWriter(std::function<void()> on_cancel = nullptr)
-      : handle_(std::make_shared<Handle>()), on_cancel_(std::move(on_cancel)) {
+  // deadline expires. `merge(waiting, next)` folds `next` into `waiting` and
+  // returns true, or returns false (and leaves both) when they must stay
+  // separate messages; it runs under the writer's lock.
+  using Merge = std::function<bool(T* waiting, T* next)>;
+  explicit StreamWriter(std::function<void()> on_cancel = nullptr, Merge merge = nullptr)
+      : handle_(std::make_shared<Handle>()),
+        on_cancel_(std::move(on_cancel)),
+        merge_(std::move(merge)) {
     handle_->writer_ = this;
   }
   std::shared_ptr<Handle> handle() const { return handle_; }
@@ -77,6 +87,10 @@ class StreamWriter final : public grpc::ServerWriteReactor<T> {
  private:
   void PushLocked(T message) {
     if (closing_.has_value() || finished_) return;
+    // queue_.front() is being written while writing_; a later one waits.
+    if (merge_ && writing_ && queue_.size() >= 2 && merge_(&queue_.back(), &message)) {
+      return;
+    }
     queue_.push_back(std::move(message));
     PumpLocked();
   }
@@ -100,6 +114,7 @@ class StreamWriter final : public grpc::ServerWriteReactor<T> {
 
   std::shared_ptr<Handle> handle_;
   std::function<void()> on_cancel_;
+  Merge merge_;
   std::deque<T> queue_;  // front is being written while writing_
   bool writing_ = false;
   bool finished_ = false;

@@ -10,6 +10,7 @@
 #include "services/decode/request.h"
 #include "services/kv_store/tier_metrics.h"
 #include "services/metrics/kernel_info.h"
+#include "services/metrics/process_metrics.h"
 
 namespace ced::services {
 
@@ -76,6 +77,7 @@ absl::Status DecodeWorker::Init() {
   ASSIGN_OR_RETURN(m_->weights_bytes,
                    gauge("ced_weights_resident_bytes", "Bytes of model weights resident."));
   RETURN_IF_ERROR(metrics::RegisterCpuKernelInfo(&registry_));
+  RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&registry_));
   ASSIGN_OR_RETURN(m_->prefix, PrefixCacheMetrics::Create(&registry_));
   registry_.AddCollectHook([this] { m_->prefix.Update(engine_->cache_stats()); });
   RETURN_IF_ERROR(RegisterKvTierMetrics(&registry_, [this] { return engine_->kv_tier_stats(); }));

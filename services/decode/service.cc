@@ -7,6 +7,25 @@ namespace ced::services {
 
 using ced::internal::TokenChunk;
 
+namespace {
+
+// Token chunks waiting behind a write that has not finished (the gateway
+// reads slower than the batch steps): the next chunk's tokens join the
+// waiting one's when they follow it; the last chunk's summary comes along.
+bool MergeChunks(TokenChunk* waiting, TokenChunk* next) {
+  if (waiting->finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) return false;
+  if (next->token_ids_size() > 0 &&
+      next->start_step() != waiting->start_step() + waiting->token_ids_size()) {
+    return false;
+  }
+  const int32_t start = waiting->start_step();
+  waiting->MergeFrom(*next);  // appends the tokens, takes the summary fields
+  waiting->set_start_step(start);
+  return true;
+}
+
+}  // namespace
+
 absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const ModelConfig& c) {
   if (req.request_id().empty() || req.request_id().size() > 256) {
     return absl::InvalidArgumentError("request_id: must be 1..256 bytes");
@@ -64,8 +83,8 @@ class DecodeWorker::Service final : public ced::internal::DecodeWorker::Callback
   grpc::ServerWriteReactor<TokenChunk>* Stream(grpc::CallbackServerContext* ctx,
                                                const ced::internal::StreamRequest* req) override {
     const std::string id = req->request_id();
-    auto* writer =
-        new StreamWriter<TokenChunk>([w = w_, id] { w->Cancel(id, "the stream was cancelled"); });
+    auto* writer = new StreamWriter<TokenChunk>(
+        [w = w_, id] { w->Cancel(id, "the stream was cancelled"); }, MergeChunks);
     w_->AttachStream(id, writer->handle());
     return writer;
   }
@@ -77,9 +96,9 @@ class DecodeWorker::Service final : public ced::internal::DecodeWorker::Callback
     auto* reactor = ctx->DefaultReactor();
     // A worker past its drain is going away: UNAVAILABLE tells the gateway to
     // move the streams it just ended (request migration), not to fail them.
-    reactor->Finish(w_->shutting_down_ ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                                      "decode worker shutting down")
-                                       : grpc::Status::OK);
+    reactor->Finish(w_->shutting_down_
+                        ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker shutting down")
+                        : grpc::Status::OK);
     return reactor;
   }
 

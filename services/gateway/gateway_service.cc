@@ -15,6 +15,16 @@
 
 namespace ced::gateway {
 
+bool GrpcSink::Merge(grpc::ByteBuffer* waiting, grpc::ByteBuffer* next) {
+  ced::v1::GenerateResponse a, b;
+  if (!ParseRequest(*waiting, &a).ok() || !ParseRequest(*next, &b).ok()) return false;
+  if (a.finish_reason() != ced::v1::FINISH_REASON_UNSPECIFIED) return false;
+  std::string text = a.text() + b.text();
+  a.MergeFrom(b);  // appends the tokens, takes the final message's fields
+  a.set_text(std::move(text));
+  return SerializeMessage(a, waiting).ok();
+}
+
 void GrpcSink::Push(ced::v1::GenerateResponse response) {
   grpc::ByteBuffer buffer;
   if (SerializeMessage(response, &buffer).ok()) out_->Push(std::move(buffer));
@@ -25,9 +35,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
   const absl::Time received = absl::Now();
   // Cancel() reaches the call through this slot, filled before the reactor is returned.
   auto slot = std::make_shared<std::weak_ptr<GenerateCall>>();
-  auto* writer = new GrpcSink::Writer([slot] {
-    if (std::shared_ptr<GenerateCall> call = slot->lock()) call->Cancel();
-  });
+  auto* writer = new GrpcSink::Writer(
+      [slot] {
+        if (std::shared_ptr<GenerateCall> call = slot->lock()) call->Cancel();
+      },
+      GrpcSink::Merge);
   ced::v1::GenerateRequest request;
   absl::Status status = ParseRequest(*raw, &request);
   absl::StatusOr<ValidatedRequest> valid =
@@ -39,10 +51,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     return writer;
   }
   std::shared_ptr<GenerateCall> call;
-  const grpc::Status started =
-      StartGenerate(core_, Api::kGrpc, *std::move(valid),
-                    std::make_shared<GrpcSink>(writer->handle()), context->deadline(), received,
-                    &call);
+  const grpc::Status started = StartGenerate(core_, Api::kGrpc, *std::move(valid),
+                                             std::make_shared<GrpcSink>(writer->handle()),
+                                             context->deadline(), received, &call);
   if (!started.ok()) {
     writer->handle()->Close(started);
     return writer;

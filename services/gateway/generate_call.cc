@@ -82,9 +82,13 @@ GenerateCall::GenerateCall(GatewayCore* core, Api api, ValidatedRequest request,
       assembler_(&core->tokenizer(), request_.stop, request_.max_tokens) {}
 
 GenerateCall::~GenerateCall() {
-  for (auto& a : attempts_) {
-    if (a->decode_thread.joinable()) a->decode_thread.join();
-    if (a->prefill_thread.joinable()) a->prefill_thread.join();
+  // Run drained the queue; a call that never ran has nothing in it.
+  if (!cq_shut_down_) {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
   }
 }
 
@@ -171,15 +175,12 @@ void GenerateCall::Run() {
       (void)CleanUp(a.get());
     }
   }
-  for (auto& a : attempts_) {
-    if (a->decode_thread.joinable()) a->decode_thread.join();
-    if (a->prefill_thread.joinable()) a->prefill_thread.join();
-  }
+  DrainStreams();
   if (status.ok()) {
     metrics.CountRequest(api_, assembler_.stopped() || current()->final_chunk.finish_reason() ==
-                                                     ced::internal::FINISH_REASON_STOP
-                             ? "stop"
-                             : "length");
+                                                           ced::internal::FINISH_REASON_STOP
+                                   ? "stop"
+                                   : "length");
     api_metrics_.e2e_latency_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - received_));
   } else {
     metrics.CountRequest(api_, OutcomeLabel(status.error_code()));
@@ -407,7 +408,10 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
 
   // 3. Follow the token stream, then start the prefill.
   a->decode_ctx.set_deadline(client_deadline_);
-  a->decode_thread = std::thread([this, a] { ReadDecode(a); });
+  ced::internal::StreamRequest stream_request;
+  stream_request.set_request_id(a->worker_request_id);
+  StartStream(a, /*decode=*/true, &a->decode,
+              a->decode_stub->PrepareAsyncStream(&a->decode_ctx, stream_request, &cq_));
   if (!route.local_prefill()) {
     a->prefill_stub =
         ced::internal::PrefillWorker::NewStub(core_->Channel(route.prefill().grpc_address()));
@@ -423,41 +427,58 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
     prefill.set_kv_format(reserved.kv_format());
     a->prefill_ctx.set_deadline(client_deadline_);
     a->prefill_started = true;
-    a->prefill_thread = std::thread(
-        [this, a, prefill = std::move(prefill)]() mutable { ReadPrefill(a, std::move(prefill)); });
+    StartStream(a, /*decode=*/false, &a->prefill,
+                a->prefill_stub->PrepareAsyncPrefill(&a->prefill_ctx, prefill, &cq_));
   }
   return Relay(a);
 }
 
-void GenerateCall::Push(Event event) {
+template <typename Message>
+void GenerateCall::StartStream(Attempt* a, bool decode, AsyncStream<Message>* stream,
+                               std::unique_ptr<grpc::ClientAsyncReader<Message>> reader) {
+  stream->reader = std::move(reader);
+  stream->start = Op{stream, Op::Kind::kStart, decode, a->index};
+  stream->read = Op{stream, Op::Kind::kRead, decode, a->index};
+  stream->finish = Op{stream, Op::Kind::kFinish, decode, a->index};
+  stream->open = true;
+  stream->reader->StartCall(&stream->start);
+}
+
+bool GenerateCall::Cancelled() const {
   absl::MutexLock lock(&mu_);
-  events_.push_back(std::move(event));
+  return cancelled_;
 }
 
-void GenerateCall::ReadDecode(Attempt* a) {
-  ced::internal::StreamRequest request;
-  request.set_request_id(a->worker_request_id);
-  auto reader = a->decode_stub->Stream(&a->decode_ctx, request);
-  Event event{Event::Kind::kChunk, a->index, {}, {}, {}};
-  while (reader->Read(&event.chunk)) {
-    Push(event);
-    event.chunk.Clear();
-  }
-  Push(Event{Event::Kind::kDecodeEnd, a->index, {}, {}, reader->Finish()});
-}
-
-void GenerateCall::ReadPrefill(Attempt* a, ced::internal::PrefillRequest request) {
-  auto reader = a->prefill_stub->Prefill(&a->prefill_ctx, request);
-  ced::internal::PrefillResponse response;
-  while (reader->Read(&response)) {
-    if (response.has_first_token()) {
-      Push(Event{Event::Kind::kFirstToken, a->index, response, {}, {}});
-    } else if (response.has_done()) {
-      Push(Event{Event::Kind::kPrefillDone, a->index, response, {}, {}});
+void GenerateCall::DrainStreams() {
+  auto open = [this] {
+    for (const auto& a : attempts_) {
+      if (a->decode.open || a->prefill.open) return true;
     }
-    response.Clear();
+    return false;
+  };
+  // The request is over: a stream still open has nobody to relay to.
+  if (open()) TryCancelAll();
+  void* tag;
+  bool ok;
+  while (open() && cq_.Next(&tag, &ok)) {
+    Op* op = static_cast<Op*>(tag);
+    const Got got =
+        op->decode ? Advance(static_cast<AsyncStream<ced::internal::TokenChunk>*>(op->stream),
+                             op->kind, ok)
+                   : Advance(static_cast<AsyncStream<ced::internal::PrefillResponse>*>(op->stream),
+                             op->kind, ok);
+    if (got == Got::kMessage) {
+      if (op->decode) {
+        NextRead(static_cast<AsyncStream<ced::internal::TokenChunk>*>(op->stream));
+      } else {
+        NextRead(static_cast<AsyncStream<ced::internal::PrefillResponse>*>(op->stream));
+      }
+    }
   }
-  Push(Event{Event::Kind::kPrefillEnd, a->index, {}, {}, reader->Finish()});
+  cq_.Shutdown();
+  while (cq_.Next(&tag, &ok)) {
+  }
+  cq_shut_down_ = true;
 }
 
 }  // namespace ced::gateway

@@ -10,18 +10,21 @@
 // tokens; at most GatewaySettings::migration_limit times. A prefill worker
 // that dies before the decode worker streamed a token is replaced once.
 //
-// Threads: Run() executes on a thread of its own (synchronous stubs); two
-// reader threads follow the decode and prefill streams and hand their events
-// to it. Cancel() may be called from any thread (the reactor's OnCancel, an
-// HTTP connection that saw its client leave).
+// Threads: Run() executes on a thread of its own: the unary calls (Route,
+// Reserve, Cancel) are synchronous; the decode and prefill streams are read
+// through the call's own completion queue, which this thread polls, so a
+// token goes from the socket to the client without another thread's hand-off,
+// and the tokens that arrived while it was busy go out as one message.
+// Cancel() may be called from any thread (the reactor's OnCancel, an HTTP
+// connection that saw its client leave).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,13 +61,23 @@ class GenerateCall final {
   void Cancel();
 
  private:
-  struct Event {
-    enum class Kind { kFirstToken, kPrefillDone, kPrefillEnd, kChunk, kDecodeEnd };
+  // One server stream of a worker read through the call's completion queue:
+  // from StartCall until its Finish completed exactly one operation is
+  // outstanding, tagged with one of the three Op members.
+  struct Op {
+    enum class Kind { kStart, kRead, kFinish };
+    void* stream;  // the AsyncStream<...> this op belongs to
     Kind kind;
-    int attempt = 0;  // Attempt::index of the stream it came from
-    ced::internal::PrefillResponse prefill;
-    ced::internal::TokenChunk chunk;
-    grpc::Status status;
+    bool decode;  // which of the attempt's streams
+    int attempt;  // Attempt::index
+  };
+  template <typename Message>
+  struct AsyncStream {
+    std::unique_ptr<grpc::ClientAsyncReader<Message>> reader;
+    Message message;      // the last message read (valid until the next Read)
+    grpc::Status status;  // once finished
+    bool open = false;    // an operation is outstanding
+    Op start, read, finish;
   };
   // One placement of the request's remaining tokens and the calls on its
   // workers: the first attempt serves the request as sent, each migration or
@@ -79,18 +92,19 @@ class GenerateCall final {
     ced::internal::RouteResponse route;
     std::unique_ptr<ced::internal::DecodeWorker::Stub> decode_stub;
     std::unique_ptr<ced::internal::PrefillWorker::Stub> prefill_stub;
-    std::thread decode_thread, prefill_thread;
+    AsyncStream<ced::internal::TokenChunk> decode;
+    AsyncStream<ced::internal::PrefillResponse> prefill;
     bool reserve_sent = false;
     bool reserved = false;
     bool prefill_started = false;
-    bool decode_complete = false;     // final chunk and OK status received
+    bool decode_complete = false;      // final chunk and OK status received
     bool reserve_unavailable = false;  // Reserve: UNAVAILABLE (draining, or gone)
-    bool reserve_refused = false;     // Reserve: ALREADY_EXISTS (another request's id there)
-    bool prefill_complete = false;    // OK status received
-    bool worker_unavailable = false;  // Reserve or a worker stream ended UNAVAILABLE
-    bool cleaned_up = false;          // CleanUp ran
-    int decode_tokens = 0;            // tokens the decode stream delivered
-    absl::Time prefill_start;         // Prefill called (or, locally, Reserve returned)
+    bool reserve_refused = false;      // Reserve: ALREADY_EXISTS (another request's id there)
+    bool prefill_complete = false;     // OK status received
+    bool worker_unavailable = false;   // Reserve or a worker stream ended UNAVAILABLE
+    bool cleaned_up = false;           // CleanUp ran
+    int decode_tokens = 0;             // tokens the decode stream delivered
+    absl::Time prefill_start;          // Prefill called (or, locally, Reserve returned)
     ced::internal::TokenChunk final_chunk;
     ced::internal::PrefillDone prefill_done;
     // Contexts of every downstream call: TryCancel at any time (before,
@@ -122,10 +136,48 @@ class GenerateCall final {
   void Emit(const TokenAssembler::Output& output);
   void SendFinal(const std::string& text, ced::internal::FinishReason reason,
                  const std::string& detail);
-  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ || !events_.empty(); }
-  void ReadDecode(Attempt* a);
-  void ReadPrefill(Attempt* a, ced::internal::PrefillRequest request);
-  void Push(Event event);
+  // What a completed operation means for the relay.
+  enum class Got { kNothing, kMessage, kEnd };
+  // Advances the stream of a completed operation: after a successful StartCall
+  // the first Read, after a failed StartCall or Read the Finish. kMessage: the
+  // stream's message is there (the caller reads the next with NextRead);
+  // kEnd: the stream finished with its status.
+  template <typename Message>
+  void StartStream(Attempt* a, bool decode, AsyncStream<Message>* stream,
+                   std::unique_ptr<grpc::ClientAsyncReader<Message>> reader);
+  template <typename Message>
+  static Got Advance(AsyncStream<Message>* stream, Op::Kind kind, bool ok) {
+    switch (kind) {
+      case Op::Kind::kStart:
+        if (ok) {
+          NextRead(stream);
+        } else {
+          stream->reader->Finish(&stream->status, &stream->finish);
+        }
+        return Got::kNothing;
+      case Op::Kind::kRead:
+        if (ok) return Got::kMessage;
+        stream->reader->Finish(&stream->status, &stream->finish);
+        return Got::kNothing;
+      case Op::Kind::kFinish:
+        stream->open = false;
+        return Got::kEnd;
+    }
+    return Got::kNothing;
+  }
+  template <typename Message>
+  static void NextRead(AsyncStream<Message>* stream) {
+    stream->reader->Read(&stream->message, &stream->read);
+  }
+  // Advances the stream of the operation `tag` completed; the relay's own
+  // streams are `current`'s; messages of the others (abandoned attempts) are
+  // dropped. Returns an error that ends the attempt, or nullopt.
+  struct RelayState;
+  std::optional<grpc::Status> OnCompletion(void* tag, bool ok, Attempt* current, RelayState* st);
+  bool Cancelled() const;
+  // Waits until every stream of every attempt finished (their calls were
+  // cancelled, or ended).
+  void DrainStreams();
   void TryCancel(Attempt* a);
   void TryCancelAll();
   // Cancels the attempt's calls and its request on its workers (once).
@@ -151,9 +203,12 @@ class GenerateCall final {
   std::vector<std::string> migrated_from_;  // decode workers that died under the request
   std::vector<std::string> retried_from_;   // prefill workers that died before its first token
 
+  // The worker streams' operations; polled by the Run thread only.
+  grpc::CompletionQueue cq_;
+  bool cq_shut_down_ = false;
+
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
   // Appended by the Run thread under mu_ (it reads them without); never shrinks.
   std::vector<std::unique_ptr<Attempt>> attempts_;
 };

@@ -34,91 +34,119 @@ grpc::Status GenerateCall::CheckChunk(const ced::internal::TokenChunk& chunk) co
   return grpc::Status::OK;
 }
 
-grpc::Status GenerateCall::Relay(Attempt* a) {
-  const GatewaySettings& settings = core_->settings();
-  const std::string decode_prefix =
-      absl::StrCat("decode worker ", a->route.decode().worker_id(), ": ");
-  const std::string prefill_prefix =
-      absl::StrCat("prefill worker ", a->route.prefill().worker_id(), ": ");
+struct GenerateCall::RelayState {
+  std::string decode_prefix, prefill_prefix;
   bool decode_ended = false;
-  bool prefill_ended = !a->prefill_started;
+  bool prefill_ended = false;
   bool have_final = false;
   bool prefill_given_up = false;
   absl::Time decode_ended_at;
-  while (!decode_ended || !prefill_ended) {
-    Event event;
-    {
-      absl::MutexLock lock(&mu_);
-      const absl::Condition ready(this, &GenerateCall::Ready);
-      if (decode_ended && !prefill_given_up) {
-        // The tokens are complete; the prefill's summary should follow at once.
-        if (!mu_.AwaitWithDeadline(ready, decode_ended_at + settings.prefill_grace)) {
-          prefill_given_up = true;
-          a->prefill_ctx.TryCancel();
-          continue;
-        }
-      } else {
-        mu_.Await(ready);
-      }
-      if (cancelled_) return CancelStatus();
-      event = std::move(events_.front());
-      events_.pop_front();
-    }
-    if (event.attempt != a->index) continue;  // the rest of an abandoned attempt
-    switch (event.kind) {
-      case Event::Kind::kFirstToken: {
-        const int32_t id = event.prefill.first_token().token_id();
-        if (id < 0 || id >= settings.limits.vocab_size) {
-          return Internal(absl::StrCat(prefill_prefix, "first token id ", id, " is outside [0, ",
-                                       settings.limits.vocab_size, ")"));
-        }
-        assembler_.Add(a->base_step, {id});
-        break;
-      }
-      case Event::Kind::kPrefillDone:
-        a->prefill_done = event.prefill.done();
-        break;
-      case Event::Kind::kPrefillEnd:
-        prefill_ended = true;
-        if (event.status.ok()) {
-          a->prefill_complete = true;
-        } else if (!prefill_given_up) {
-          if (event.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-            a->worker_unavailable = true;
-          }
-          return grpc::Status(event.status.error_code(),
-                              prefill_prefix + event.status.error_message());
-        }
-        break;
-      case Event::Kind::kChunk: {
-        if (have_final) break;  // nothing may follow the final chunk
-        grpc::Status valid = CheckChunk(event.chunk);
-        if (!valid.ok()) return Internal(decode_prefix + valid.error_message());
-        a->decode_tokens += event.chunk.token_ids_size();
+};
+
+std::optional<grpc::Status> GenerateCall::OnCompletion(void* tag, bool ok, Attempt* a,
+                                                       RelayState* st) {
+  const GatewaySettings& settings = core_->settings();
+  const Op* op = static_cast<const Op*>(tag);
+  const bool mine = op->attempt == a->index;  // else the rest of an abandoned attempt
+  if (op->decode) {
+    auto* stream = static_cast<AsyncStream<ced::internal::TokenChunk>*>(op->stream);
+    const Got got = Advance(stream, op->kind, ok);
+    if (got == Got::kMessage) {
+      ced::internal::TokenChunk& chunk = stream->message;
+      if (mine && !st->have_final) {  // nothing may follow the final chunk
+        grpc::Status valid = CheckChunk(chunk);
+        if (!valid.ok()) return Internal(st->decode_prefix + valid.error_message());
+        a->decode_tokens += chunk.token_ids_size();
         // The worker counts steps from the attempt's start.
-        assembler_.Add(
-            a->base_step + event.chunk.start_step(),
-            {event.chunk.token_ids().data(), static_cast<size_t>(event.chunk.token_ids_size())});
-        if (event.chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
-          have_final = true;
-          a->final_chunk = std::move(event.chunk);
+        assembler_.Add(a->base_step + chunk.start_step(),
+                       {chunk.token_ids().data(), static_cast<size_t>(chunk.token_ids_size())});
+        if (chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
+          st->have_final = true;
+          a->final_chunk = std::move(chunk);
         }
+      }
+      chunk.Clear();
+      NextRead(stream);
+    } else if (got == Got::kEnd && mine) {
+      st->decode_ended = true;
+      st->decode_ended_at = absl::Now();
+      const grpc::Status& status = stream->status;
+      if (!status.ok()) {
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
+        return grpc::Status(status.error_code(), st->decode_prefix + status.error_message());
+      }
+      if (!st->have_final) {
+        return Internal(st->decode_prefix + "token stream ended without a final chunk");
+      }
+      a->decode_complete = true;
+    }
+    return std::nullopt;
+  }
+  auto* stream = static_cast<AsyncStream<ced::internal::PrefillResponse>*>(op->stream);
+  const Got got = Advance(stream, op->kind, ok);
+  if (got == Got::kMessage) {
+    const ced::internal::PrefillResponse& response = stream->message;
+    if (mine && response.has_first_token()) {
+      const int32_t id = response.first_token().token_id();
+      if (id < 0 || id >= settings.limits.vocab_size) {
+        return Internal(absl::StrCat(st->prefill_prefix, "first token id ", id, " is outside [0, ",
+                                     settings.limits.vocab_size, ")"));
+      }
+      assembler_.Add(a->base_step, {id});
+    } else if (mine && response.has_done()) {
+      a->prefill_done = response.done();
+    }
+    stream->message.Clear();
+    NextRead(stream);
+  } else if (got == Got::kEnd && mine) {
+    st->prefill_ended = true;
+    const grpc::Status& status = stream->status;
+    if (status.ok()) {
+      a->prefill_complete = true;
+    } else if (!st->prefill_given_up) {
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
+      return grpc::Status(status.error_code(), st->prefill_prefix + status.error_message());
+    }
+  }
+  return std::nullopt;
+}
+
+grpc::Status GenerateCall::Relay(Attempt* a) {
+  const GatewaySettings& settings = core_->settings();
+  RelayState st;
+  st.decode_prefix = absl::StrCat("decode worker ", a->route.decode().worker_id(), ": ");
+  st.prefill_prefix = absl::StrCat("prefill worker ", a->route.prefill().worker_id(), ": ");
+  st.prefill_ended = !a->prefill_started;
+  while (!st.decode_ended || !st.prefill_ended) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (st.decode_ended && !st.prefill_given_up) {
+      // The tokens are complete; the prefill's summary should follow at once.
+      const auto next =
+          cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(st.decode_ended_at + settings.prefill_grace));
+      if (next == grpc::CompletionQueue::TIMEOUT) {
+        st.prefill_given_up = true;
+        a->prefill_ctx.TryCancel();
+        continue;
+      }
+      if (next != grpc::CompletionQueue::GOT_EVENT) return Internal("completion queue shut down");
+    } else if (!cq_.Next(&tag, &ok)) {
+      return Internal("completion queue shut down");
+    }
+    // Handle this event and every other one already there, then send what
+    // they completed as one message: a client that fell behind catches up in
+    // fewer, larger messages.
+    while (true) {
+      // Every completion advances its stream, even on the way out: a stream
+      // left without an outstanding operation would never finish.
+      const std::optional<grpc::Status> end = OnCompletion(tag, ok, a, &st);
+      if (Cancelled()) return CancelStatus();
+      if (end.has_value()) return *end;
+      if (st.decode_ended && st.prefill_ended) break;
+      if (cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::time_point()) !=
+          grpc::CompletionQueue::GOT_EVENT) {
         break;
       }
-      case Event::Kind::kDecodeEnd:
-        decode_ended = true;
-        decode_ended_at = absl::Now();
-        if (!event.status.ok()) {
-          if (event.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-            a->worker_unavailable = true;
-          }
-          return grpc::Status(event.status.error_code(),
-                              decode_prefix + event.status.error_message());
-        }
-        if (!have_final)
-          return Internal(decode_prefix + "token stream ended without a final chunk");
-        a->decode_complete = true;
-        break;
     }
     Emit(assembler_.TakeReady());
     if (assembler_.stopped()) {
@@ -126,6 +154,7 @@ grpc::Status GenerateCall::Relay(Attempt* a) {
       return grpc::Status::OK;
     }
   }
+  if (Cancelled()) return CancelStatus();
   return Conclude(a);
 }
 

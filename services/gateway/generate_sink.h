@@ -34,6 +34,9 @@ class GrpcSink final : public GenerateSink {
  public:
   using Writer = services::StreamWriter<grpc::ByteBuffer>;
   explicit GrpcSink(std::shared_ptr<Writer::Handle> out) : out_(std::move(out)) {}
+  // The writer's Merge: two deltas that wait for the client become one (the
+  // second may be the final message).
+  static bool Merge(grpc::ByteBuffer* waiting, grpc::ByteBuffer* next);
   void Push(ced::v1::GenerateResponse response) override;
   void Close(const grpc::Status& status) override { out_->Close(status); }
 

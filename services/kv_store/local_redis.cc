@@ -3,9 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,8 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-
-extern char** environ;
+#include "services/common/subprocess.h"
 
 namespace ced::services {
 namespace {
@@ -74,59 +71,43 @@ absl::StatusOr<std::unique_ptr<LocalRedis>> LocalRedis::Start(int max_memory_mb,
   char tmpl[] = "/tmp/ced-redis-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("--kv-store local: mkdtemp failed");
   r->dir_ = tmpl;
-  for (int attempt = 0; attempt < 3 && r->pid_ < 0; ++attempt) {
+  for (int attempt = 0; attempt < 3 && r->proc_ == nullptr; ++attempt) {
     r->port_ = FreePort();
     if (r->port_ == 0) continue;
-    std::vector<std::string> args = {
+    SubprocessOptions o;
+    o.argv = {
         binary,        "--port", std::to_string(r->port_), "--bind", "127.0.0.1",
         "--dir",       r->dir_,  "--save", "",  "--appendonly", "no",
         "--maxmemory", absl::StrCat(max_memory_mb, "mb"), "--maxmemory-policy", "allkeys-lru",
         "--logfile",   r->dir_ + "/redis.log", "--daemonize", "no"};
-    if (!password.empty()) args.insert(args.end(), {"--requirepass", password});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid;
-    if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-      return absl::UnavailableError("--kv-store local: cannot start redis-server");
-    }
+    if (!password.empty()) o.argv.insert(o.argv.end(), {"--requirepass", password});
+    absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Spawn(o);
+    if (!proc.ok()) return absl::UnavailableError("--kv-store local: cannot start redis-server");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
       if (Accepts(r->port_)) {
-        r->pid_ = pid;
+        r->proc_ = *std::move(proc);
         break;
       }
-      int st;
-      if (waitpid(pid, &st, WNOHANG) == pid) break;  // lost the port race: try another
+      if (!(*proc)->Running()) break;  // lost the port race: try another
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (r->pid_ < 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
+    if (r->proc_ == nullptr && (*proc)->Signal(SIGKILL)) (void)(*proc)->Wait(-1);
   }
-  if (r->pid_ < 0) {
+  if (r->proc_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("--kv-store local: redis-server did not start (see ", r->dir_, "/redis.log)"));
   }
   return r;
 }
 
+LocalRedis::~LocalRedis() { Stop(); }
+
+pid_t LocalRedis::pid() const { return proc_ ? proc_->pid() : -1; }
+
 void LocalRedis::Stop() {
-  if (pid_ > 0) {
-    kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    int st;
-    while (waitpid(pid_, &st, WNOHANG) != pid_) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &st, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    pid_ = -1;
-  }
+  if (proc_ != nullptr) proc_->Terminate(5.0);
+  proc_.reset();
   if (!dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);

@@ -14,6 +14,8 @@
 
 namespace ced::services {
 
+class Subprocess;
+
 class LocalRedis {
  public:
   // `max_memory_mb`: Redis's maxmemory; `password`: requirepass (empty:
@@ -21,19 +23,19 @@ class LocalRedis {
   // answer within 10 s.
   static absl::StatusOr<std::unique_ptr<LocalRedis>> Start(int max_memory_mb,
                                                           const std::string& password = "");
-  ~LocalRedis() { Stop(); }
+  ~LocalRedis();
   LocalRedis(const LocalRedis&) = delete;
   LocalRedis& operator=(const LocalRedis&) = delete;
 
   // redis://127.0.0.1:PORT
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const;  // -1 once stopped
   void Stop();
 
  private:
   LocalRedis() = default;
-  pid_t pid_ = -1;
+  std::unique_ptr<Subprocess> proc_;
   int port_ = 0;
   std::string dir_;
 };

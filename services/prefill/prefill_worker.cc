@@ -13,6 +13,7 @@
 #include "services/common/grpc_util.h"
 #include "services/common/worker_util.h"
 #include "services/metrics/kernel_info.h"
+#include "services/metrics/process_metrics.h"
 #include "services/kv_transport/payload.h"
 
 namespace ced::services {
@@ -100,6 +101,7 @@ absl::Status PrefillWorker::Init() {
     return metrics::AddUnlabelledHistogram(registry_, n, h, metrics::LatencySecondsBuckets());
   };
   RETURN_IF_ERROR(metrics::RegisterCpuKernelInfo(&registry_));
+  RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&registry_));
   ASSIGN_OR_RETURN(m_->prefix, PrefixCacheMetrics::Create(&registry_));
   registry_.AddCollectHook([this] { m_->prefix.Update(engine_->cache_stats()); });
   RETURN_IF_ERROR(RegisterKvTierMetrics(&registry_, [this] { return engine_->kv_tier_stats(); }));

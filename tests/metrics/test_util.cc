@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/common/status.h"
 
 namespace ced::metrics::testing {
 
@@ -54,88 +54,37 @@ bool WriteFile(const std::string& path, const std::string& contents) {
   return static_cast<bool>(out);
 }
 
-std::string ReadFileOrEmpty(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 absl::Status ChildProcess::Start(const std::vector<std::string>& argv,
                                  const std::string& stdin_path, const std::string& output_path) {
-  if (pid_ > 0) return absl::FailedPreconditionError("child already started");
-  if (argv.empty()) return absl::InvalidArgumentError("empty argv");
-  // Everything the child needs is prepared before fork: only async-signal-safe calls after.
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  const std::string in_path = stdin_path.empty() ? "/dev/null" : stdin_path;
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    const int in = open(in_path.c_str(), O_RDONLY);
-    const int out = open(output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (in < 0 || out < 0) _exit(126);
-    dup2(in, 0);
-    dup2(out, 1);
-    dup2(out, 2);
-    execv(args[0], args.data());
-    _exit(127);
+  if (proc_ != nullptr && proc_->pid() > 0) {
+    return absl::FailedPreconditionError("child already started");
   }
-  pid_ = pid;
+  services::SubprocessOptions o;
+  o.argv = argv;
+  o.stdin_path = stdin_path.empty() ? "/dev/null" : stdin_path;
+  o.output_path = output_path;
+  o.append_output = true;
+  o.kill_with_parent = true;
+  ASSIGN_OR_RETURN(proc_, services::Subprocess::Spawn(o));
   return absl::OkStatus();
 }
 
 absl::StatusOr<int> ChildProcess::Wait(absl::Duration timeout) {
-  if (pid_ <= 0) return absl::FailedPreconditionError("no child");
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    int status = 0;
-    const pid_t done = waitpid(pid_, &status, WNOHANG);
-    if (done == pid_) {
-      pid_ = -1;
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      return absl::InternalError(absl::StrCat("child killed by signal ", WTERMSIG(status)));
-    }
-    if (done < 0 && errno != EINTR) {
-      pid_ = -1;
-      return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
-    }
-    if (absl::Now() >= deadline) {
-      Stop();
-      return absl::DeadlineExceededError("child did not exit in time; killed");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (proc_ == nullptr || proc_->pid() <= 0) return absl::FailedPreconditionError("no child");
+  absl::StatusOr<int> status = proc_->Wait(absl::ToDoubleSeconds(timeout));
+  if (absl::IsDeadlineExceeded(status.status())) {
+    Stop();
+    return absl::DeadlineExceededError("child did not exit in time; killed");
   }
+  if (!status.ok()) return status.status();
+  if (WIFEXITED(*status)) return WEXITSTATUS(*status);
+  return absl::InternalError(absl::StrCat("child killed by signal ", WTERMSIG(*status)));
 }
 
-bool ChildProcess::Running() {
-  if (pid_ <= 0) return false;
-  int status = 0;
-  if (waitpid(pid_, &status, WNOHANG) == pid_) {
-    pid_ = -1;
-    return false;
-  }
-  return true;
-}
+bool ChildProcess::Running() { return proc_ != nullptr && proc_->Running(); }
 
 void ChildProcess::Stop() {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGTERM);
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  int status = 0;
-  while (waitpid(pid_, &status, WNOHANG) == 0) {
-    if (absl::Now() >= deadline) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  pid_ = -1;
+  if (proc_ != nullptr) proc_->Terminate(5.0);
 }
 
 absl::StatusOr<int> RunCommand(const std::vector<std::string>& argv, const std::string& stdin_path,

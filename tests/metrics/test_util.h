@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "services/common/subprocess.h"
 
 namespace ced::metrics::testing {
 
@@ -29,15 +30,14 @@ class TempDir {
 
 // Writes `contents` to `path`; false on failure.
 bool WriteFile(const std::string& path, const std::string& contents);
-// The contents of `path`, or "" when unreadable.
-std::string ReadFileOrEmpty(const std::string& path);
+using services::ReadFileOrEmpty;
 
 // A child process that is always reaped: the destructor sends SIGTERM, waits up to 5 s, then
 // SIGKILLs. The child also gets SIGKILL if the test process dies (PR_SET_PDEATHSIG).
 class ChildProcess {
  public:
   ChildProcess() = default;
-  ~ChildProcess() { Stop(); }
+  ~ChildProcess() = default;  // the Subprocess stops it
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
@@ -53,7 +53,7 @@ class ChildProcess {
   void Stop();
 
  private:
-  pid_t pid_ = -1;
+  std::unique_ptr<services::Subprocess> proc_;
 };
 
 // Runs argv to completion (bounded by `timeout`); the combined output goes to *output.

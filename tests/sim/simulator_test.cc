@@ -171,23 +171,49 @@ TEST(SimulatorTest, DeviceProfileCostsInAnUnloadedRequest) {
   EXPECT_NEAR(r.tpot_s(), (transfer + step(n + 1) + step(n + 2)) / 2, 1e-12);
 }
 
-// The decode worker's loop: K/V that lands while another sequence runs is
-// started in one iteration and decoded from the next; on an idle instance
-// it is decoded at once (the same as without the lag).
-TEST(SimulatorTest, DecodeStartLag) {
+// The decode instances run the worker's scheduler (engine/scheduler): with
+// max_batch 1 a request starts only once the one before it finished, in
+// arrival order (FIFO), and it decodes from the step after its start.
+TEST(SimulatorTest, LinkedSchedulerStartsFifoWithinMaxBatch) {
   SimOptions o = Fleet("llama3-70b-ced", 1, 1);
-  o.requests = {{0, 1000, 200}};
-  const SimSummary alone = *RunSimulation(o);
-  o.start_lag = true;
-  EXPECT_EQ(RunSimulation(o)->ToString(), alone.ToString());
-  o.requests = {{0, 1000, 200}, {0.2, 1000, 20}};
-  const SimSummary lag = *RunSimulation(o);
-  o.start_lag = false;
-  const SimSummary join = *RunSimulation(o);
-  ASSERT_EQ(lag.completed, 2);
-  EXPECT_DOUBLE_EQ(lag.results[1].ttft_s(), join.results[1].ttft_s());
-  EXPECT_GT(lag.results[1].tpot_s(), join.results[1].tpot_s());
-  EXPECT_EQ(lag.decode_steps, join.decode_steps);  // the first request sets the steps
+  o.replay_on = router::ReplayOnChoice::kDecode;  // the decode start makes the first token
+  o.max_batch = 1;
+  o.requests = {{0, 1000, 20}, {0.001, 1000, 20}, {0.002, 1000, 20}, {0.003, 1000, 20}};
+  const SimSummary s = *RunSimulation(o);
+  ASSERT_EQ(s.completed, 4);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_GE(s.results[i].first_token_s, s.results[i - 1].finish_s) << i;
+  }
+  // 20 tokens: the start makes one, then 19 decode steps alone in the batch.
+  EXPECT_EQ(s.decode_steps, 4 * 19);
+}
+
+// The per-step token budget (--max-step-tokens): replays on decode landing
+// together start in one step when the budget holds them all, and one per
+// step (the first start of a step always runs) when it holds one.
+TEST(SimulatorTest, TokenBudgetSpreadsReplayStartsOverSteps) {
+  SimOptions o = Fleet("llama3-70b-ced", 4, 1);
+  o.model.replay_window = 512;  // each replay charges 512 tokens
+  o.replay_on = router::ReplayOnChoice::kDecode;
+  o.requests = {{0, 1024, 50}, {0, 1024, 50}, {0, 1024, 50}, {0, 1024, 50}};
+  // The four prefill instances finish together; the first landing starts
+  // alone on the idle instance, the other three land during its step.
+  const SimSummary wide = *RunSimulation(o);
+  ASSERT_EQ(wide.completed, 4);
+  EXPECT_EQ(wide.results[1].first_token_s, wide.results[2].first_token_s);
+  EXPECT_EQ(wide.results[2].first_token_s, wide.results[3].first_token_s);
+  EXPECT_GT(wide.results[1].first_token_s, wide.results[0].first_token_s);
+  o.max_step_tokens = 600;
+  const SimSummary narrow = *RunSimulation(o);
+  ASSERT_EQ(narrow.completed, 4);
+  // Its first step replays one prompt, not three: shorter.
+  EXPECT_LT(narrow.results[1].first_token_s, wide.results[1].first_token_s);
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_GT(narrow.results[i].first_token_s, narrow.results[i - 1].first_token_s) << i;
+  }
+  EXPECT_GT(narrow.ttft_p90, wide.ttft_p90);
+  o.max_step_tokens = 0;
+  EXPECT_FALSE(RunSimulation(o).ok());
 }
 
 SimOptions CpuPair() {
@@ -200,7 +226,6 @@ SimOptions CpuPair() {
   o.prefill_instances = o.decode_instances = 1;
   o.prefill_gpus = o.decode_gpus = 1;
   o.ttft_slo_s = 10;
-  o.start_lag = true;
   return o;
 }
 
