@@ -19,6 +19,7 @@
 #include "services/gateway/gateway_metrics.h"
 #include "services/gateway/prefix_chain.h"
 #include "services/gateway/request_validation.h"
+#include "services/gateway/stream_relay.h"
 
 namespace ced::gateway {
 
@@ -64,6 +65,8 @@ class GatewayCore {
   ced::internal::Router::Stub* router() { return router_.get(); }
   // The block chain prompts are hashed with for cache-aware routing.
   PrefixChain& prefix_chain() { return prefix_chain_; }
+  // Where the calls' worker streams complete.
+  StreamRelay& relay() { return relay_; }
   // One channel per worker address, created on first use and kept.
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
 
@@ -97,6 +100,7 @@ class GatewayCore {
   const GatewayMetrics metrics_;
   std::unique_ptr<ced::internal::Router::Stub> router_;
   PrefixChain prefix_chain_;
+  StreamRelay relay_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

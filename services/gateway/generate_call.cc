@@ -81,16 +81,7 @@ GenerateCall::GenerateCall(GatewayCore* core, Api api, ValidatedRequest request,
       received_(received),
       assembler_(&core->tokenizer(), request_.stop, request_.max_tokens) {}
 
-GenerateCall::~GenerateCall() {
-  // Run drained the queue; a call that never ran has nothing in it.
-  if (!cq_shut_down_) {
-    cq_.Shutdown();
-    void* tag;
-    bool ok;
-    while (cq_.Next(&tag, &ok)) {
-    }
-  }
-}
+GenerateCall::~GenerateCall() = default;
 
 grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
                            std::shared_ptr<GenerateSink> sink,
@@ -406,42 +397,24 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   a->reserved = true;
   a->prefill_start = absl::Now();
 
-  // 3. Follow the token stream, then start the prefill.
+  // 3. Follow the token stream and start the prefill.
   a->decode_ctx.set_deadline(client_deadline_);
-  ced::internal::StreamRequest stream_request;
-  stream_request.set_request_id(a->worker_request_id);
-  StartStream(a, /*decode=*/true, &a->decode,
-              a->decode_stub->PrepareAsyncStream(&a->decode_ctx, stream_request, &cq_));
-  if (!route.local_prefill()) {
-    a->prefill_stub =
-        ced::internal::PrefillWorker::NewStub(core_->Channel(route.prefill().grpc_address()));
-    ced::internal::PrefillRequest prefill;
-    prefill.set_request_id(a->worker_request_id);
-    *prefill.mutable_token_ids() = reserve.prompt_token_ids();
-    prefill.set_decode_worker_id(decode_id);
-    prefill.set_decode_kv_address(route.decode().kv_address());
-    prefill.set_transfer_token(reserved.transfer_token());
-    *prefill.mutable_replay() = reserve.replay();
-    *prefill.mutable_sampling() = reserve.sampling();
-    prefill.set_skip_prefix_tokens(reserved.cached_prefix_tokens());
-    prefill.set_kv_format(reserved.kv_format());
-    a->prefill_ctx.set_deadline(client_deadline_);
-    a->prefill_started = true;
-    StartStream(a, /*decode=*/false, &a->prefill,
-                a->prefill_stub->PrepareAsyncPrefill(&a->prefill_ctx, prefill, &cq_));
-  }
-  return Relay(a);
-}
-
-template <typename Message>
-void GenerateCall::StartStream(Attempt* a, bool decode, AsyncStream<Message>* stream,
-                               std::unique_ptr<grpc::ClientAsyncReader<Message>> reader) {
-  stream->reader = std::move(reader);
-  stream->start = Op{stream, Op::Kind::kStart, decode, a->index};
-  stream->read = Op{stream, Op::Kind::kRead, decode, a->index};
-  stream->finish = Op{stream, Op::Kind::kFinish, decode, a->index};
-  stream->open = true;
-  stream->reader->StartCall(&stream->start);
+  if (route.local_prefill()) return Relay(a, nullptr);
+  a->prefill_stub =
+      ced::internal::PrefillWorker::NewStub(core_->Channel(route.prefill().grpc_address()));
+  ced::internal::PrefillRequest prefill;
+  prefill.set_request_id(a->worker_request_id);
+  *prefill.mutable_token_ids() = reserve.prompt_token_ids();
+  prefill.set_decode_worker_id(decode_id);
+  prefill.set_decode_kv_address(route.decode().kv_address());
+  prefill.set_transfer_token(reserved.transfer_token());
+  *prefill.mutable_replay() = reserve.replay();
+  *prefill.mutable_sampling() = reserve.sampling();
+  prefill.set_skip_prefix_tokens(reserved.cached_prefix_tokens());
+  prefill.set_kv_format(reserved.kv_format());
+  a->prefill_ctx.set_deadline(client_deadline_);
+  a->prefill_started = true;
+  return Relay(a, &prefill);
 }
 
 bool GenerateCall::Cancelled() const {
@@ -450,35 +423,20 @@ bool GenerateCall::Cancelled() const {
 }
 
 void GenerateCall::DrainStreams() {
-  auto open = [this] {
-    for (const auto& a : attempts_) {
-      if (a->decode.open || a->prefill.open) return true;
+  bool open;
+  {
+    absl::MutexLock lock(&relay_mu_);
+    open = open_ops_ > 0;
+    // No attempt's prefill summary is awaited any more.
+    for (auto& a : attempts_) {
+      if (a->grace_pending) a->grace->Cancel();
     }
-    return false;
-  };
+  }
   // The request is over: a stream still open has nobody to relay to.
-  if (open()) TryCancelAll();
-  void* tag;
-  bool ok;
-  while (open() && cq_.Next(&tag, &ok)) {
-    Op* op = static_cast<Op*>(tag);
-    const Got got =
-        op->decode ? Advance(static_cast<AsyncStream<ced::internal::TokenChunk>*>(op->stream),
-                             op->kind, ok)
-                   : Advance(static_cast<AsyncStream<ced::internal::PrefillResponse>*>(op->stream),
-                             op->kind, ok);
-    if (got == Got::kMessage) {
-      if (op->decode) {
-        NextRead(static_cast<AsyncStream<ced::internal::TokenChunk>*>(op->stream));
-      } else {
-        NextRead(static_cast<AsyncStream<ced::internal::PrefillResponse>*>(op->stream));
-      }
-    }
-  }
-  cq_.Shutdown();
-  while (cq_.Next(&tag, &ok)) {
-  }
-  cq_shut_down_ = true;
+  if (open) TryCancelAll();
+  absl::MutexLock lock(&relay_mu_);
+  relay_mu_.Await(absl::Condition(
+      +[](int* ops) { return *ops == 0; }, &open_ops_));
 }
 
 }  // namespace ced::gateway

@@ -11,14 +11,17 @@
 // that dies before the decode worker streamed a token is replaced once.
 //
 // Threads: Run() executes on a thread of its own: the unary calls (Route,
-// Reserve, Cancel) are synchronous; the decode and prefill streams are read
-// through the call's own completion queue, which this thread polls, so a
-// token goes from the socket to the client without another thread's hand-off,
-// and the tokens that arrived while it was busy go out as one message.
-// Cancel() may be called from any thread (the reactor's OnCancel, an HTTP
-// connection that saw its client leave).
+// Reserve, Cancel) are synchronous, and the decisions between attempts are
+// its own. The decode and prefill streams complete on the gateway's shared
+// StreamRelay: while an attempt streams, the relay's threads assemble its
+// tokens and write them to the client (the Run thread waits for the
+// attempt's outcome), so a token reaches the client from the thread that
+// polled it, with no hand-off per request. Cancel() may be called from any
+// thread (the reactor's OnCancel, an HTTP connection that saw its client
+// leave).
 #pragma once
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -42,7 +45,7 @@
 
 namespace ced::gateway {
 
-class GenerateCall final {
+class GenerateCall final : public StreamRelay::Handler {
  public:
   // `core` must outlive the call (GatewayCore::WaitForCalls). The request
   // must already hold its request id and be admitted (GatewayCore::TryAdmit);
@@ -60,16 +63,22 @@ class GenerateCall final {
   // Client cancellation or deadline: stops the work on both workers.
   void Cancel();
 
+  // StreamRelay::Handler: an operation of one of this call's streams (or
+  // timers) completed, on a relay thread.
+  void OnCompletion(void* tag, bool ok) override;
+
  private:
-  // One server stream of a worker read through the call's completion queue:
-  // from StartCall until its Finish completed exactly one operation is
-  // outstanding, tagged with one of the three Op members.
+  struct Attempt;
+  // An operation on the relay's queue: one of a worker stream's (from
+  // StartCall until its Finish completed exactly one is outstanding, tagged
+  // with one of the stream's three Ops) or the prefill's grace timer.
   struct Op {
-    enum class Kind { kStart, kRead, kFinish };
-    void* stream;  // the AsyncStream<...> this op belongs to
+    enum class Kind { kStart, kRead, kFinish, kGrace };
+    StreamRelay::Tag tag;  // first: the queue's tag points here
+    void* stream;          // the AsyncStream<...> this op belongs to (not for kGrace)
     Kind kind;
     bool decode;  // which of the attempt's streams
-    int attempt;  // Attempt::index
+    Attempt* attempt;
   };
   template <typename Message>
   struct AsyncStream {
@@ -92,8 +101,16 @@ class GenerateCall final {
     ced::internal::RouteResponse route;
     std::unique_ptr<ced::internal::DecodeWorker::Stub> decode_stub;
     std::unique_ptr<ced::internal::PrefillWorker::Stub> prefill_stub;
+    // Contexts of every downstream call: TryCancel at any time (before,
+    // during or after their call). Declared before the streams: a stream's
+    // reader lives in its call's arena, which its context's destruction frees.
+    grpc::ClientContext route_ctx, reserve_ctx, decode_ctx, prefill_ctx;
     AsyncStream<ced::internal::TokenChunk> decode;
     AsyncStream<ced::internal::PrefillResponse> prefill;
+    // Fires prefill_grace after the token stream ended without the prefill's.
+    std::unique_ptr<grpc::Alarm> grace;
+    Op grace_op;
+    bool grace_pending = false;
     bool reserve_sent = false;
     bool reserved = false;
     bool prefill_started = false;
@@ -107,9 +124,6 @@ class GenerateCall final {
     absl::Time prefill_start;          // Prefill called (or, locally, Reserve returned)
     ced::internal::TokenChunk final_chunk;
     ced::internal::PrefillDone prefill_done;
-    // Contexts of every downstream call: TryCancel at any time (before,
-    // during or after their call).
-    grpc::ClientContext route_ctx, reserve_ctx, decode_ctx, prefill_ctx;
   };
   // Which of an attempt's workers did not answer the clean-up Cancel.
   struct Gone {
@@ -128,8 +142,9 @@ class GenerateCall final {
   // The request finished before its decode worker died (every token or a
   // stop token streamed): sets up the final chunk; false otherwise.
   bool FinishedBeforeLoss(Attempt* a);
-  // Relays the attempt's worker streams to the client until they end.
-  grpc::Status Relay(Attempt* a);
+  // Relays the attempt's worker streams to the client until they end: starts
+  // them on the relay and waits for the outcome OnCompletion decides.
+  grpc::Status Relay(Attempt* a, ced::internal::PrefillRequest* prefill);
   // After the attempt's final chunk: the final message, or the error it carried.
   grpc::Status Conclude(Attempt* a);
   grpc::Status CheckChunk(const ced::internal::TokenChunk& chunk) const;
@@ -162,6 +177,8 @@ class GenerateCall final {
       case Op::Kind::kFinish:
         stream->open = false;
         return Got::kEnd;
+      case Op::Kind::kGrace:
+        break;
     }
     return Got::kNothing;
   }
@@ -169,14 +186,23 @@ class GenerateCall final {
   static void NextRead(AsyncStream<Message>* stream) {
     stream->reader->Read(&stream->message, &stream->read);
   }
-  // Advances the stream of the operation `tag` completed; the relay's own
-  // streams are `current`'s; messages of the others (abandoned attempts) are
-  // dropped. Returns an error that ends the attempt, or nullopt.
-  struct RelayState;
-  std::optional<grpc::Status> OnCompletion(void* tag, bool ok, Attempt* current, RelayState* st);
+  // The relay's work on a completed operation of the attempt it follows
+  // (`current`) or of an abandoned one (its messages are dropped): returns
+  // the attempt's outcome once it has one.
+  // Where the attempt the relay follows stands.
+  struct RelayState {
+    std::string decode_prefix, prefill_prefix;  // for error messages
+    bool decode_ended = false;
+    bool prefill_ended = false;
+    bool have_final = false;
+    bool prefill_given_up = false;
+    absl::Time decode_ended_at;
+  };
+  std::optional<grpc::Status> Step(const Op& op, bool ok, Attempt* current, RelayState* st)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(relay_mu_);
   bool Cancelled() const;
-  // Waits until every stream of every attempt finished (their calls were
-  // cancelled, or ended).
+  // Waits until every stream and timer of every attempt finished (their
+  // calls were cancelled, or ended).
   void DrainStreams();
   void TryCancel(Attempt* a);
   void TryCancelAll();
@@ -194,7 +220,7 @@ class GenerateCall final {
   const std::chrono::system_clock::time_point client_deadline_;
   const absl::Time received_;
 
-  // Run thread only.
+  // The Run thread's, or the relay's while it follows an attempt.
   TokenAssembler assembler_;
   absl::Time first_token_at_ = absl::InfinitePast();
   absl::Time last_token_at_ = absl::InfinitePast();
@@ -203,9 +229,14 @@ class GenerateCall final {
   std::vector<std::string> migrated_from_;  // decode workers that died under the request
   std::vector<std::string> retried_from_;   // prefill workers that died before its first token
 
-  // The worker streams' operations; polled by the Run thread only.
-  grpc::CompletionQueue cq_;
-  bool cq_shut_down_ = false;
+  // The relay's side. While relay_attempt_ is set, the relay threads own the
+  // call's output (assembler_, the sink, the attempt's flags); the Run thread
+  // waits for relay_result_.
+  absl::Mutex relay_mu_;
+  Attempt* relay_attempt_ ABSL_GUARDED_BY(relay_mu_) = nullptr;
+  std::unique_ptr<RelayState> relay_state_ ABSL_GUARDED_BY(relay_mu_);
+  std::optional<grpc::Status> relay_result_ ABSL_GUARDED_BY(relay_mu_);
+  int open_ops_ ABSL_GUARDED_BY(relay_mu_) = 0;  // streams and timers not yet finished
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

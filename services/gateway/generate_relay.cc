@@ -1,5 +1,8 @@
 // GenerateCall, second half: relaying the worker streams to the client.
+#include <grpcpp/alarm.h>
+
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -34,35 +37,93 @@ grpc::Status GenerateCall::CheckChunk(const ced::internal::TokenChunk& chunk) co
   return grpc::Status::OK;
 }
 
-struct GenerateCall::RelayState {
-  std::string decode_prefix, prefill_prefix;
-  bool decode_ended = false;
-  bool prefill_ended = false;
-  bool have_final = false;
-  bool prefill_given_up = false;
-  absl::Time decode_ended_at;
-};
+template <typename Message>
+void GenerateCall::StartStream(Attempt* a, bool decode, AsyncStream<Message>* stream,
+                               std::unique_ptr<grpc::ClientAsyncReader<Message>> reader) {
+  stream->reader = std::move(reader);
+  stream->start = Op{{this}, stream, Op::Kind::kStart, decode, a};
+  stream->read = Op{{this}, stream, Op::Kind::kRead, decode, a};
+  stream->finish = Op{{this}, stream, Op::Kind::kFinish, decode, a};
+  stream->open = true;
+  stream->reader->StartCall(&stream->start);
+}
 
-std::optional<grpc::Status> GenerateCall::OnCompletion(void* tag, bool ok, Attempt* a,
-                                                       RelayState* st) {
+grpc::Status GenerateCall::Relay(Attempt* a, ced::internal::PrefillRequest* prefill) {
+  grpc::CompletionQueue* cq = core_->relay().cq();
+  absl::MutexLock lock(&relay_mu_);
+  auto st = std::make_unique<RelayState>();
+  st->decode_prefix = absl::StrCat("decode worker ", a->route.decode().worker_id(), ": ");
+  st->prefill_prefix = absl::StrCat("prefill worker ", a->route.prefill().worker_id(), ": ");
+  st->prefill_ended = prefill == nullptr;
+  relay_state_ = std::move(st);
+  relay_result_.reset();
+  relay_attempt_ = a;
+  a->grace = std::make_unique<grpc::Alarm>();
+  ced::internal::StreamRequest stream_request;
+  stream_request.set_request_id(a->worker_request_id);
+  StartStream(a, /*decode=*/true, &a->decode,
+              a->decode_stub->PrepareAsyncStream(&a->decode_ctx, stream_request, cq));
+  ++open_ops_;
+  if (prefill != nullptr) {
+    StartStream(a, /*decode=*/false, &a->prefill,
+                a->prefill_stub->PrepareAsyncPrefill(&a->prefill_ctx, *prefill, cq));
+    ++open_ops_;
+  }
+  // The relay threads take it from here until the attempt has an outcome.
+  relay_mu_.Await(absl::Condition(
+      +[](std::optional<grpc::Status>* r) { return r->has_value(); }, &relay_result_));
+  grpc::Status result = *std::move(relay_result_);
+  relay_result_.reset();
+  relay_attempt_ = nullptr;
+  relay_state_.reset();
+  return result;
+}
+
+void GenerateCall::OnCompletion(void* tag, bool ok) {
+  const Op& op = *static_cast<const Op*>(tag);
+  absl::MutexLock lock(&relay_mu_);
+  Attempt* current = relay_result_.has_value() ? nullptr : relay_attempt_;
+  std::optional<grpc::Status> outcome = Step(op, ok, current, relay_state_.get());
+  if (current == nullptr || !outcome.has_value()) return;
+  relay_result_ = std::move(outcome);
+  // Its prefill summary is no longer awaited.
+  if (current->grace_pending) current->grace->Cancel();
+}
+
+std::optional<grpc::Status> GenerateCall::Step(const Op& op, bool ok, Attempt* a, RelayState* st) {
   const GatewaySettings& settings = core_->settings();
-  const Op* op = static_cast<const Op*>(tag);
-  const bool mine = op->attempt == a->index;  // else the rest of an abandoned attempt
-  if (op->decode) {
-    auto* stream = static_cast<AsyncStream<ced::internal::TokenChunk>*>(op->stream);
-    const Got got = Advance(stream, op->kind, ok);
+  const bool mine = a != nullptr && op.attempt == a;  // else the rest of an abandoned attempt
+  if (op.kind == Op::Kind::kGrace) {
+    op.attempt->grace_pending = false;
+    --open_ops_;
+    // The tokens are complete and the prefill's summary did not follow in
+    // time: stop waiting for it.
+    if (mine && ok && !st->prefill_ended) {
+      st->prefill_given_up = true;
+      a->prefill_ctx.TryCancel();
+    }
+    return std::nullopt;
+  }
+  std::optional<grpc::Status> end;
+  if (op.decode) {
+    auto* stream = static_cast<AsyncStream<ced::internal::TokenChunk>*>(op.stream);
+    const Got got = Advance(stream, op.kind, ok);
+    if (got == Got::kEnd) --open_ops_;
     if (got == Got::kMessage) {
       ced::internal::TokenChunk& chunk = stream->message;
       if (mine && !st->have_final) {  // nothing may follow the final chunk
         grpc::Status valid = CheckChunk(chunk);
-        if (!valid.ok()) return Internal(st->decode_prefix + valid.error_message());
-        a->decode_tokens += chunk.token_ids_size();
-        // The worker counts steps from the attempt's start.
-        assembler_.Add(a->base_step + chunk.start_step(),
-                       {chunk.token_ids().data(), static_cast<size_t>(chunk.token_ids_size())});
-        if (chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
-          st->have_final = true;
-          a->final_chunk = std::move(chunk);
+        if (!valid.ok()) {
+          end = Internal(st->decode_prefix + valid.error_message());
+        } else {
+          a->decode_tokens += chunk.token_ids_size();
+          // The worker counts steps from the attempt's start.
+          assembler_.Add(a->base_step + chunk.start_step(),
+                         {chunk.token_ids().data(), static_cast<size_t>(chunk.token_ids_size())});
+          if (chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
+            st->have_final = true;
+            a->final_chunk = std::move(chunk);
+          }
         }
       }
       chunk.Clear();
@@ -73,89 +134,60 @@ std::optional<grpc::Status> GenerateCall::OnCompletion(void* tag, bool ok, Attem
       const grpc::Status& status = stream->status;
       if (!status.ok()) {
         if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
-        return grpc::Status(status.error_code(), st->decode_prefix + status.error_message());
+        end = grpc::Status(status.error_code(), st->decode_prefix + status.error_message());
+      } else if (!st->have_final) {
+        end = Internal(st->decode_prefix + "token stream ended without a final chunk");
+      } else {
+        a->decode_complete = true;
       }
-      if (!st->have_final) {
-        return Internal(st->decode_prefix + "token stream ended without a final chunk");
-      }
-      a->decode_complete = true;
     }
-    return std::nullopt;
+  } else {
+    auto* stream = static_cast<AsyncStream<ced::internal::PrefillResponse>*>(op.stream);
+    const Got got = Advance(stream, op.kind, ok);
+    if (got == Got::kEnd) --open_ops_;
+    if (got == Got::kMessage) {
+      const ced::internal::PrefillResponse& response = stream->message;
+      if (mine && response.has_first_token()) {
+        const int32_t id = response.first_token().token_id();
+        if (id < 0 || id >= settings.limits.vocab_size) {
+          end = Internal(absl::StrCat(st->prefill_prefix, "first token id ", id, " is outside [0, ",
+                                      settings.limits.vocab_size, ")"));
+        } else {
+          assembler_.Add(a->base_step, {id});
+        }
+      } else if (mine && response.has_done()) {
+        a->prefill_done = response.done();
+      }
+      stream->message.Clear();
+      NextRead(stream);
+    } else if (got == Got::kEnd && mine) {
+      st->prefill_ended = true;
+      const grpc::Status& status = stream->status;
+      if (status.ok()) {
+        a->prefill_complete = true;
+      } else if (!st->prefill_given_up) {
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
+        end = grpc::Status(status.error_code(), st->prefill_prefix + status.error_message());
+      }
+    }
   }
-  auto* stream = static_cast<AsyncStream<ced::internal::PrefillResponse>*>(op->stream);
-  const Got got = Advance(stream, op->kind, ok);
-  if (got == Got::kMessage) {
-    const ced::internal::PrefillResponse& response = stream->message;
-    if (mine && response.has_first_token()) {
-      const int32_t id = response.first_token().token_id();
-      if (id < 0 || id >= settings.limits.vocab_size) {
-        return Internal(absl::StrCat(st->prefill_prefix, "first token id ", id, " is outside [0, ",
-                                     settings.limits.vocab_size, ")"));
-      }
-      assembler_.Add(a->base_step, {id});
-    } else if (mine && response.has_done()) {
-      a->prefill_done = response.done();
-    }
-    stream->message.Clear();
-    NextRead(stream);
-  } else if (got == Got::kEnd && mine) {
-    st->prefill_ended = true;
-    const grpc::Status& status = stream->status;
-    if (status.ok()) {
-      a->prefill_complete = true;
-    } else if (!st->prefill_given_up) {
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
-      return grpc::Status(status.error_code(), st->prefill_prefix + status.error_message());
-    }
+  if (!mine) return std::nullopt;
+  if (Cancelled()) return CancelStatus();
+  if (end.has_value()) return end;
+  Emit(assembler_.TakeReady());
+  if (assembler_.stopped()) {
+    SendFinal("", ced::internal::FINISH_REASON_STOP, assembler_.matched_stop());
+    return grpc::Status::OK;
+  }
+  if (st->decode_ended && st->prefill_ended) return Conclude(a);
+  if (st->decode_ended && !st->prefill_given_up && !a->grace_pending) {
+    a->grace_op = Op{{this}, nullptr, Op::Kind::kGrace, false, a};
+    a->grace_pending = true;
+    ++open_ops_;
+    a->grace->Set(core_->relay().cq(),
+                  absl::ToChronoTime(st->decode_ended_at + settings.prefill_grace), &a->grace_op);
   }
   return std::nullopt;
-}
-
-grpc::Status GenerateCall::Relay(Attempt* a) {
-  const GatewaySettings& settings = core_->settings();
-  RelayState st;
-  st.decode_prefix = absl::StrCat("decode worker ", a->route.decode().worker_id(), ": ");
-  st.prefill_prefix = absl::StrCat("prefill worker ", a->route.prefill().worker_id(), ": ");
-  st.prefill_ended = !a->prefill_started;
-  while (!st.decode_ended || !st.prefill_ended) {
-    void* tag = nullptr;
-    bool ok = false;
-    if (st.decode_ended && !st.prefill_given_up) {
-      // The tokens are complete; the prefill's summary should follow at once.
-      const auto next =
-          cq_.AsyncNext(&tag, &ok, absl::ToChronoTime(st.decode_ended_at + settings.prefill_grace));
-      if (next == grpc::CompletionQueue::TIMEOUT) {
-        st.prefill_given_up = true;
-        a->prefill_ctx.TryCancel();
-        continue;
-      }
-      if (next != grpc::CompletionQueue::GOT_EVENT) return Internal("completion queue shut down");
-    } else if (!cq_.Next(&tag, &ok)) {
-      return Internal("completion queue shut down");
-    }
-    // Handle this event and every other one already there, then send what
-    // they completed as one message: a client that fell behind catches up in
-    // fewer, larger messages.
-    while (true) {
-      // Every completion advances its stream, even on the way out: a stream
-      // left without an outstanding operation would never finish.
-      const std::optional<grpc::Status> end = OnCompletion(tag, ok, a, &st);
-      if (Cancelled()) return CancelStatus();
-      if (end.has_value()) return *end;
-      if (st.decode_ended && st.prefill_ended) break;
-      if (cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::time_point()) !=
-          grpc::CompletionQueue::GOT_EVENT) {
-        break;
-      }
-    }
-    Emit(assembler_.TakeReady());
-    if (assembler_.stopped()) {
-      SendFinal("", ced::internal::FINISH_REASON_STOP, assembler_.matched_stop());
-      return grpc::Status::OK;
-    }
-  }
-  if (Cancelled()) return CancelStatus();
-  return Conclude(a);
 }
 
 grpc::Status GenerateCall::Conclude(Attempt* a) {
