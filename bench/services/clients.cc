@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -84,9 +85,18 @@ StreamResult OpenAiGenerate(const std::string& http_address, const std::string& 
                                {"ignore_eos", args.ignore_eos},
                                {"replay_on", replay},
                                {"request_id", args.request_id}};
-  httplib::Client client("http://" + http_address);
-  client.set_read_timeout(300, 0);
-  client.set_tcp_nodelay(true);
+  // One keep-alive connection per thread and gateway, as an OpenAI client
+  // keeps its connection pool: sequential requests do not pay a TCP connect.
+  thread_local std::string client_address;
+  thread_local std::unique_ptr<httplib::Client> client_ptr;
+  if (client_ptr == nullptr || client_address != http_address) {
+    client_ptr = std::make_unique<httplib::Client>("http://" + http_address);
+    client_ptr->set_read_timeout(300, 0);
+    client_ptr->set_tcp_nodelay(true);
+    client_ptr->set_keep_alive(true);
+    client_address = http_address;
+  }
+  httplib::Client& client = *client_ptr;
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";

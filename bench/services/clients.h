@@ -49,7 +49,8 @@ StreamResult GatewayGenerate(ced::v1::Gateway::Stub* gateway, const GenerateArgs
 
 // The same request through the gateway's OpenAI-compatible HTTP API:
 // `POST /v1/completions` with `stream: true` and usage in the last event,
-// the prompt as token ids (no BOS added), on a connection of its own.
+// the prompt as token ids (no BOS added), on a keep-alive connection of the
+// calling thread's (made on its first request).
 // OpenAI's events carry text, not token ids, and one event may hold several
 // tokens (a byte token that is not a whole character yet waits for the next):
 // token_ms gets the first token at the first event with text, the usage's

@@ -343,15 +343,17 @@ grpc::Status RouterServiceImpl::Heartbeat(grpc::ServerContext*,
   return services::ToGrpc(DoHeartbeat(*request, response));
 }
 
-grpc::Status RouterServiceImpl::Route(grpc::ServerContext*,
-                                      const ced::internal::RouteRequest* request,
-                                      ced::internal::RouteResponse* response) {
+grpc::ServerUnaryReactor* RouterServiceImpl::Route(grpc::CallbackServerContext* context,
+                                                   const ced::internal::RouteRequest* request,
+                                                   ced::internal::RouteResponse* response) {
   absl::Status status = DoRoute(*request, response);
   if (!status.ok()) {
     metrics_.route_errors->WithLabelValues({StatusCodeLabel(status.code())}).Increment();
     response->Clear();
   }
-  return services::ToGrpc(status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(services::ToGrpc(status));
+  return reactor;
 }
 
 grpc::Status RouterServiceImpl::ListWorkers(grpc::ServerContext*,

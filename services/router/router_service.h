@@ -35,10 +35,13 @@ struct RouterServiceOptions {
   metrics::Registry* registry = nullptr;
 };
 
-// Thread-safe: every RPC may run concurrently (gRPC's sync thread pool).
+// Thread-safe: every RPC may run concurrently (gRPC's sync thread pool;
+// Route, on every request's path, runs on the callback API: it answers from
+// the thread that received it, without a hand-off to the pool).
 // Every field a peer sends is validated; errors are INVALID_ARGUMENT with a
 // message naming the field (e.g. "worker.block_size: must be > 0 ...").
-class RouterServiceImpl final : public ced::internal::Router::Service {
+class RouterServiceImpl final
+    : public ced::internal::Router::WithCallbackMethod_Route<ced::internal::Router::Service> {
  public:
   // INVALID_ARGUMENT for a missing registry or bad policy options.
   static absl::StatusOr<std::unique_ptr<RouterServiceImpl>> Create(
@@ -51,8 +54,9 @@ class RouterServiceImpl final : public ced::internal::Router::Service {
                           ced::internal::DeregisterResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const ced::internal::LoadReport* request,
                          ced::internal::HeartbeatResponse* response) override;
-  grpc::Status Route(grpc::ServerContext* context, const ced::internal::RouteRequest* request,
-                     ced::internal::RouteResponse* response) override;
+  grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* context,
+                                  const ced::internal::RouteRequest* request,
+                                  ced::internal::RouteResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context,
                            const ced::internal::ListWorkersRequest* request,
                            ced::internal::ListWorkersResponse* response) override;

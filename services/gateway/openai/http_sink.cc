@@ -139,6 +139,35 @@ int FindConnectionSocket(const std::string& local_addr, int local_port,
   return cached;
 }
 
+int ShutdownAcceptedConnections(int local_port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  int n = 0;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    sockaddr_storage self{}, peer{};
+    socklen_t self_len = sizeof self, peer_len = sizeof peer;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&self), &self_len) != 0) {
+      continue;
+    }
+    int port = -1;
+    if (self.ss_family == AF_INET) {
+      port = ntohs(reinterpret_cast<const sockaddr_in*>(&self)->sin_port);
+    } else if (self.ss_family == AF_INET6) {
+      port = ntohs(reinterpret_cast<const sockaddr_in6*>(&self)->sin6_port);
+    }
+    if (port != local_port) continue;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+      continue;  // not connected (a listener)
+    }
+    if (shutdown(static_cast<int>(fd), SHUT_RDWR) == 0) ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
 bool PeerClosed(int fd) {
   if (fd < 0) return false;
   pollfd p = {fd, POLLRDHUP, 0};

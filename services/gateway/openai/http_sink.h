@@ -49,4 +49,11 @@ int FindConnectionSocket(const std::string& local_addr, int local_port,
 // True when the peer of `fd` has closed the connection (or it failed).
 bool PeerClosed(int fd);
 
+// Shuts down (both directions) every connected TCP socket of this process
+// whose local port is `local_port`: the connections a server on that port
+// accepted. A connection thread waiting for a keep-alive client's next
+// request then sees the end at once instead of waiting out its timeout.
+// Returns how many it shut down.
+int ShutdownAcceptedConnections(int local_port);
+
 }  // namespace ced::gateway::openai

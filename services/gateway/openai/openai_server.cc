@@ -109,6 +109,7 @@ class OpenAiServer::Impl {
   std::unique_ptr<httplib::Server> server_;
   std::thread listen_thread_;
   std::string address_;
+  int port_ = -1;  // the bound port, once listening
 
   absl::Mutex mu_;
   uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 0;
@@ -177,6 +178,7 @@ absl::Status OpenAiServer::Impl::Start() {
                                                ", backlog ", kListenBacklog, ") failed"));
   }
   address_ = services::FormatHostPort(host, static_cast<uint16_t>(port));
+  port_ = port;
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
   return absl::OkStatus();
 }
@@ -267,6 +269,9 @@ void OpenAiServer::Impl::Shutdown(absl::Duration drain) {
     shut_down_ = true;
     for (auto& [key, call] : live_) call->Cancel();
   }
+  // Idle keep-alive connections would hold their threads (and this join)
+  // until their timeout: end them now.
+  if (port_ > 0) ShutdownAcceptedConnections(port_);
   if (listen_thread_.joinable()) listen_thread_.join();  // joins the connection threads
 }
 
