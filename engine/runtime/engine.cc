@@ -16,9 +16,12 @@ const char* ReplayModeName(ReplayMode mode) {
 }
 
 bool ParseReplayMode(std::string_view name, ReplayMode* out) {
-  if (name == "bounded") *out = ReplayMode::kBounded;
-  else if (name == "exact") *out = ReplayMode::kExact;
-  else return false;
+  if (name == "bounded")
+    *out = ReplayMode::kBounded;
+  else if (name == "exact")
+    *out = ReplayMode::kExact;
+  else
+    return false;
   return true;
 }
 
@@ -115,9 +118,9 @@ absl::Status Engine::Init(const EngineOptions& options,
   ASSIGN_OR_RETURN(cache_, KvCache::Create(co, backend_.get()));
   prefix_ = std::make_unique<PrefixCache>(&cache_->global_blocks());
   prefix_enabled_ = options.prefix_cache;
-  root_hash_ = RootBlockHash(
-      options.model_identity.empty() ? ConfigToJson(config_) : options.model_identity,
-      co.block_size);
+  root_hash_ =
+      RootBlockHash(options.model_identity.empty() ? ConfigToJson(config_) : options.model_identity,
+                    co.block_size);
   RETURN_IF_ERROR(InitKvTiers(options));
   return absl::OkStatus();
 }
@@ -152,8 +155,7 @@ absl::Status Engine::CheckTokens(absl::Span<const int32_t> tokens) const {
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i], " at index ", i,
-                                                     " is outside [0, ", config_.vocab_size,
-                                                     ")"));
+                                                     " is outside [0, ", config_.vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -163,31 +165,50 @@ absl::StatusOr<SeqId> Engine::CreateSequence(int capacity_tokens) {
   return CreateSequenceForPrompt({}, capacity_tokens, nullptr);  // no prompt: nothing shared
 }
 
+std::vector<BlockHash> Engine::CacheableHashes(absl::Span<const int32_t> prompt,
+                                               int max_cached_tokens) const {
+  const int bs = cache_->options().block_size;
+  const int n = static_cast<int>(prompt.size());
+  // At most N - 1 tokens: the last prompt position is always computed (its
+  // logits give the first token).
+  int max_blocks = prefix_enabled_ && n > 0 ? (n - 1) / bs : 0;
+  if (max_cached_tokens >= 0) max_blocks = std::min(max_blocks, max_cached_tokens / bs);
+  return max_blocks > 0 ? ChainBlockHashes(root_hash_, bs, prompt.first(max_blocks * bs))
+                        : std::vector<BlockHash>();
+}
+
+TierPrefetch Engine::PrefetchFromTiers(absl::Span<const int32_t> prompt,
+                                       int max_cached_tokens) const {
+  TierPrefetch out;
+  if (tiers_ == nullptr) return out;
+  const std::vector<BlockHash> hashes = CacheableHashes(prompt, max_cached_tokens);
+  out.first_block = static_cast<size_t>(prefix_->Lookup(hashes));
+  if (out.first_block < hashes.size()) {
+    out.payloads = tiers_->FetchPrefix(absl::MakeConstSpan(hashes).subspan(out.first_block));
+  }
+  return out;
+}
+
 absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> prompt,
                                                       int capacity_tokens, int* cached_tokens,
-                                                      int max_cached_tokens) {
+                                                      int max_cached_tokens,
+                                                      const TierPrefetch* prefetched) {
   if (cached_tokens != nullptr) *cached_tokens = 0;
   if (capacity_tokens <= 0 || capacity_tokens > config_.max_position) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence capacity ", capacity_tokens,
-                                                   " is outside [1, max_position=",
-                                                   config_.max_position, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence capacity ", capacity_tokens,
+                     " is outside [1, max_position=", config_.max_position, "]"));
   }
   const int n = static_cast<int>(prompt.size());
   if (n > capacity_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens exceeds the ",
-                                                   capacity_tokens, " reserved"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt of ", n, " tokens exceeds the ", capacity_tokens, " reserved"));
   }
   RETURN_IF_ERROR(CheckTokens(prompt));
   const int bs = cache_->options().block_size;
-  // At most N - 1 tokens: the last prompt position is always computed (its
-  // logits give the first token).
-  int max_blocks = prefix_enabled_ ? (n - 1) / bs : 0;
-  if (max_cached_tokens >= 0) max_blocks = std::min(max_blocks, max_cached_tokens / bs);
-  std::vector<BlockHash> hashes =
-      max_blocks > 0 ? ChainBlockHashes(root_hash_, bs, prompt.first(max_blocks * bs))
-                     : std::vector<BlockHash>();
-  std::vector<int> shared = prefix_->Acquire(hashes, max_blocks);
-  if (tiers_ != nullptr) LoadFromTiers(hashes, &shared);
+  const std::vector<BlockHash> hashes = CacheableHashes(prompt, max_cached_tokens);
+  std::vector<int> shared = prefix_->Acquire(hashes, static_cast<int>(hashes.size()));
+  if (tiers_ != nullptr) LoadFromTiers(hashes, &shared, prefetched);
   absl::StatusOr<SeqId> created = [&]() -> absl::StatusOr<SeqId> {
     // The shared blocks stay referenced while the rest is allocated.
     const int total = (capacity_tokens + bs - 1) / bs;
@@ -202,9 +223,9 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
       auto slot = cache_->local_slots().Allocate(1);
       if (!slot.ok()) {
         (void)prefix_->Release(*rest);
-        return absl::ResourceExhaustedError(
-            absl::StrCat("no free local window slot (", cache_->local_slots().num_total(),
-                         " sequences already running)"));
+        return absl::ResourceExhaustedError(absl::StrCat("no free local window slot (",
+                                                         cache_->local_slots().num_total(),
+                                                         " sequences already running)"));
       }
       seq->local_slot = (*slot)[0];
     }
@@ -247,8 +268,7 @@ void Engine::PublishBlocks(Sequence* seq) {
   const int known = std::min<int>(seq->num_tokens, static_cast<int>(seq->tokens.size()));
   for (int b = static_cast<int>(seq->hashes.size()); (b + 1) * bs <= known; ++b) {
     const BlockHash prev = b == 0 ? root_hash_ : seq->hashes[b - 1];
-    const BlockHash h =
-        ChainBlockHash(prev, absl::MakeConstSpan(seq->tokens).subspan(b * bs, bs));
+    const BlockHash h = ChainBlockHash(prev, absl::MakeConstSpan(seq->tokens).subspan(b * bs, bs));
     seq->hashes.push_back(h);
     prefix_->Publish(seq->blocks[b], h);
   }
@@ -283,9 +303,9 @@ absl::Status Engine::ReleaseSequence(SeqId id) {
 
 int Engine::ReplayStart(int n, ReplayMode mode, int replay_window) const {
   if (config_.IsDecoderOnly()) return 0;
-  int r = replay_window > 0 ? replay_window
-                            : (mode == ReplayMode::kExact ? config_.ExactReplayWindow()
-                                                          : config_.replay_window);
+  int r = replay_window > 0
+              ? replay_window
+              : (mode == ReplayMode::kExact ? config_.ExactReplayWindow() : config_.replay_window);
   return std::max(0, n - r);
 }
 

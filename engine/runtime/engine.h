@@ -43,7 +43,7 @@ struct EngineOptions {
   std::string model_dir;
   WeightSet weights = WeightSet::kFull;
   std::string device = "cpu";
-  std::optional<KvFormat> kv_format;  // overrides config.kv_cache_dtype
+  std::optional<KvFormat> kv_format;     // overrides config.kv_cache_dtype
   int64_t kv_cache_bytes = 256ll << 20;  // global blocks budget
   int block_size = 16;                   // tokens per global block
   int max_sequences = 64;                // local rings (sequences alive at once)
@@ -68,8 +68,8 @@ using SeqId = int64_t;
 
 struct PrefillOptions {
   ReplayMode replay = ReplayMode::kBounded;
-  int replay_window = 0;       // > 0 overrides R (at least max(W, 1))
-  bool defer_replay = false;   // stop after the encoder; keep h_E for [s, N)
+  int replay_window = 0;      // > 0 overrides R (at least max(W, 1))
+  bool defer_replay = false;  // stop after the encoder; keep h_E for [s, N)
   int chunk_tokens = 256;
   // Called after each chunk's global K/V (all layers) for [begin, end) is final;
   // a resumed prefill first reports its cached prefix [0, P).
@@ -81,8 +81,8 @@ struct PrefillOptions {
 struct PrefillResult {
   int num_tokens = 0;
   int replay_start = 0;
-  int cached_tokens = 0;   // P: prompt tokens whose global K/V came from the prefix cache
-  int computed_from = 0;   // a: the first position the encoder ran over
+  int cached_tokens = 0;  // P: prompt tokens whose global K/V came from the prefix cache
+  int computed_from = 0;  // a: the first position the encoder ran over
   bool replay_done = false;
   std::vector<float> logits;  // position N-1, when replay_done
 };
@@ -96,8 +96,8 @@ struct CacheStats {
   // used: referenced by live sequences; cached blocks nobody references are
   // not used (an allocation reclaims them, least recently used first).
   int global_blocks_total = 0, global_blocks_used = 0;
-  int cached_blocks = 0;       // blocks held under a hash (referenced or not)
-  int evictable_blocks = 0;    // cached and unreferenced
+  int cached_blocks = 0;     // blocks held under a hash (referenced or not)
+  int evictable_blocks = 0;  // cached and unreferenced
   int64_t evicted_blocks_total = 0;
   int local_slots_total = 0, local_slots_used = 0;
   int sequences = 0;
@@ -109,6 +109,14 @@ struct CacheStats {
 struct ByteRegion {
   uint8_t* data = nullptr;
   size_t size = 0;
+};
+
+// Blocks of a prompt's prefix read from the KV tiers ahead of
+// CreateSequenceForPrompt (Engine::PrefetchFromTiers): payloads[i] holds the
+// block of chain position first_block + i.
+struct TierPrefetch {
+  size_t first_block = 0;
+  std::vector<std::string> payloads;
 };
 
 class Engine {
@@ -134,9 +142,20 @@ class Engine {
   // at most N - 1 tokens, at most `max_cached_tokens` when >= 0) is shared by
   // reference, and Prefill then computes only what DESIGN.md §1.6 says.
   // *cached_tokens (may be null) receives P.
+  // `prefetched` (may be null): blocks PrefetchFromTiers read beforehand;
+  // without it the blocks below the hot cache are read here, blocking on the
+  // tiers' I/O (a Redis round trip) under whatever lock the caller holds.
   absl::StatusOr<SeqId> CreateSequenceForPrompt(absl::Span<const int32_t> prompt,
                                                 int capacity_tokens, int* cached_tokens,
-                                                int max_cached_tokens = -1);
+                                                int max_cached_tokens = -1,
+                                                const TierPrefetch* prefetched = nullptr);
+  // Reads from the KV tiers (host, disk, shared store) the blocks of
+  // `prompt`'s cacheable prefix that follow what the hot cache holds now, so
+  // that a caller serialising engine calls can do the I/O before taking its
+  // lock. Empty without tiers. Thread-safe; blocks on the tiers' I/O.
+  TierPrefetch PrefetchFromTiers(absl::Span<const int32_t> prompt,
+                                 int max_cached_tokens = -1) const;
+  bool has_kv_tiers() const { return tiers_ != nullptr; }
   // P for `prompt` now, without reserving anything (reports, routing).
   int CachedPrefixTokens(absl::Span<const int32_t> prompt) const;
   // P of a sequence made by CreateSequenceForPrompt (0 otherwise).
@@ -211,7 +230,12 @@ class Engine {
   // acquired for hashes[0..]) with blocks loaded from the tiers, published;
   // queues a released sequence's blocks for the shared store.
   absl::Status InitKvTiers(const EngineOptions& options);
-  void LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>* shared);
+  void LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>* shared,
+                     const TierPrefetch* prefetched);
+  // The chain hashes of `prompt`'s cacheable full blocks (at most N - 1
+  // tokens, at most max_cached_tokens when >= 0).
+  std::vector<BlockHash> CacheableHashes(absl::Span<const int32_t> prompt,
+                                         int max_cached_tokens) const;
   void WriteBehind(const Sequence& seq);
 
   ModelConfig config_;

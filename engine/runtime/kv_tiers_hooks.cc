@@ -48,10 +48,22 @@ absl::Status Engine::InitKvTiers(const EngineOptions& o) {
   return absl::OkStatus();
 }
 
-void Engine::LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>* shared) {
+void Engine::LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>* shared,
+                           const TierPrefetch* prefetched) {
   const size_t have = shared->size();
   if (have >= hashes.size()) return;
-  std::vector<std::string> payloads = tiers_->FetchPrefix(hashes.subspan(have));
+  std::vector<std::string> payloads;
+  if (prefetched == nullptr) {
+    payloads = tiers_->FetchPrefix(hashes.subspan(have));
+  } else if (prefetched->first_block <= have &&
+             have < prefetched->first_block + prefetched->payloads.size()) {
+    // Read before the hot cache was looked at again: it may hold more of the
+    // prefix by now (the prefetch's first blocks are then not needed), or
+    // less (a gap before the prefetched blocks: they cannot be used).
+    const size_t skip = have - prefetched->first_block;
+    payloads.assign(prefetched->payloads.begin() + static_cast<std::ptrdiff_t>(skip),
+                    prefetched->payloads.end());
+  }
   if (payloads.empty()) return;
   // No room: the blocks are recomputed (or the request does not fit anyway).
   absl::StatusOr<std::vector<int>> blocks = prefix_->Allocate(static_cast<int>(payloads.size()));

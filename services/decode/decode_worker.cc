@@ -261,10 +261,10 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
             absl::StrCat("request_id '", r->id, "' is already reserved"));
       case AddRejection::kQueueRequests:
         m_->admission_rejected->WithLabelValues({"queue_requests"}).Increment();
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "decode worker: ", sched_->queued_requests(),
-            " reservations already wait for K/V or a batch slot (--max-queued ",
-            options_.max_queued_requests, "); retry later"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("decode worker: ", sched_->queued_requests(),
+                         " reservations already wait for K/V or a batch slot (--max-queued ",
+                         options_.max_queued_requests, "); retry later"));
       case AddRejection::kQueueTokens:
         m_->admission_rejected->WithLabelValues({"queue_tokens"}).Increment();
         return absl::ResourceExhaustedError(absl::StrCat(
@@ -289,13 +289,18 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
       w->cv_.notify_all();  // the loop may wait for admissions to finish
     }
   } admitting{this, r->id};
+  // What the KV tiers hold of the prompt's prefix is read first, without the
+  // engine's lock: a disk read or a Redis round trip must not hold up the
+  // decode steps of every running sequence.
+  const TierPrefetch prefetched = engine_->PrefetchFromTiers(r->prompt);
   {
     std::lock_guard<std::mutex> lock(engine_mu_);
     // The prefix cache may already hold the prompt's first blocks (an earlier
     // turn of the session): they are shared, and the prefill worker skips them.
     int cached = 0;
     auto seq = engine_->CreateSequenceForPrompt(
-        r->prompt, static_cast<int>(r->prompt.size()) + req.max_tokens(), &cached);
+        r->prompt, static_cast<int>(r->prompt.size()) + req.max_tokens(), &cached,
+        /*max_cached_tokens=*/-1, &prefetched);
     if (!seq.ok()) {
       if (absl::IsResourceExhausted(seq.status())) {
         m_->admission_rejected->WithLabelValues({"kv_blocks"}).Increment();

@@ -22,8 +22,8 @@ struct Resumed {
 
 Resumed RunPrompt(Engine& e, const std::vector<int32_t>& prompt, int steps) {
   Resumed out;
-  auto seq = e.CreateSequenceForPrompt(prompt, static_cast<int>(prompt.size()) + steps,
-                                       &out.cached);
+  auto seq =
+      e.CreateSequenceForPrompt(prompt, static_cast<int>(prompt.size()) + steps, &out.cached);
   EXPECT_TRUE(seq.ok()) << seq.status();
   if (!seq.ok()) return out;
   PrefillOptions po;
@@ -157,6 +157,68 @@ TEST_P(EngineTiersTest, AnotherEngineResumesFromTheSharedStore) {
   const KvTierStats* shared = Tier(b->kv_tier_stats(), "host");
   ASSERT_NE(shared, nullptr);
   EXPECT_EQ(shared->hit_blocks, r2.cached / bs);
+}
+
+// The tiers read ahead of the engine's lock (PrefetchFromTiers, as the
+// decode worker does): used, the prefetched blocks give the same P and the
+// same tokens as the blocking read; taken before the hot cache lost the
+// blocks it started after, they cannot continue it and are not used (the
+// prefix is recomputed, still exactly).
+TEST_P(EngineTiersTest, PrefetchedBlocksResumeLikeTheBlockingRead) {
+  EngineOptions o;
+  o.kv_cache_bytes = 64ll << 20;
+  o.kv_host_bytes = 64ll << 20;
+  auto e = TieredEngine(GetParam(), o);
+  ASSERT_NE(e, nullptr);
+  const int bs = e->cache_stats().block_size;
+  const auto turn1 = RandomPrompt(230, 51);
+  Resumed r1 = RunPrompt(*e, turn1, kSteps);
+  ASSERT_GT(e->EvictCachedBlocks(), 0);
+  e->FlushKvTiers();
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), r1.run.tokens.begin(), r1.run.tokens.end());
+  const auto tool = RandomPrompt(37, 52);
+  turn2.insert(turn2.end(), tool.begin(), tool.end());
+  const int expected = (230 + kSteps - 1) / bs * bs;
+
+  const TierPrefetch prefetched = e->PrefetchFromTiers(turn2);
+  EXPECT_EQ(prefetched.first_block, 0u);
+  EXPECT_EQ(static_cast<int>(prefetched.payloads.size()), expected / bs);
+  const int64_t hits = Tier(e->kv_tier_stats(), "host")->hit_blocks;
+  int cached = -1;
+  auto seq = e->CreateSequenceForPrompt(turn2, static_cast<int>(turn2.size()) + kSteps, &cached, -1,
+                                        &prefetched);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(cached, expected) << "P from the prefetched blocks";
+  EXPECT_EQ(Tier(e->kv_tier_stats(), "host")->hit_blocks, hits) << "no second read";
+  PrefillOptions po;
+  po.replay = ReplayMode::kExact;
+  po.chunk_tokens = 64;
+  auto pre = e->Prefill(*seq, turn2, po);
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  GreedyRun run = DecodeGreedy(*e, *seq, std::move(pre->logits), kSteps);
+  ASSERT_TRUE(e->ReleaseSequence(*seq).ok());
+  ExpectMatchesFullForward(*e, turn2, run, 1e-5);
+
+  // Now the hot cache holds all of turn 2's cacheable blocks: a prefetch
+  // starts after them and reads nothing.
+  const TierPrefetch after = e->PrefetchFromTiers(turn2);
+  EXPECT_EQ(after.first_block, (turn2.size() - 1) / bs);
+  EXPECT_TRUE(after.payloads.empty());
+  // A prefetch that starts after blocks the hot cache then loses is unusable.
+  const TierPrefetch stale = e->PrefetchFromTiers(turn2);
+  ASSERT_GT(stale.first_block, 0u);
+  e->EvictCachedBlocks();
+  e->FlushKvTiers();
+  seq = e->CreateSequenceForPrompt(turn2, static_cast<int>(turn2.size()) + kSteps, &cached, -1,
+                                   &stale);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(cached, 0) << "the stale prefetch has a gap before its blocks";
+  pre = e->Prefill(*seq, turn2, po);
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  run = DecodeGreedy(*e, *seq, std::move(pre->logits), kSteps);
+  ASSERT_TRUE(e->ReleaseSequence(*seq).ok());
+  ExpectMatchesFullForward(*e, turn2, run, 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, EngineTiersTest,
