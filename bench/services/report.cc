@@ -181,9 +181,9 @@ void Gateway(const GatewayReport& g, std::string* md) {
       o.max_tokens, " tokens, greedy, replay on decode, ", o.repetitions,
       " requests per path, order rotated each repetition. **gateway** = "
       "`ced.v1.Gateway/Generate`; **openai** = the gateway's OpenAI-compatible API, `POST "
-      "/v1/completions` with `stream: true` (server-sent events; a new HTTP connection per "
-      "request; OpenAI's events carry text, so a token's time is its event's and tokens "
-      "merged into one event share it); **direct** = the bench does the gateway's work itself "
+      "/v1/completions` with `stream: true` (server-sent events; each client thread keeps "
+      "its connection alive, as OpenAI clients pool theirs; OpenAI's events carry text, so "
+      "a token's time is its event's and tokens merged into one event share it); **direct** = the bench does the gateway's work itself "
       "(`DecodeWorker.Reserve` + `Stream`, `PrefillWorker.Prefill`): same placement, no "
       "gateway or router hop; **local** = `Reserve` with `local_prefill` + `Stream` (the "
       "decode worker prefills itself, no K/V transfer). Client-measured; TPOT = mean gap "
@@ -235,7 +235,8 @@ void Gateway(const GatewayReport& g, std::string* md) {
                   "\nCPU time per 1000 streamed tokens (ms, median over repetitions), by "
                   "process: each service's `ced_process_cpu_seconds_total`, the bench's own "
                   "(`getrusage`) for the clients. What a path costs the machine, whatever the "
-                  "contention.\n\n| c | path |");
+                  "contention. The counters tick in 10 ms steps: at c = 1 (128 tokens per "
+                  "repetition) a tick is 78 ms per 1000 tokens, so that row is coarse.\n\n| c | path |");
   for (const std::string& name : CpuProcesses()) absl::StrAppend(md, " ", name, " |");
   absl::StrAppend(md, " all |\n|---|---|");
   for (size_t i = 0; i <= CpuProcesses().size(); ++i) absl::StrAppend(md, "---|");
