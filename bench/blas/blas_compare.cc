@@ -10,9 +10,11 @@
 // variant's cell also gives its share of that variant's FMA peak measured in
 // the same run on the same threads. For n == 1 it also times cblas_sgemv.
 //
-// Usage: blas_compare [--reps=N] [--ms=M] [--threads=T]
+// Usage: blas_compare [--reps=N] [--ms=M] [--threads=T] [--variants=V] [--shapes=S]
 //   N >= 7 repetitions of ~M ms each; T threads for every contender
-//   (default 1: per-core figures).
+//   (default 1: per-core figures); V a comma list of kernel variants (default
+//   all this CPU supports); S a comma list of NxINxOUT shapes (default: the
+//   engine's, below).
 #include <cblas.h>
 #include <omp.h>
 
@@ -45,6 +47,49 @@ struct Shape {
 constexpr Shape kShapes[] = {{256, 512, 512}, {256, 512, 256}, {256, 512, 1536},
                              {256, 1536, 512}, {1, 512, 1536},  {1, 1536, 512},
                              {1, 512, 260},    {16, 512, 1536}};
+
+// "256x512x512,1x512x260" -> shapes; empty -> kShapes.
+bool ParseShapes(const std::string& text, std::vector<Shape>* out) {
+  out->clear();
+  if (text.empty()) {
+    out->assign(std::begin(kShapes), std::end(kShapes));
+    return true;
+  }
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    Shape s;
+    char tail = 0;
+    if (std::sscanf(text.substr(start, end - start).c_str(), "%dx%dx%d%c", &s.n, &s.in, &s.out,
+                    &tail) != 3 ||
+        s.n < 1 || s.in < 1 || s.out < 1) {
+      return false;
+    }
+    out->push_back(s);
+    start = end + 1;
+  }
+  return !out->empty();
+}
+
+// "avx2,avx512" -> the variants named that this CPU supports; empty -> all.
+bool ParseVariants(const std::string& text, std::vector<ced::kernels::CpuIsa>* out) {
+  namespace k = ced::kernels;
+  *out = k::SupportedCpuIsas();
+  if (text.empty()) return true;
+  std::vector<k::CpuIsa> picked;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    k::CpuIsa isa;
+    if (!k::ParseCpuIsa(text.substr(start, end - start), &isa) || !k::CpuSupports(isa)) {
+      return false;
+    }
+    picked.push_back(isa);
+    start = end + 1;
+  }
+  *out = picked;
+  return !out->empty();
+}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -106,27 +151,46 @@ int main(int argc, char** argv) {
     return 2;
   }
   int reps = 9, ms = 20, threads = 1;
+  std::string variants_flag, shapes_flag;
   ced::bench::FlagSet flags;
   flags.Int("reps", &reps, "repetitions (at least 7)");
   flags.Int("ms", &ms, "milliseconds per repetition (at least 1)");
   flags.Int("threads", &threads, "threads for every contender (1: per-core figures)");
+  flags.String("variants", &variants_flag,
+               "comma list of kernel variants to time (default: every one this CPU supports)");
+  flags.String("shapes", &shapes_flag,
+               "comma list of NxINxOUT products (default: the engine's shapes of `small`)");
   if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
     std::fprintf(stderr, "blas_compare: %s\n", std::string(st.message()).c_str());
     return 2;
   }
   if (flags.help_requested()) {
-    std::printf("%s", flags.Help("blas_compare [--reps=N] [--ms=M] [--threads=T]",
+    std::printf("%s", flags.Help("blas_compare [--reps=N] [--ms=M] [--threads=T] [--variants=V] "
+                                 "[--shapes=S]",
                                  "The engine's packed GEMM per kernel variant vs OpenBLAS and "
                                  "oneDNN sgemm on the engine's GEMM shapes.")
                           .c_str());
     return 0;
+  }
+  std::vector<Shape> shapes;
+  if (!ParseShapes(shapes_flag, &shapes)) {
+    std::fprintf(stderr, "blas_compare: --shapes=%s: expected NxINxOUT[,NxINxOUT...]\n",
+                 shapes_flag.c_str());
+    return 2;
+  }
+  std::vector<k::CpuIsa> isas;
+  if (!ParseVariants(variants_flag, &isas)) {
+    std::fprintf(stderr,
+                 "blas_compare: --variants=%s: expected a comma list of variants this CPU "
+                 "supports\n",
+                 variants_flag.c_str());
+    return 2;
   }
   reps = std::max(7, reps);
   threads = std::max(1, threads);
   const double target_s = std::max(1, ms) * 1e-3;
   openblas_set_num_threads(threads);
   omp_set_num_threads(threads);  // oneDNN here is built on the OpenMP runtime; so is the pool
-  const std::vector<k::CpuIsa> isas = k::SupportedCpuIsas();
   std::vector<double> peaks;
   for (k::CpuIsa isa : isas) peaks.push_back(VariantPeak(isa));
   const dnnl_version_t* v = dnnl_version();
@@ -146,7 +210,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   bool all_match = true;
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : shapes) {
     std::vector<float> x(static_cast<size_t>(s.n) * s.in), w(static_cast<size_t>(s.out) * s.in);
     for (float& e : x) e = normal(rng);
     for (float& e : w) e = normal(rng);

@@ -289,7 +289,10 @@ void AppendPeak(const Json& d, std::string* md) {
       md, "## 3. Prefill against the FMA peak\n\n",
       "FMA micro-kernel: independent FMA chains in registers on every thread (12 chains of "
       "8-wide AVX2 vectors; 16 chains of 16-wide AVX-512 vectors), one sample after each "
-      "prefill repetition; fractions use the best sample.\n\n",
+      "prefill repetition; fractions use the best sample. Each chain starts from its own "
+      "value: an earlier probe, whose twelve identical AVX2 chains the compiler merged into "
+      "one, timed FMA latency and overstated the AVX2 peak about 1.5x on Zen 5 (results up "
+      "to the run of 2026-12-03 14:54 UTC; their AVX2 fractions read 1.5x too low).\n\n",
       "| ISA | peak GFLOP/s, median [min .. max] | CPU-normalized, median |\n|---|---|---|\n",
       "| AVX2 (256-bit) | ", Range(peaks["avx2"], "%.1f", 1e-9), " | ",
       absl::StrFormat("%.1f", Median(norm["avx2"]) * 1e-9), " |\n", "| AVX-512 | ",

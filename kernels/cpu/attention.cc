@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -16,8 +18,6 @@ namespace ced::kernels::CED_VARIANT_NS {
 namespace {
 
 constexpr int kGemmMinRows = 16;
-// Decode attention prefetches the K/V rows this many blocks ahead.
-constexpr int kPrefetchBlocks = 1;
 
 // Dot product with eight independent partial sums (GCC vector extension:
 // SIMD on any x86 target, no reliance on the vectorizer).
@@ -43,30 +43,29 @@ inline float Dot(const float* a, const float* b, int n) {
 
 inline float MaxOf(const float* x, int n, float m) {
   int i = 0;
-  if (n >= 16) {
-    V16 acc;
-    std::memcpy(&acc, x, sizeof(acc));
-    for (i = 16; i + 16 <= n; i += 16) {
-      V16 v;
-      std::memcpy(&v, x + i, sizeof(v));
+  if (n >= kLanes) {
+    VF acc = LoadVF(x);
+    for (i = kLanes; i + kLanes <= n; i += kLanes) {
+      const VF v = LoadVF(x + i);
       acc = acc > v ? acc : v;
     }
-    for (int j = 0; j < 16; ++j) m = std::max(m, acc[j]);
+    for (int j = 0; j < kLanes; ++j) m = std::max(m, acc[j]);
   }
   for (; i < n; ++i) m = std::max(m, x[i]);
   return m;
 }
 
-// x[i] = exp(x[i] - m); returns the sum.
+// x[i] = exp(x[i] - m); returns the sum, accumulated in double: the
+// normalizer then hardly depends on the order of the terms, so the decode
+// and prefill paths (different splits of the same keys) agree closely.
 inline float ExpInPlace(float* x, int n, float m) {
-  float sum = 0.0f;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) StoreVF(x + i, ExpVF(LoadVF(x + i) - m));
+  if (i < n) StorePartialVF(x + i, ExpVF(LoadPartialVF(x + i, n - i) - m), n - i);
+  double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < n; ++i) {
-    const float e = ExpSimd(x[i] - m);
-    x[i] = e;
-    sum += e;
-  }
-  return sum;
+  for (int j = 0; j < n; ++j) sum += x[j];
+  return static_cast<float>(sum);
 }
 
 inline void Scale(float* x, int n, float s) {
@@ -80,62 +79,55 @@ inline void Axpy(float* out, const float* v, int n, float w) {
   for (int d = 0; d < n; ++d) out[d] += w * v[d];
 }
 
-typedef int V16i __attribute__((vector_size(64)));
+// Lane selections of the stages of a kLanes x kLanes in-register transpose:
+// stage i pairs rows r and r + h (h = kLanes / 2^(i+1)); kLo[i] takes the
+// lanes of a whose bit log2(h) is clear and the matching lanes of b, kHi[i]
+// the others.
+#if CED_VEC_FLOATS == 16
+constexpr VI kLo[] = {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+                      {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+                      {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+                      {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}};
+constexpr VI kHi[] = {{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+                      {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+                      {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+                      {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}};
+#elif CED_VEC_FLOATS == 8
+constexpr VI kLo[] = {{0, 1, 2, 3, 8, 9, 10, 11}, {0, 1, 8, 9, 4, 5, 12, 13},
+                      {0, 8, 2, 10, 4, 12, 6, 14}};
+constexpr VI kHi[] = {{4, 5, 6, 7, 12, 13, 14, 15}, {2, 3, 10, 11, 6, 7, 14, 15},
+                      {1, 9, 3, 11, 5, 13, 7, 15}};
+#elif CED_VEC_FLOATS == 4
+constexpr VI kLo[] = {{0, 1, 4, 5}, {0, 4, 2, 6}};
+constexpr VI kHi[] = {{2, 3, 6, 7}, {1, 5, 3, 7}};
+#endif
 
-// One stage of a 16 x 16 in-register transpose: swaps bit log2(S) of the row
-// and column index (rows r and r + S, for r with bit log2(S) clear).
-template <int S>
-inline void TransposeStage(V16* m, V16i lo, V16i hi) {
-  for (int r = 0; r < 16; ++r) {
-    if ((r / S) % 2 != 0) continue;
-    const V16 a = m[r], b = m[r + S];
-    m[r] = __builtin_shuffle(a, b, lo);
-    m[r + S] = __builtin_shuffle(a, b, hi);
+// m[r][c] <- m[c][r] for a kLanes x kLanes block.
+inline void TransposeVF(VF* m) {
+  int stage = 0;
+#pragma GCC unroll 4
+  for (int h = kLanes / 2; h >= 1; h /= 2, ++stage) {
+#pragma GCC unroll 16
+    for (int r = 0; r < kLanes; ++r) {
+      if ((r / h) % 2 != 0) continue;
+      const VF a = m[r], b = m[r + h];
+      m[r] = __builtin_shuffle(a, b, kLo[stage]);
+      m[r + h] = __builtin_shuffle(a, b, kHi[stage]);
+    }
   }
 }
 
-// Lane selections of the stages: for stage S, kLo[S] takes lanes whose bit
-// log2(S) is clear from a and the matching lanes of b; kHi the others.
-constexpr V16i kLo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-constexpr V16i kHi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-constexpr V16i kLo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-constexpr V16i kHi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-constexpr V16i kLo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-constexpr V16i kHi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-constexpr V16i kLo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
-constexpr V16i kHi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
-
-inline void Transpose16(V16* m) {
-  TransposeStage<8>(m, kLo8, kHi8);
-  TransposeStage<4>(m, kLo4, kHi4);
-  TransposeStage<2>(m, kLo2, kHi2);
-  TransposeStage<1>(m, kLo1, kHi1);
-}
-
 // Horizontal sums of kLanes native vectors at once: lane r of the result is
-// the sum of m[r]'s lanes (m is clobbered). The stages of a transpose, adding
-// the halves instead of keeping both; masks per register width.
-typedef int VI __attribute__((vector_size(4 * CED_VEC_FLOATS)));
-#if CED_VEC_FLOATS == 16
-constexpr VI kSumLo[] = {kLo8, kLo4, kLo2, kLo1};
-constexpr VI kSumHi[] = {kHi8, kHi4, kHi2, kHi1};
-#elif CED_VEC_FLOATS == 8
-constexpr VI kSumLo[] = {{0, 1, 2, 3, 8, 9, 10, 11}, {0, 1, 8, 9, 4, 5, 12, 13},
-                         {0, 8, 2, 10, 4, 12, 6, 14}};
-constexpr VI kSumHi[] = {{4, 5, 6, 7, 12, 13, 14, 15}, {2, 3, 10, 11, 6, 7, 14, 15},
-                         {1, 9, 3, 11, 5, 13, 7, 15}};
-#elif CED_VEC_FLOATS == 4
-constexpr VI kSumLo[] = {{0, 1, 4, 5}, {0, 4, 2, 6}};
-constexpr VI kSumHi[] = {{2, 3, 6, 7}, {1, 5, 3, 7}};
-#endif
+// the sum of m[r]'s lanes (m is clobbered). The stages of the transpose,
+// adding the halves instead of keeping both.
 inline VF SumLanes(VF* m) {
   int stage = 0;
 #pragma GCC unroll 4
   for (int half = kLanes / 2; half >= 1; half /= 2, ++stage) {
 #pragma GCC unroll 8
     for (int r = 0; r < half; ++r) {
-      m[r] = __builtin_shuffle(m[r], m[r + half], kSumLo[stage]) +
-             __builtin_shuffle(m[r], m[r + half], kSumHi[stage]);
+      m[r] = __builtin_shuffle(m[r], m[r + half], kLo[stage]) +
+             __builtin_shuffle(m[r], m[r + half], kHi[stage]);
     }
   }
   return m[0];
@@ -178,9 +170,9 @@ inline void AccumulateRows(float* out, const float* v, size_t stride, const floa
   for (int j = 0; j < 4; ++j) StoreVF(out + j * kLanes, acc[j]);
 }
 
-// out[0, D) += w * v[0, D); D % 16 == 0.
+// out[0, D) += w * v[0, D); D % kLanes == 0.
 inline void AxpyV(float* out, const float* v, int D, float w) {
-  for (int c = 0; c < D; c += 16) StoreV16(out + c, LoadV16(out + c) + w * LoadV16(v + c));
+  for (int c = 0; c < D; c += kLanes) StoreVF(out + c, LoadVF(out + c) + w * LoadVF(v + c));
 }
 
 size_t RowBytes(const AttentionParams& p) {
@@ -206,7 +198,7 @@ const float* LocalRow(const AttentionParams& p, const AttentionSegment& s, bool 
 
 // Per-thread buffers, grown on demand and reused across calls.
 struct Scratch {
-  std::vector<float> scores, local, ktile, vtile, row, inv;
+  std::vector<float> scores, ktile, vtile, inv;
 };
 Scratch& ThreadScratch() {
   thread_local Scratch scratch;
@@ -216,151 +208,222 @@ void Grow(std::vector<float>* v, size_t n) {
   if (v->size() < n) v->resize(n);
 }
 
-// Rows [0, rows) of kv heads [g0, g0 + ng) of one global block, as f32 rows
-// of `*stride` floats (head slices of D floats side by side): in place for
-// f32 caches, else decoded into `scratch` [rows, ng * D].
-const float* GlobalHeadsTile(const AttentionParams& p, const uint8_t* block, int g0, int ng,
-                             int rows, float* scratch, size_t* stride) {
+// Rows [0, rows) of kv heads [g0, g0 + ng), the first at `first` and the
+// others `row_bytes` apart, as f32 rows of `*stride` floats (head slices of D
+// floats side by side): in place when the rows hold f32 values (`f32`), else
+// decoded into `scratch` [rows, ng * D].
+const float* HeadsTile(const AttentionParams& p, const uint8_t* first, size_t row_bytes, bool f32,
+                       int g0, int ng, int rows, float* scratch, size_t* stride) {
   const size_t kv_dim = static_cast<size_t>(p.num_kv_heads) * p.head_dim;
   const size_t D = p.head_dim, width = static_cast<size_t>(ng) * D;
-  if (p.format == KvFormat::kF32) {
-    *stride = kv_dim;
-    return reinterpret_cast<const float*>(block) + g0 * D;
+  if (f32) {
+    *stride = row_bytes / sizeof(float);
+    return reinterpret_cast<const float*>(first) + g0 * D;
   }
-  const size_t row_bytes = RowBytes(p);
   for (int r = 0; r < rows; ++r) {
-    CED_VARIANT_NS::DecodeRowSlice(p.format, block + r * row_bytes, kv_dim, g0 * D, width, scratch + r * width);
+    CED_VARIANT_NS::DecodeRowSlice(p.format, first + r * row_bytes, kv_dim, g0 * D, width,
+                                   scratch + r * width);
   }
   *stride = width;
   return scratch;
 }
 
-// Asks for row r's lines of kv heads [g0, g0 + ng) in a block ahead of use:
-// a sequence's blocks lie far apart, so hardware prefetchers lose the stream
-// at every block. One row at a time keeps the miss queue from overflowing.
-inline void PrefetchRow(const AttentionParams& p, const uint8_t* block, int r, int g0, int ng) {
-  const size_t kv_dim = static_cast<size_t>(p.num_kv_heads) * p.head_dim;
-  const size_t row_bytes = RowBytes(p), value_bytes = KvRowBytes(p.format, kv_dim);
-  const uint8_t* row = block + r * row_bytes;
-  const size_t begin = value_bytes * g0 / p.num_kv_heads;
-  const size_t end = value_bytes * (g0 + ng) / p.num_kv_heads;
-  for (size_t off = begin; off < end; off += 64) __builtin_prefetch(row + off, 0, 3);
+// The same for the rows of one global block.
+const float* GlobalHeadsTile(const AttentionParams& p, const uint8_t* block, int g0, int ng,
+                             int rows, float* scratch, size_t* stride) {
+  return HeadsTile(p, block, RowBytes(p), p.format == KvFormat::kF32, g0, ng, rows, scratch,
+                   stride);
 }
+
+// Consecutive keys of one query row whose K and V rows lie at a fixed
+// spacing: a global block, a stretch of the local ring between wrap-arounds,
+// or the segment's own f32 rows. Its scores sit at columns [key0, key0 + rows)
+// of each head's score row (global keys first, then local ones).
+struct KeyRun {
+  const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
+  size_t row_bytes = 0;
+  bool f32 = false;  // rows of f32 values (read in place)
+  int rows = 0;
+  int key0 = 0;
+};
+
+// The runs of keys of the query at position t: global positions [0, gkeys)
+// block by block, then local positions [lb, t].
+void KeyRuns(const AttentionParams& p, const AttentionSegment& s, int t, int gkeys, int lb,
+             std::vector<KeyRun>* runs) {
+  runs->clear();
+  const size_t row_bytes = RowBytes(p);
+  const bool f32 = p.format == KvFormat::kF32;
+  const int bs = p.block_size;
+  for (int b = 0; b * bs < gkeys; ++b) {
+    runs->push_back({s.global_k_host[b], s.global_v_host[b], row_bytes, f32,
+                     std::min(bs, gkeys - b * bs), b * bs});
+  }
+  const size_t f32_row = static_cast<size_t>(p.num_kv_heads) * p.head_dim * sizeof(float);
+  for (int pos = lb; pos <= t;) {
+    KeyRun r;
+    r.key0 = gkeys + pos - lb;
+    if (pos >= s.q_begin) {  // the segment's own rows, f32
+      const size_t off = static_cast<size_t>(pos - s.q_begin) * f32_row;
+      r.k = reinterpret_cast<const uint8_t*>(s.chunk_local_k) + off;
+      r.v = reinterpret_cast<const uint8_t*>(s.chunk_local_v) + off;
+      r.row_bytes = f32_row;
+      r.f32 = true;
+      r.rows = t + 1 - pos;
+    } else {  // ring slots pos % W onwards, up to the wrap or the segment
+      const int slot = pos % p.window;
+      r.k = s.local_k_ring + static_cast<size_t>(slot) * row_bytes;
+      r.v = s.local_v_ring + static_cast<size_t>(slot) * row_bytes;
+      r.row_bytes = row_bytes;
+      r.f32 = f32;
+      r.rows = std::min(s.q_begin - pos, p.window - slot);
+    }
+    runs->push_back(r);
+    pos += r.rows;
+  }
+}
+
+// Software prefetch of the K (or V) rows of a list of runs, kv heads
+// [g0, g0 + ng), a few cache lines per call, in the order they will be read:
+// a sequence's blocks and its ring lie far apart, so hardware prefetchers
+// lose the stream at every run. Spreading the lines over the work keeps the
+// miss queue from overflowing.
+class RunPrefetcher {
+ public:
+  RunPrefetcher(const AttentionParams& p, const std::vector<KeyRun>& runs, bool value, int g0,
+                int ng)
+      : runs_(runs), value_(value), g0_(g0), ng_(ng), heads_(p.num_kv_heads) {
+    Start(0);
+  }
+  // Issues up to `lines` prefetches.
+  void Step(int lines) {
+    for (; lines > 0 && run_ < static_cast<int>(runs_.size()); --lines) {
+      __builtin_prefetch(row_ + off_, 0, 3);
+      off_ += 64;
+      if (off_ < end_) continue;
+      off_ = begin_;
+      row_ += runs_[run_].row_bytes;
+      if (++row_index_ == runs_[run_].rows) Start(run_ + 1);
+    }
+  }
+  // Cache lines of one run's rows.
+  int LinesOf(const KeyRun& r) const {
+    return r.rows * static_cast<int>((Range(r).second - Range(r).first + 63) / 64);
+  }
+
+ private:
+  std::pair<size_t, size_t> Range(const KeyRun& r) const {
+    return {r.row_bytes * g0_ / heads_, r.row_bytes * (g0_ + ng_) / heads_};
+  }
+  void Start(int run) {
+    run_ = run;
+    if (run_ >= static_cast<int>(runs_.size())) return;
+    const KeyRun& r = runs_[run_];
+    std::tie(begin_, end_) = Range(r);
+    off_ = begin_;
+    row_ = value_ ? r.v : r.k;
+    row_index_ = 0;
+  }
+  const std::vector<KeyRun>& runs_;
+  const bool value_;
+  const int g0_, ng_, heads_;
+  int run_ = 0, row_index_ = 0;
+  const uint8_t* row_ = nullptr;
+  size_t begin_ = 0, end_ = 0, off_ = 0;
+};
 
 // Small segments (decode steps, short tails): one task per (segment, range
 // of kv heads [g0, g1)); query heads of a kv head share every K/V row read,
-// f32 caches are read in place (no gather).
+// f32 rows are read in place (no gather). Global and local keys are the same
+// kind of work (runs of rows), scored into one row per head for one softmax.
 void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int g0, int g1) {
   const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads, bs = p.block_size;
   const int W = p.window, ng = g1 - g0, nh = ng * group;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int T = s.q_begin + s.n;
+  const int width = T + std::max(0, W);  // score columns per head, at most
   Scratch& sc = ThreadScratch();
-  Grow(&sc.scores, static_cast<size_t>(nh) * T);
-  Grow(&sc.local, static_cast<size_t>(nh) * std::max(1, W));
-  Grow(&sc.ktile, static_cast<size_t>(bs) * ng * D);
-  Grow(&sc.vtile, static_cast<size_t>(bs) * ng * D);
-  Grow(&sc.row, static_cast<size_t>(ng) * D);
+  Grow(&sc.scores, static_cast<size_t>(nh) * width);
+  Grow(&sc.ktile, static_cast<size_t>(std::max(bs, W)) * ng * D);
+  Grow(&sc.vtile, static_cast<size_t>(std::max(bs, W)) * ng * D);
   Grow(&sc.inv, nh);
+  thread_local std::vector<KeyRun> runs;
   for (int i = 0; i < s.n; ++i) {
-    // keys: positions [0, t]; gkeys of them global (none on a window-only layer).
+    // keys: positions [0, t]; gkeys of them global (none on a window-only
+    // layer), then the local ones [lb, t].
     const int t = s.q_begin + i, keys = t + 1, gkeys = p.global ? keys : 0;
-    const int nblocks = (gkeys + bs - 1) / bs;
+    const int lb = W > 0 ? std::max(s.lo, t - W + 1) : keys;
+    const int cols = gkeys + keys - lb;
+    KeyRuns(p, s, t, gkeys, lb, &runs);
     // Query heads [g0 * group, g1 * group), contiguous in q and out.
     const float* q = s.q + (static_cast<size_t>(i) * H + g0 * group) * D;
     float* out = s.out + (static_cast<size_t>(i) * H + g0 * group) * D;
-    float* scores = sc.scores.data();  // [nh][T]
-    float* local = sc.local.data();    // [nh][W]
-    for (int b = 0; b < nblocks; ++b) {
-      const int rows = std::min(bs, gkeys - b * bs);
-      size_t stride = 0;
-      const float* k =
-          GlobalHeadsTile(p, s.global_k_host[b], g0, ng, rows, sc.ktile.data(), &stride);
-      const int ahead = b + kPrefetchBlocks;
-      const int ahead_rows = ahead < nblocks ? std::min(bs, gkeys - ahead * bs) : 0;
-      if (D % 16 == 0) {
-        // kLanes keys at a time: one horizontal reduction for all of them.
-        // The block ahead is prefetched a few rows per call, not in one burst.
-        const int pf_per = (kLanes + nh - 1) / nh;
-        for (int r0 = 0; r0 < rows; r0 += kLanes) {
+    float* scores = sc.scores.data();  // [nh][cols]
+    {
+      RunPrefetcher pf(p, runs, false, g0, ng);
+      if (!runs.empty()) pf.Step(pf.LinesOf(runs[0]));
+      for (const KeyRun& run : runs) {
+        size_t stride = 0;
+        const float* k = HeadsTile(p, run.k, run.row_bytes, run.f32, g0, ng, run.rows,
+                                   sc.ktile.data(), &stride);
+        // The next run's lines, spread over this run's score products.
+        const int steps = nh * ((run.rows + kLanes - 1) / kLanes);
+        const int per_step = (pf.LinesOf(run) + steps - 1) / steps;
+        for (int r0 = 0; r0 < run.rows; r0 += kLanes) {
           for (int hh = 0; hh < nh; ++hh) {
-            const int pf0 = r0 + hh * pf_per, pf1 = std::min(ahead_rows, pf0 + pf_per);
-            for (int r = pf0; r < pf1; ++r) PrefetchRow(p, s.global_k_host[ahead], r, g0, ng);
-            ScoreRows(q + hh * D, k + r0 * stride + (hh / group) * D, stride,
-                      std::min(kLanes, rows - r0), D, scale,
-                      scores + static_cast<size_t>(hh) * T + b * bs + r0);
+            pf.Step(per_step);
+            float* row = scores + static_cast<size_t>(hh) * cols + run.key0 + r0;
+            const float* kh = k + r0 * stride + (hh / group) * D;
+            const float* qh = q + hh * D;
+            const int rows = std::min(kLanes, run.rows - r0);
+            if (D % kLanes == 0) {
+              ScoreRows(qh, kh, stride, rows, D, scale, row);
+            } else {
+              for (int r = 0; r < rows; ++r) row[r] = Dot(qh, kh + r * stride, D) * scale;
+            }
           }
-        }
-        continue;
-      }
-      for (int r = 0; r < rows; ++r) {
-        if (r < ahead_rows) PrefetchRow(p, s.global_k_host[ahead], r, g0, ng);
-        for (int hh = 0; hh < nh; ++hh) {
-          scores[static_cast<size_t>(hh) * T + b * bs + r] =
-              Dot(q + hh * D, k + r * stride + (hh / group) * D, D) * scale;
-        }
-      }
-    }
-    const int lb = W > 0 ? std::max(s.lo, t - W + 1) : keys;
-    const int nl = keys - lb;
-    for (int gg = 0; gg < ng; ++gg) {
-      for (int j = 0; j < nl; ++j) {
-        const float* k = LocalRow(p, s, false, g0 + gg, lb + j, sc.row.data());
-        for (int hh = gg * group; hh < (gg + 1) * group; ++hh) {
-          local[hh * W + j] = Dot(q + hh * D, k, D) * scale;
         }
       }
     }
     float* inv = sc.inv.data();
     for (int hh = 0; hh < nh; ++hh) {
-      float* gs = scores + static_cast<size_t>(hh) * T;
-      float* ls = local + hh * W;
-      float m = MaxOf(ls, nl, MaxOf(gs, gkeys, -std::numeric_limits<float>::infinity()));
-      inv[hh] = 1.0f / (ExpInPlace(gs, gkeys, m) + ExpInPlace(ls, nl, m));
+      float* row = scores + static_cast<size_t>(hh) * cols;
+      const float m = MaxOf(row, cols, -std::numeric_limits<float>::infinity());
+      inv[hh] = 1.0f / ExpInPlace(row, cols, m);
       std::fill(out + hh * D, out + (hh + 1) * D, 0.0f);
     }
-    for (int b = 0; b < nblocks; ++b) {
-      const int rows = std::min(bs, gkeys - b * bs);
+    RunPrefetcher pf(p, runs, true, g0, ng);
+    if (!runs.empty()) pf.Step(pf.LinesOf(runs[0]));
+    for (const KeyRun& run : runs) {
       size_t stride = 0;
-      const float* v =
-          GlobalHeadsTile(p, s.global_v_host[b], g0, ng, rows, sc.vtile.data(), &stride);
-      const int ahead = b + kPrefetchBlocks;
-      const int ahead_rows = ahead < nblocks ? std::min(bs, gkeys - ahead * bs) : 0;
+      const float* v = HeadsTile(p, run.v, run.row_bytes, run.f32, g0, ng, run.rows,
+                                 sc.vtile.data(), &stride);
       if (D % kValueChunk == 0) {
-        // Per head, kValueChunk output dims in registers across the block's
-        // rows (one load and store of the output per block, not per row).
+        // Per head, kValueChunk output dims in registers across the run's
+        // rows (one load and store of the output per run, not per row).
+        const int steps = nh * (D / kValueChunk);
+        const int per_step = (pf.LinesOf(run) + steps - 1) / steps;
         for (int hh = 0; hh < nh; ++hh) {
-          const float* w = scores + static_cast<size_t>(hh) * T + b * bs;
+          const float* w = scores + static_cast<size_t>(hh) * cols + run.key0;
           const float* vh = v + (hh / group) * D;
           for (int c0 = 0; c0 < D; c0 += kValueChunk) {
-            if (hh == 0 && c0 == 0) {
-              for (int r = 0; r < ahead_rows; ++r) {
-                PrefetchRow(p, s.global_v_host[ahead], r, g0, ng);
-              }
-            }
-            AccumulateRows(out + hh * D + c0, vh + c0, stride, w, rows, inv[hh]);
+            pf.Step(per_step);
+            AccumulateRows(out + hh * D + c0, vh + c0, stride, w, run.rows, inv[hh]);
           }
         }
         continue;
       }
-      for (int r = 0; r < rows; ++r) {
-        if (r < ahead_rows) PrefetchRow(p, s.global_v_host[ahead], r, g0, ng);
+      pf.Step(pf.LinesOf(run));
+      for (int r = 0; r < run.rows; ++r) {
         for (int hh = 0; hh < nh; ++hh) {
-          const float w = scores[static_cast<size_t>(hh) * T + b * bs + r] * inv[hh];
+          const float w = scores[static_cast<size_t>(hh) * cols + run.key0 + r] * inv[hh];
           const float* vr = v + r * stride + (hh / group) * D;
-          if (D % 16 == 0) {
+          if (D % kLanes == 0) {
             AxpyV(out + hh * D, vr, D, w);
           } else {
             Axpy(out + hh * D, vr, D, w);
           }
-        }
-      }
-    }
-    for (int gg = 0; gg < ng; ++gg) {
-      for (int j = 0; j < nl; ++j) {
-        const float* v = LocalRow(p, s, true, g0 + gg, lb + j, sc.row.data());
-        for (int hh = gg * group; hh < (gg + 1) * group; ++hh) {
-          Axpy(out + hh * D, v, D, local[hh * W + j] * inv[hh]);
         }
       }
     }
@@ -398,24 +461,24 @@ inline void PutValue(float* vp, int rows, int k, const float* src, int D) {
 }
 
 // Key rows k0 .. k0+rows-1 (row r at src + r * stride, D floats) into a
-// packed-K array, times `scale`: 16 keys at a time through an in-register
-// transpose when they fill 16 aligned columns of a panel.
+// packed-K array, times `scale`: kLanes keys at a time through an in-register
+// transpose when they fill kLanes aligned columns of a panel.
 void PutKeys(float* kp, int D, int k0, const float* src, size_t stride, int rows, float scale) {
-  const V16 sv = {scale, scale, scale, scale, scale, scale, scale, scale,
-                  scale, scale, scale, scale, scale, scale, scale, scale};
-  for (int r0 = 0; r0 < rows; r0 += 16) {
-    const int k = k0 + r0, n = std::min(16, rows - r0);
+  for (int r0 = 0; r0 < rows; r0 += kLanes) {
+    const int k = k0 + r0, n = std::min(kLanes, rows - r0);
     const float* s = src + r0 * stride;
-    if (n < 16 || k % 16 != 0 || D % 16 != 0) {
+    if (n < kLanes || k % kLanes != 0 || D % kLanes != 0) {
       for (int r = 0; r < n; ++r) PutKey(kp, D, k + r, s + r * stride, scale);
       continue;
     }
     float* dst = kp + static_cast<size_t>(k / kPanel) * D * kPanel + k % kPanel;
-    for (int d0 = 0; d0 < D; d0 += 16) {
-      V16 m[16];
-      for (int r = 0; r < 16; ++r) m[r] = LoadV16(s + r * stride + d0) * sv;
-      Transpose16(m);
-      for (int j = 0; j < 16; ++j) StoreV16(dst + static_cast<size_t>(d0 + j) * kPanel, m[j]);
+    for (int d0 = 0; d0 < D; d0 += kLanes) {
+      VF m[kLanes];
+#pragma GCC unroll 16
+      for (int r = 0; r < kLanes; ++r) m[r] = LoadVF(s + r * stride + d0) * scale;
+      TransposeVF(m);
+#pragma GCC unroll 16
+      for (int j = 0; j < kLanes; ++j) StoreVF(dst + static_cast<size_t>(d0 + j) * kPanel, m[j]);
     }
   }
 }
@@ -430,7 +493,7 @@ void PutValues(float* vp, int tpad, int k0, const float* src, size_t stride, int
     float* dst = vp + (static_cast<size_t>(p) * tpad + k0) * kPanel;
     for (int r = 0; r < rows; ++r) {
       const float* s = src + r * stride + p * kPanel;
-      for (int c = 0; c < kPanel; c += 16) StoreV16(dst + r * kPanel + c, LoadV16(s + c));
+      for (int c = 0; c < kPanel; c += kLanes) StoreVF(dst + r * kPanel + c, LoadVF(s + c));
     }
   }
 }

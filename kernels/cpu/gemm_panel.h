@@ -7,7 +7,7 @@
 namespace ced::kernels::CED_VARIANT_NS {
 
 constexpr int kPanel = CED_PANEL;  // columns per panel
-static_assert(kPanel % 16 == 0 && kPanel % kLanes == 0, "attention packs keys 16 at a time");
+static_assert(kPanel % kLanes == 0, "panels hold whole vectors");
 
 // y[n, cols] (+)= x[n, in] * B on one thread, B given as panels of kPanel
 // columns: panel p starts at b + p * panel_stride and holds rows [0, in) of

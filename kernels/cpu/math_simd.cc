@@ -36,8 +36,12 @@ void RopeRow(float* x, int heads, int head_dim, const float* cs, const float* sn
 }
 
 void SiluMul(float* gate, const float* up, size_t count) {
-#pragma omp simd
-  for (size_t i = 0; i < count; ++i) {
+  size_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    const VF g = LoadVF(gate + i);
+    StoreVF(gate + i, g / (1.0f + ExpVF(-g)) * LoadVF(up + i));
+  }
+  for (; i < count; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + ExpSimd(-g)) * up[i];
   }

@@ -62,8 +62,10 @@ void EncodeAndRound(KvFormat f, float* row, uint8_t* dst) {
 // and are handed out in a shuffled order.
 class Batch {
  public:
-  Batch(KvFormat format, int window, const std::vector<SegmentSpec>& specs, uint32_t seed)
-      : format_(format), window_(window), segs_(specs.size()) {
+  // global false: a window-only layer (no global branch; block tables null).
+  Batch(KvFormat format, int window, const std::vector<SegmentSpec>& specs, uint32_t seed,
+        bool global = true)
+      : format_(format), window_(window), global_(global), segs_(specs.size()) {
     std::mt19937 rng(seed);
     const size_t row_bytes = KvRowBytes(format, kKvDim);
     int total_blocks = 0;
@@ -128,6 +130,7 @@ class Batch {
     p.head_dim = kHeadDim;
     p.window = window_;
     p.block_size = kBlockSize;
+    p.global = global_;
     std::vector<AttentionSegment> segments;
     for (SegmentData& d : segs_) {
       AttentionSegment s;
@@ -135,8 +138,10 @@ class Batch {
       s.out = d.out.data();
       s.n = d.spec.n;
       s.q_begin = d.spec.q_begin;
-      s.global_k_host = d.k_blocks.data();
-      s.global_v_host = d.v_blocks.data();
+      if (global_) {
+        s.global_k_host = d.k_blocks.data();
+        s.global_v_host = d.v_blocks.data();
+      }
       if (window_ > 0) {
         s.local_k_ring = d.k_ring.data();
         s.local_v_ring = d.v_ring.data();
@@ -171,7 +176,7 @@ class Batch {
         const float* q = &d.q[(static_cast<size_t>(i) * kHeads + h) * kHeadDim];
         // Keys: (matrix, position) pairs, global first.
         std::vector<std::pair<const float*, const float*>> kv;
-        for (int pos = 0; pos <= t; ++pos) {
+        for (int pos = 0; global_ && pos <= t; ++pos) {
           const size_t off = static_cast<size_t>(pos) * kKvDim + g * kHeadDim;
           kv.emplace_back(&d.global_k[off], &d.global_v[off]);
         }
@@ -202,6 +207,7 @@ class Batch {
 
   KvFormat format_;
   int window_;
+  bool global_;
   std::vector<SegmentData> segs_;
   std::vector<uint8_t> pool_k_, pool_v_;
 };
@@ -218,8 +224,9 @@ class AttentionCpuTest : public ::testing::TestWithParam<std::tuple<KvFormat, in
     SetActiveCpuIsa(BestCpuIsa());
   }
 
-  double Check(int window, const std::vector<SegmentSpec>& specs, uint32_t seed) {
-    Batch batch(std::get<0>(GetParam()), window, specs, seed);
+  double Check(int window, const std::vector<SegmentSpec>& specs, uint32_t seed,
+               bool global = true) {
+    Batch batch(std::get<0>(GetParam()), window, specs, seed, global);
     batch.Run();
     return batch.MaxError();
   }
@@ -261,6 +268,13 @@ TEST_P(AttentionCpuTest, MixedPrefillShortAndDecode) {
   // A long segment, a short multi-row segment (below the BLAS path) and decodes.
   std::vector<SegmentSpec> specs = {{20, 72, 10}, {35, 7, 0}, {90, 1, 40}, {9, 1, 0}};
   EXPECT_LE(Check(16, specs, 8), kTolerance);
+}
+
+TEST_P(AttentionCpuTest, WindowOnlyLayer) {
+  // No global branch: the softmax runs over the local keys alone, for decodes
+  // (ring wrapping, window clipped at lo), a short and a long segment.
+  std::vector<SegmentSpec> specs = {{0, 1, 0}, {50, 1, 0}, {77, 1, 70}, {35, 7, 0}, {20, 72, 10}};
+  EXPECT_LE(Check(16, specs, 9, /*global=*/false), kTolerance);
 }
 
 std::string ParamName(const ::testing::TestParamInfo<std::tuple<KvFormat, int, CpuIsa>>& info) {
