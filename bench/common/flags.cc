@@ -1,5 +1,7 @@
 #include "bench/common/flags.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,7 +20,7 @@ void FlagSet::Double(const std::string& name, double* value, const std::string& 
   flags_.push_back({name, help, absl::StrCat(*value), Kind::kDouble, value});
 }
 void FlagSet::String(const std::string& name, std::string* value, const std::string& help) {
-  flags_.push_back({name, help, value->empty() ? "\"\"" : *value, Kind::kString, value});
+  flags_.push_back({name, help, *value, Kind::kString, value});
 }
 void FlagSet::Bool(const std::string& name, bool* value, const std::string& help) {
   flags_.push_back({name, help, *value ? "true" : "false", Kind::kBool, value});
@@ -51,49 +53,36 @@ absl::Status FlagSet::Set(const Flag& flag, const std::string& text) const {
       absl::StrCat("--", flag.name, ": bad value '", text, "' (expected ", expected, ")"));
 }
 
+std::vector<cli::FlagSpec> FlagSet::Specs() const {
+  std::vector<cli::FlagSpec> specs;
+  for (const Flag& f : flags_) {
+    specs.push_back({f.name, f.default_text, f.help, f.kind == Kind::kBool});
+  }
+  return specs;
+}
+
 absl::Status FlagSet::Parse(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      help_ = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    std::string name = arg.substr(2), value;
-    bool has_value = false;
-    if (const size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    const Flag* flag = nullptr;
-    for (const Flag& f : flags_) {
-      if (f.name == name) flag = &f;
-    }
-    if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    if (!has_value) {
-      if (flag->kind == Kind::kBool) {
-        value = "true";
-      } else if (i + 1 < argc) {
-        value = argv[++i];
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
-      }
-    }
-    if (absl::Status s = Set(*flag, value); !s.ok()) return s;
+  // The command line is split the one way every ced program splits it
+  // (services/cli's parser); this class only binds and converts the values.
+  absl::StatusOr<cli::Flags> parsed =
+      cli::Flags::Parse(Specs(), std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", parsed->positional().front(), "'"));
+  }
+  help_ = help_ || parsed->help();
+  for (const Flag& f : flags_) {
+    if (!parsed->Has(f.name)) continue;
+    if (absl::Status s = Set(f, parsed->Get(f.name)); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 std::string FlagSet::Help(const std::string& usage, const std::string& summary) const {
-  std::string out = absl::StrCat("Usage: ", usage, "\n\n", summary, "\n\nFlags:\n");
-  for (const Flag& f : flags_) {
-    absl::StrAppendFormat(&out, "  --%s (default: %s)\n      %s\n", f.name, f.default_text, f.help);
-  }
-  absl::StrAppend(&out, "  --help\n      this text\n");
-  return out;
+  std::vector<cli::FlagSpec> specs = Specs();
+  specs.push_back({"help", "", "this text", true});
+  return cli::FormatHelp(usage, summary, specs);
 }
 
 absl::StatusOr<std::vector<int>> ParsePositiveInts(const std::string& flag,

@@ -1,6 +1,7 @@
-// The benches' command line: a minimal `--name=value` / `--name value` /
-// `--flag` parser with a generated --help, and the comma lists the flags
-// carry. Not thread-safe; use from main().
+// The benches' command line: flags bound to variables, on the parser every
+// ced program uses (services/cli/flags.h: `--name=value`, `--name value`,
+// `--flag`, generated --help), and the comma lists the flags carry. Not
+// thread-safe; use from main().
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "services/cli/flags.h"
 
 namespace ced::bench {
 
@@ -38,6 +40,7 @@ class FlagSet {
     void* value;
   };
   absl::Status Set(const Flag& flag, const std::string& text) const;
+  std::vector<cli::FlagSpec> Specs() const;
   std::vector<Flag> flags_;
   bool help_ = false;
 };

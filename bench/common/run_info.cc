@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 namespace ced::bench {
 
@@ -21,6 +22,18 @@ std::string CommandLine(int argc, char** argv, std::initializer_list<const char*
   parts.push_back(prog);
   for (int i = 1; i < argc; ++i) parts.push_back(argv[i]);
   return absl::StrJoin(parts, " ");
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    if (const size_t colon = line.find(':'); colon != std::string::npos) {
+      return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    }
+  }
+  return "unknown";
 }
 
 std::string LoadAverage() {

@@ -14,6 +14,9 @@ namespace ced::bench {
 // (reports must not carry machine-specific paths).
 std::string CommandLine(int argc, char** argv, std::initializer_list<const char*> env);
 
+// /proc/cpuinfo's first "model name" (e.g. "AMD EPYC 9B45"), or "unknown".
+std::string CpuModelName();
+
 // /proc/loadavg's first three fields (1, 5, 15 min), or "unknown".
 std::string LoadAverage();
 

@@ -12,26 +12,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "bench/common/run_info.h"
 #include "bench/common/stats.h"
 
 extern "C" char* openblas_get_corename(void);
 
 namespace ced::bench {
 namespace {
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-      }
-    }
-  }
-  return "unknown";
-}
 
 // The last-level cache this core sees (sysfs), else what sysconf reports
 // (in a VM the latter may describe the whole host package).
@@ -144,7 +131,7 @@ double RunFma(FmaIsa isa, int64_t iters) {
 
 MachineInfo CollectMachineInfo() {
   MachineInfo m;
-  m.cpu_model = CpuModel();
+  m.cpu_model = CpuModelName();
   m.logical_cores = static_cast<int>(std::thread::hardware_concurrency());
   m.omp_threads = omp_get_max_threads();
   m.l3_bytes = L3Bytes();

@@ -300,14 +300,8 @@ void KvBytes(const KvBytesReport& k, std::string* md) {
 
 MachineFacts CollectMachineFacts() {
   MachineFacts m;
-  std::ifstream cpu("/proc/cpuinfo");
+  m.cpu_model = CpuModelName();
   std::string line;
-  while (std::getline(cpu, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      m.cpu_model = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
   m.logical_cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   std::ifstream mem("/proc/meminfo");
   while (std::getline(mem, line)) {

