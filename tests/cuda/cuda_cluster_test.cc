@@ -4,13 +4,14 @@
 // service's /metrics up (the CUDA backend is a plugin, so the services' HTTP
 // threads keep their small static TLS). Without a GPU: `ced serve --device
 // cuda` must fail with a clear error instead of crashing.
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
+
+#include "services/common/subprocess.h"
 
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/e2e/cluster_fixture.h"
@@ -23,29 +24,22 @@ namespace {
 // Runs `ced args...` to completion (bounded); returns {exit status, output}.
 std::pair<int, std::string> RunCed(const std::vector<std::string>& args) {
   const std::string log = ::testing::TempDir() + "/ced_cuda_cli_" + std::to_string(getpid());
-  std::vector<std::string> a = {CedBinary()};
-  a.insert(a.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : a) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, a[0].c_str(), &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  services::SubprocessOptions options;
+  options.argv = {CedBinary()};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.output_path = log;
   int st = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (waitpid(pid, &st, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
+  absl::StatusOr<std::unique_ptr<services::Subprocess>> child =
+      services::Subprocess::Spawn(options);
+  EXPECT_TRUE(child.ok()) << child.status();
+  if (child.ok()) {
+    absl::StatusOr<int> done = (*child)->Wait(/*timeout_s=*/120);
+    if (done.ok()) {
+      st = *done;
+    } else {
       ADD_FAILURE() << "ced did not exit";
-      break;
+      (*child)->Terminate(/*grace_s=*/0);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::ifstream in(log);
   std::stringstream ss;

@@ -6,7 +6,6 @@
 // GPU, so a one-GPU machine skips the two-process test.
 #include <cuda_runtime_api.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,15 +13,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "services/common/subprocess.h"
 #include "services/kv_transport/transport.h"
 #include "tests/cuda/cuda_test_util.h"
-
-extern char** environ;
 
 namespace ced::kv_transport {
 namespace {
@@ -150,17 +149,13 @@ TEST(NcclTransportTest, TwoProcessesOnTwoGpus) {
   self.resize(readlink("/proc/self/exe", self.data(), self.size() - 1));
   std::vector<std::string> args = {self, "--gtest_also_run_disabled_tests",
                                    "--gtest_filter=NcclTransportTest.DISABLED_ReceiverProcess"};
-  std::vector<std::string> env_strings = {"CED_NCCL_DIR=" + dir, "CUDA_VISIBLE_DEVICES=1"};
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string(*e).rfind("CUDA_VISIBLE_DEVICES=", 0) != 0) env_strings.push_back(*e);
-  }
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t child = -1;
-  ASSERT_EQ(posix_spawn(&child, self.c_str(), nullptr, nullptr, argv.data(), envp.data()), 0);
+  services::SubprocessOptions options;
+  options.argv = std::move(args);
+  options.env["CED_NCCL_DIR"] = dir;
+  options.env["CUDA_VISIBLE_DEVICES"] = "1";
+  absl::StatusOr<std::unique_ptr<services::Subprocess>> child =
+      services::Subprocess::Spawn(options);
+  ASSERT_TRUE(child.ok()) << child.status();
   std::string peer;
   for (int i = 0; i < 1200 && peer.empty(); ++i) {
     std::ifstream in(dir + "/addr");
@@ -204,14 +199,9 @@ TEST(NcclTransportTest, TwoProcessesOnTwoGpus) {
   abort.kind = KvMessageKind::kAbort;
   EXPECT_EQ((*t)->Send(peer, abort, {}), absl::OkStatus());
 
-  int st = 0;
-  for (int i = 0; i < 2400 && waitpid(child, &st, WNOHANG) != child; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (i == 2399) {
-      kill(child, SIGKILL);
-      waitpid(child, &st, 0);
-    }
-  }
+  absl::StatusOr<int> exited = (*child)->Wait(/*timeout_s=*/240);
+  if (!exited.ok()) (*child)->Terminate(/*grace_s=*/0);
+  const int st = exited.ok() ? *exited : -1;
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "receiver process failed: " << st;
 }
 

@@ -5,8 +5,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,14 +13,14 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
-
-extern char** environ;
+#include "services/common/subprocess.h"
 
 namespace ced::testing {
 
@@ -52,16 +50,13 @@ class LocalCluster {
         CedBinary(),           "cluster", "--model",      model_dir,  "--base-port", "0",
         "--metrics-base-port", "0",       "--ready-file", ready_file_};
     args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-    EXPECT_EQ(posix_spawn(&pid_, args[0].c_str(), &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    services::SubprocessOptions options;
+    options.argv = std::move(args);
+    options.output_path = log_;
+    absl::StatusOr<std::unique_ptr<services::Subprocess>> child =
+        services::Subprocess::Spawn(options);
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (child.ok()) proc_ = std::move(*child);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
     while (std::chrono::steady_clock::now() < deadline) {
       std::ifstream in(ready_file_);
@@ -79,11 +74,7 @@ class LocalCluster {
         ready_ = true;
         return;
       }
-      int st;
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
+      if (proc_ == nullptr || !proc_->Running()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     ADD_FAILURE() << "cluster did not become ready; log:\n" << Log();
@@ -96,20 +87,14 @@ class LocalCluster {
   }
 
   void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    int st = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (waitpid(pid_, &st, WNOHANG) != pid_) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &st, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (proc_ == nullptr || proc_->pid() <= 0) return;
+    proc_->Signal(SIGTERM);
+    absl::StatusOr<int> st = proc_->Wait(/*timeout_s=*/60);
+    if (!st.ok()) {  // still running after 60 s
+      proc_->Signal(SIGKILL);
+      st = proc_->Wait(/*timeout_s=*/-1);
     }
-    exit_status_ = st;
-    pid_ = -1;
+    exit_status_ = st.ok() ? *st : 0;
   }
 
   // Sends `sig` to one service process of the cluster: "router", "gateway" or
@@ -135,7 +120,8 @@ class LocalCluster {
   // The pid of the `ced cluster` child started as `name` (its argv has
   // "--worker-id NAME" or "--role=NAME"), or -1.
   pid_t ChildPid(const std::string& name) const {
-    if (pid_ <= 0) return -1;
+    const pid_t parent = proc_ == nullptr ? -1 : proc_->pid();
+    if (parent <= 0) return -1;
     DIR* proc = opendir("/proc");
     if (proc == nullptr) return -1;
     pid_t found = -1;
@@ -151,7 +137,7 @@ class LocalCluster {
       std::string state;
       pid_t ppid = -1;
       rest >> state >> ppid;
-      if (ppid != pid_) continue;
+      if (ppid != parent) continue;
       std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
       std::vector<std::string> argv;
       for (std::string arg; std::getline(cmd, arg, '\0');) argv.push_back(arg);
@@ -168,7 +154,7 @@ class LocalCluster {
   }
 
   static inline int counter_ = 0;
-  pid_t pid_ = -1;
+  std::unique_ptr<services::Subprocess> proc_;  // `ced cluster`
   std::string ready_file_, log_;
   bool ready_ = false;
   ClusterAddresses addresses_;

@@ -4,15 +4,13 @@
 // SIGKILL if the test process dies. Not thread-safe.
 #pragma once
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/common/subprocess.h"
 #include "tests/e2e/cluster_fixture.h"
 
 namespace ced::testing {
@@ -33,29 +32,20 @@ inline std::string ReadLog(const std::string& path) {
 }
 
 // Starts `ced serve <args>` with stdout and stderr in `log`; the child gets
-// SIGKILL if the test process dies. Returns its pid (-1: fork failed).
-inline pid_t SpawnCedServe(const std::vector<std::string>& args, const std::string& log) {
+// SIGKILL if the test process dies. nullptr (and a test failure) when it
+// cannot start.
+inline std::unique_ptr<services::Subprocess> SpawnCedServe(const std::vector<std::string>& args,
+                                                           const std::string& log) {
   UseOneOpenMpThreadPerProcess();
-  std::vector<std::string> full = {CedBinary(), "serve"};
-  full.insert(full.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {  // async-signal-safe calls only until execv
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  EXPECT_GT(pid, 0) << "fork failed";
-  return pid;
+  services::SubprocessOptions options;
+  options.argv = {CedBinary(), "serve"};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.output_path = log;
+  options.kill_with_parent = true;
+  absl::StatusOr<std::unique_ptr<services::Subprocess>> child =
+      services::Subprocess::Spawn(options);
+  EXPECT_TRUE(child.ok()) << child.status();
+  return child.ok() ? std::move(*child) : nullptr;
 }
 
 // The addresses a `ced serve` process prints once it listens.
@@ -64,19 +54,20 @@ struct ServeAddresses {
 };
 
 // Polls `log` (at most 120 s) until the process prints "... listening on ADDR
-// (metrics ADDR[, kv ADDR])". False if it exits (then *pid = -1) or times out.
-inline bool WaitUntilListening(pid_t* pid, const std::string& log, ServeAddresses* out) {
+// (metrics ADDR[, kv ADDR])". False if it exits (it is then reaped) or times
+// out.
+inline bool WaitUntilListening(services::Subprocess* proc, const std::string& log,
+                               ServeAddresses* out) {
   const std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+))?\))");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (*pid > 0 && std::chrono::steady_clock::now() < deadline) {
+  while (proc != nullptr && proc->pid() > 0 && std::chrono::steady_clock::now() < deadline) {
     std::smatch m;
     const std::string text = ReadLog(log);
     if (std::regex_search(text, m, re)) {
       *out = {m[1], m[2], m[4]};
       return true;
     }
-    int st = 0;
-    if (waitpid(*pid, &st, WNOHANG) == *pid) *pid = -1;
+    proc->Running();  // reaps it when it exited
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -90,9 +81,9 @@ class ServiceProcess {
     static int counter = 0;
     log_ = ::testing::TempDir() + "/ced_service_" + std::to_string(getpid()) + "_" +
            std::to_string(counter++) + ".log";
-    pid_ = SpawnCedServe(args, log_);
+    proc_ = SpawnCedServe(args, log_);
     ServeAddresses a;
-    if (WaitUntilListening(&pid_, log_, &a)) {
+    if (WaitUntilListening(proc_.get(), log_, &a)) {
       grpc_ = a.grpc;
       metrics_ = a.metrics;
       kv_ = a.kv;
@@ -111,19 +102,12 @@ class ServiceProcess {
   // Sends `sig` (SIGTERM: a drain; SIGKILL: a crash) and reaps the process,
   // SIGKILLing it after 40 s.
   void Stop(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    int st = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
-    while (waitpid(pid_, &st, WNOHANG) != pid_) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &st, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (proc_ == nullptr || proc_->pid() <= 0) return;
+    proc_->Signal(sig);
+    if (!proc_->Wait(/*timeout_s=*/40).ok()) {
+      proc_->Signal(SIGKILL);
+      (void)proc_->Wait(/*timeout_s=*/-1);
     }
-    pid_ = -1;
   }
 
   bool ready() const { return !grpc_.empty(); }
@@ -133,7 +117,7 @@ class ServiceProcess {
   std::string Log() const { return ReadLog(log_); }
 
  private:
-  pid_t pid_ = -1;
+  std::unique_ptr<services::Subprocess> proc_;
   std::string log_, grpc_, metrics_, kv_;
 };
 

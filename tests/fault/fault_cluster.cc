@@ -35,10 +35,9 @@ Proc::Proc(std::string name, const std::vector<std::string>& serve_args) : name_
   static int counter = 0;
   log_ = ::testing::TempDir() + "/ced_fault_" + std::to_string(getpid()) + "_" +
          std::to_string(counter++) + "_" + name_ + ".log";
-  pid_t pid = SpawnCedServe(serve_args, log_);
+  proc_ = SpawnCedServe(serve_args, log_);
   ServeAddresses a;
-  const bool listening = WaitUntilListening(&pid, log_, &a);
-  pid_ = pid;
+  const bool listening = WaitUntilListening(proc_.get(), log_, &a);
   if (listening) {
     grpc_ = a.grpc;
     metrics_ = a.metrics;
@@ -56,29 +55,20 @@ Proc::~Proc() {
 std::string Proc::Log() const { return ReadLog(log_); }
 
 void Proc::Signal(int sig) {
-  if (pid_ > 0) kill(pid_, sig);
+  if (proc_ != nullptr) proc_->Signal(sig);
 }
 
 std::optional<int> Proc::WaitExit(Ms timeout) {
-  if (pid_ <= 0) return std::nullopt;
-  const auto deadline = SteadyClock::now() + timeout;
-  int st = 0;
-  while (SteadyClock::now() < deadline) {
-    if (waitpid(pid_, &st, WNOHANG) == pid_) {
-      pid_ = -1;
-      return st;
-    }
-    std::this_thread::sleep_for(Ms(10));
-  }
-  return std::nullopt;
+  if (!running()) return std::nullopt;
+  absl::StatusOr<int> st = proc_->Wait(std::chrono::duration<double>(timeout).count());
+  if (!st.ok()) return std::nullopt;
+  return *st;
 }
 
 void Proc::Kill() {
-  if (pid_ <= 0) return;
-  kill(pid_, SIGKILL);
-  int st = 0;
-  waitpid(pid_, &st, 0);
-  pid_ = -1;
+  if (!running()) return;
+  proc_->Signal(SIGKILL);
+  (void)proc_->Wait(/*timeout_s=*/-1);
 }
 
 FaultCluster::FaultCluster(FaultClusterOptions options) : options_(std::move(options)) {

@@ -16,6 +16,7 @@
 
 #include "ced/v1/gateway.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "services/common/subprocess.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace ced::testing {
@@ -45,11 +46,13 @@ class Proc {
   std::optional<int> WaitExit(Ms timeout);
   // SIGKILL and reap.
   void Kill();
-  bool running() const { return pid_ > 0; }
+  // Not yet reaped (a process that exited on its own counts until WaitExit
+  // or Kill reaps it).
+  bool running() const { return proc_ != nullptr && proc_->pid() > 0; }
 
  private:
   std::string name_, log_, grpc_, metrics_, kv_;
-  int pid_ = -1;
+  std::unique_ptr<services::Subprocess> proc_;
 };
 
 struct FaultClusterOptions {
