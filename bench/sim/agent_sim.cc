@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "bench/common/stats.h"
 #include "bench/sim/cost_model.h"
+#include "bench/sim/decode_instance.h"
 #include "bench/sim/prefix_cache_model.h"
 #include "engine/common/status.h"
 #include "services/router_policy/worker_table.h"
@@ -36,8 +37,6 @@ struct Turn {
   AgentTurnResult r;
   int prefill = -1, decode = -1;
   bool replay_on_decode = false;
-  bool first_pending = false;  // its first token comes from its next decode step
-  int64_t generated = 0;
   int64_t blocks = 0;  // reserved on the decode instance
 };
 
@@ -53,12 +52,9 @@ struct PrefillInst {
 struct DecodeInst {
   std::string id;
   std::unique_ptr<PrefixCacheModel> cache;
-  std::deque<int> local;  // local prefills, run between decode steps
-  std::deque<int> ready;  // K/V landed, waiting for a batch slot
-  std::vector<int> running;
-  int local_current = -1;
+  std::unique_ptr<SimDecodeInstance> exec;  // the worker's scheduler + the cost model
   int reserved = 0;
-  bool busy = false;
+  bool busy = false;  // a step is under way (its kDecodeDone is pending)
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
@@ -88,7 +84,7 @@ class AgentSim {
   void StartPrefill(int p);
   void OnPrefillDone(int p);
   void OnTransferDone(int t);
-  void StartDecode(int d);
+  void StartDecode(int d);  // the next step, when idle
   void OnDecodeDone(int d);
   void Finish(int t);
   void Heartbeat();
@@ -107,6 +103,8 @@ class AgentSim {
   double now_ = 0;
   int open_sessions_ = 0;
   int64_t prefill_blocks_ = 0, decode_blocks_ = 0;
+  int peak_running_ = 0;
+  std::vector<int> first_token_, finished_;  // of a decode step (scratch)
 };
 
 absl::Status AgentSim::Init() {
@@ -147,6 +145,12 @@ absl::Status AgentSim::Init() {
     DecodeInst d;
     d.id = absl::StrFormat("d%03d", i);
     d.cache = std::make_unique<PrefixCacheModel>(decode_blocks_, o_.block_size);
+    SimDecodeInstance::Options exec;
+    exec.cost = cost_.get();
+    exec.gpus = o_.decode_gpus;
+    exec.max_batch = o_.max_batch;
+    exec.max_step_tokens = o_.max_step_tokens;
+    ASSIGN_OR_RETURN(d.exec, SimDecodeInstance::Create(exec));
     router::WorkerInfo info;
     info.id = d.id;
     info.role = router::Role::kDecode;
@@ -203,16 +207,39 @@ bool AgentSim::Route(int t) {
   const int64_t shared =
       o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) / o_.block_size : 0;
   if (!d.cache->Reserve(total - shared)) return false;  // stale view: retry like the gateway
+  q.r.local_prefill = decision->local_prefill;
+  bool reserved;
+  if (q.r.local_prefill) {
+    // The worker looks its prefix cache up when it reserves; the prefill
+    // resumes from there and charges the recomputed positions to the step.
+    const int64_t cached =
+        o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+    const int64_t work =
+        q.r.prompt_tokens - ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, cached);
+    reserved = d.exec->Reserve(
+        t, q.r.prompt_tokens, q.r.output_tokens, /*generated=*/0, now_,
+        ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus), work);
+    if (reserved) {
+      d.cache->Touch(q.r.session);
+      q.r.cached_tokens = cached;
+    }
+  } else {
+    q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
+    // The prefill instance makes the first token unless the replay runs on decode.
+    reserved =
+        d.exec->Reserve(t, q.r.prompt_tokens, q.r.output_tokens, q.replay_on_decode ? 0 : 1, now_);
+  }
+  if (!reserved) {  // the worker's queue bounds: retry like the gateway
+    d.cache->Release(total - shared);
+    return false;
+  }
   q.blocks = total - shared;
   ++d.reserved;
-  q.r.local_prefill = decision->local_prefill;
   if (q.r.local_prefill) {
-    d.local.push_back(t);
-    if (!d.busy) StartDecode(q.decode);
+    StartDecode(q.decode);
     return true;
   }
   q.prefill = IndexOf(decision->prefill_id);
-  q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
   PrefillInst& p = prefill_[static_cast<size_t>(q.prefill)];
   p.queue.push_back(t);
   p.queued_tokens += q.r.prompt_tokens;
@@ -250,12 +277,7 @@ void AgentSim::OnPrefillDone(int p) {
   inst.current = -1;
   Turn& q = turns_[static_cast<size_t>(t)];
   if (o_.prefix_cache) inst.cache->Store(q.r.session, q.r.prompt_tokens);
-  if (!q.replay_on_decode) {  // the prefill instance made the first token
-    q.r.first_token_s = now_;
-    q.generated = 1;
-  } else {
-    q.first_pending = true;
-  }
+  if (!q.replay_on_decode) q.r.first_token_s = now_;  // the prefill instance made it
   DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
   const int64_t have =
       o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
@@ -269,81 +291,27 @@ void AgentSim::OnPrefillDone(int p) {
 }
 
 void AgentSim::OnTransferDone(int t) {
-  const int d = turns_[static_cast<size_t>(t)].decode;
-  decode_[static_cast<size_t>(d)].ready.push_back(t);
-  if (!decode_[static_cast<size_t>(d)].busy) StartDecode(d);
+  const Turn& q = turns_[static_cast<size_t>(t)];
+  decode_[static_cast<size_t>(q.decode)].exec->OnKvLanded(t, q.replay_on_decode, now_);
+  StartDecode(q.decode);
 }
 
 void AgentSim::StartDecode(int d) {
   DecodeInst& inst = decode_[static_cast<size_t>(d)];
-  if (!inst.local.empty()) {  // a local prefill runs as a step of its own
-    const int t = inst.local.front();
-    inst.local.pop_front();
-    Turn& q = turns_[static_cast<size_t>(t)];
-    const int64_t cached =
-        o_.prefix_cache ? inst.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
-    inst.cache->Touch(q.r.session);
-    q.r.cached_tokens = cached;
-    inst.local_current = t;
-    inst.busy = true;
-    Push(now_ + ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus),
-         Ev::kDecodeDone, d);
-    return;
-  }
-  while (!inst.ready.empty() && static_cast<int>(inst.running.size()) < o_.max_batch) {
-    inst.running.push_back(inst.ready.front());
-    inst.ready.pop_front();
-  }
-  if (inst.running.empty()) {
-    inst.busy = false;
-    return;
-  }
-  Work work = cost_->DecodeStepBaseWork();
-  for (int t : inst.running) {
-    const Turn& q = turns_[static_cast<size_t>(t)];
-    if (q.first_pending) {
-      work += cost_->DecodeReplayWork(q.r.prompt_tokens);
-    } else {
-      work += cost_->DecodeSequenceWork(q.r.prompt_tokens + q.generated);
-    }
-  }
-  inst.busy = true;
-  Push(now_ + cost_->DecodeStepSeconds(work, static_cast<int64_t>(inst.running.size()),
-                                       o_.decode_gpus),
-       Ev::kDecodeDone, d);
+  if (inst.busy) return;
+  const double seconds = inst.exec->BeginStep(now_);
+  peak_running_ = std::max(peak_running_, inst.exec->running());
+  inst.busy = seconds >= 0;
+  if (inst.busy) Push(now_ + seconds, Ev::kDecodeDone, d);
 }
 
 void AgentSim::OnDecodeDone(int d) {
   DecodeInst& inst = decode_[static_cast<size_t>(d)];
-  if (inst.local_current >= 0) {
-    const int t = inst.local_current;
-    inst.local_current = -1;
-    Turn& q = turns_[static_cast<size_t>(t)];
-    q.r.first_token_s = now_;
-    q.generated = 1;
-    if (q.generated >= q.r.output_tokens) {
-      Finish(t);
-    } else {
-      inst.running.push_back(t);
-    }
-    StartDecode(d);
-    return;
-  }
-  std::vector<int> still;
-  for (int t : inst.running) {
-    Turn& q = turns_[static_cast<size_t>(t)];
-    if (q.first_pending) {
-      q.first_pending = false;
-      q.r.first_token_s = now_;
-    }
-    ++q.generated;
-    if (q.generated >= q.r.output_tokens) {
-      Finish(t);
-    } else {
-      still.push_back(t);
-    }
-  }
-  inst.running = std::move(still);
+  inst.busy = false;
+  inst.exec->EndStep(&first_token_, &finished_);
+  peak_running_ = std::max(peak_running_, inst.exec->running());
+  for (int t : first_token_) turns_[static_cast<size_t>(t)].r.first_token_s = now_;
+  for (int t : finished_) Finish(t);
   StartDecode(d);
 }
 
@@ -378,7 +346,7 @@ void AgentSim::Heartbeat() {
   }
   for (const DecodeInst& d : decode_) {
     router::WorkerLoad load;
-    load.running_sequences = static_cast<int64_t>(d.running.size());
+    load.running_sequences = d.exec->running();
     load.waiting_sequences = d.reserved - load.running_sequences;
     load.free_kv_blocks = d.cache->capacity_blocks() - d.cache->reserved_blocks();
     load.last_heartbeat = at;
@@ -417,6 +385,8 @@ AgentSimSummary AgentSim::Run() {
   }
   AgentSimSummary s;
   s.kv_bytes_per_token = cost_->kv_bytes_per_token();
+  s.peak_running = peak_running_;
+  for (const DecodeInst& d : decode_) s.decode_steps += d.exec->decode_steps();
   std::vector<std::vector<double>> ttft(static_cast<size_t>(o_.trace.turns));
   std::vector<double> later;
   std::vector<int64_t> cached(ttft.size(), 0), reusable(ttft.size(), 0);
@@ -467,10 +437,11 @@ AgentSimSummary AgentSim::Run() {
 }  // namespace
 
 std::string AgentSimSummary::ToString() const {
-  return absl::StrFormat("turns=%d failed=%d ttft_later=%.17g/%.17g hit=%.17g makespan=%.17g "
-                         "evicted=%d",
-                         turns.size(), failed, ttft_later_p50_s, ttft_later_p90_s, hit_rate_later,
-                         makespan_s, evicted_blocks);
+  return absl::StrFormat(
+      "turns=%d failed=%d ttft_later=%.17g/%.17g hit=%.17g makespan=%.17g "
+      "evicted=%d steps=%d peak_running=%d",
+      turns.size(), failed, ttft_later_p50_s, ttft_later_p90_s, hit_rate_later, makespan_s,
+      evicted_blocks, decode_steps, peak_running);
 }
 
 absl::StatusOr<AgentSimSummary> RunAgentSimulation(const AgentSimOptions& o) {
@@ -479,10 +450,11 @@ absl::StatusOr<AgentSimSummary> RunAgentSimulation(const AgentSimOptions& o) {
     return absl::InvalidArgumentError(
         "agent sim: instance counts and GPUs per instance must be >= 1");
   }
-  if (o.block_size < 1 || o.max_batch < 1 || !(o.heartbeat_s > 0) || !(o.link_bytes_per_s > 0) ||
-      !(o.kv_cache_bytes >= 0)) {
+  if (o.block_size < 1 || o.max_batch < 1 || o.max_step_tokens < 1 || !(o.heartbeat_s > 0) ||
+      !(o.link_bytes_per_s > 0) || !(o.kv_cache_bytes >= 0)) {
     return absl::InvalidArgumentError(
-        "agent sim: block_size, max_batch, heartbeat and link bandwidth must be > 0");
+        "agent sim: block_size, max_batch, max_step_tokens, heartbeat and link bandwidth must be "
+        "> 0");
   }
   ASSIGN_OR_RETURN(std::vector<AgentSessionSpec> sessions, MakeAgentTrace(o.trace));
   for (const AgentSessionSpec& s : sessions) {

@@ -4,10 +4,16 @@
 // (services/router_policy, linked, on simulated time) places it; the prefill
 // instance computes only what its cache lacks (§1.6, bounded mode) and caches
 // the prompt's full blocks; the K/V link carries only the blocks the decode
-// instance lacks; the decode instance batches (continuous batching, the cost
-// model's step prices) and caches prompt + answer when the turn ends. A local
-// prefill decision runs on the decode instance between its steps, from its
-// own cache.
+// instance lacks. Each decode instance is a SimDecodeInstance
+// (decode_instance.h): the decode worker's own scheduler (engine/scheduler)
+// decides its steps (admission bounds, max_batch, FIFO starts, the per-step
+// token budget) and the cost model prices them, as in the request-level
+// simulator. A turn is reserved there once its blocks are held and starts
+// when its K/V has landed (an import, or a replay on decode that makes its
+// first token). A local prefill decision is reserved with the prefix the
+// decode instance's cache holds at that moment and runs as the start work of
+// one of its steps, priced as a resumed prefill. The decode instance caches
+// prompt + answer when the turn ends.
 //
 // Deterministic; thread-compatible (each call owns its state).
 #pragma once
@@ -35,7 +41,11 @@ struct AgentSimOptions {
   router::ReplayOnChoice replay_on = router::ReplayOnChoice::kPrefill;
   double heartbeat_s = 0.05;
   int block_size = 16;
+  // The decode worker's scheduler: sequences per decode instance, and the
+  // per-step token budget (one per decoding sequence plus the start work of
+  // the step: replayed tokens, a local prefill's recomputed positions).
   int max_batch = 256;
+  int64_t max_step_tokens = 2048;
   bool prefix_cache = true;  // false: every turn recomputes its whole prompt
   // Global K/V budget per instance in bytes; 0: the cost model's KV room.
   double kv_cache_bytes = 0;
@@ -71,6 +81,8 @@ struct AgentSimSummary {
   double makespan_s = 0;
   int64_t evicted_blocks = 0;  // over every instance
   double kv_bytes_per_token = 0;
+  int64_t decode_steps = 0;  // decode batches run, over all decode instances
+  int peak_running = 0;      // most sequences running on one decode instance
   // "turns=.. ttft_later=../.. hit=.." with full precision (determinism checks).
   std::string ToString() const;
 };

@@ -39,6 +39,7 @@ absl::Status RunAgentSim(const AgentSimArgs& a, const SimOptions& base, int seed
   o.heartbeat_s = base.heartbeat_s;
   o.block_size = base.block_size;
   o.max_batch = base.max_batch;
+  o.max_step_tokens = base.max_step_tokens;
   o.prefix_cache = a.prefix_cache;
   o.kv_cache_bytes = a.kv_cache_mb * (1 << 20);
   o.trace.sessions = a.sessions;

@@ -81,9 +81,11 @@ double SimDecodeInstance::BeginStep(double now_s) {
     double seconds = 0;
     Work replays;
     int64_t replayed = 0, replaying = 0;
+    bool ends = false;  // an import ends its request
     for (const StartWork& w : plan_.start) {
       CED_CHECK(w.completes);
       const Seq& s = seqs_.at(Index(w.id));
+      if (s.local_s < 0 && !s.replay && s.generated >= s.output) ends = true;
       if (s.local_s >= 0) {
         seconds += s.local_s;
       } else if (s.replay) {
@@ -99,7 +101,7 @@ double SimDecodeInstance::BeginStep(double now_s) {
       seconds += cost.DecodeStepSeconds(work, batch_ + replaying, o_.gpus);
     }
     if (batch_ > 0) ++decode_steps_;
-    if (seconds > 0) return seconds;
+    if (seconds > 0 || ends) return seconds;
     // Imports alone: applied at once (they make no token; see the header).
     std::vector<int> none;
     Apply(&none, &none);

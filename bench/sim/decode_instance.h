@@ -12,7 +12,9 @@
 // of one weight read), plus each local prefill's own seconds. An import
 // alone costs nothing (the worker copies the tail in; the cost model has no
 // term for it): a step of imports only is applied at once, so K/V landing
-// on an idle instance decodes from the next instant.
+// on an idle instance decodes from the next instant; unless an import ends
+// its request (its only token came from the prefill instance), which is then
+// a step of 0 seconds so that EndStep reports it finished.
 //
 // The running batch is priced without a pass over it: every sequence past
 // its first token advances one position per step, so the batch's context

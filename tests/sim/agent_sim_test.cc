@@ -90,6 +90,49 @@ TEST(AgentSimTest, ATinyCacheEvictsAndLosesHits) {
   EXPECT_LT(small->hit_rate_later, big->hit_rate_later);
 }
 
+// The decode instances run the worker's scheduler: max_batch bounds the
+// running batch. With one slot every decode step makes one token, so the
+// steps cover every turn's answer after its first token.
+TEST(AgentSimTest, TheSchedulersMaxBatchCapsTheRunningBatch) {
+  AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  o.trace.stagger_s = 0;  // every session at once
+  auto wide = RunAgentSimulation(o);
+  o.max_batch = 2;
+  auto two = RunAgentSimulation(o);
+  o.max_batch = 1;
+  auto one = RunAgentSimulation(o);
+  ASSERT_TRUE(wide.ok() && two.ok() && one.ok()) << one.status();
+  EXPECT_GT(wide->peak_running, 2);
+  EXPECT_EQ(two->peak_running, 2);
+  EXPECT_EQ(one->peak_running, 1);
+  int64_t answer_steps = 0;  // tokens after the prefill instance's first one
+  for (const AgentTurnResult& t : one->turns) {
+    EXPECT_TRUE(t.completed);
+    answer_steps += t.output_tokens - 1;
+  }
+  EXPECT_EQ(one->decode_steps, answer_steps);
+  EXPECT_LT(wide->decode_steps, answer_steps);
+  EXPECT_GT(one->makespan_s, wide->makespan_s) << "answers wait for the one slot";
+  o.max_batch = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(RunAgentSimulation(o).status()));
+}
+
+// A one-token answer is made by the prefill instance; its K/V still lands on
+// the decode instance (which caches it) and ends there without a decode step.
+TEST(AgentSimTest, OneTokenAnswersEndWhenTheirKvLands) {
+  AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  o.trace.output_tokens = 1;
+  auto s = RunAgentSimulation(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->failed, 0);
+  EXPECT_EQ(s->decode_steps, 0);
+  for (const AgentTurnResult& t : s->turns) {
+    EXPECT_TRUE(t.completed);
+    EXPECT_GT(t.finish_s, t.first_token_s) << "after the transfer";
+  }
+  EXPECT_GT(s->hit_rate_later, 0.9);
+}
+
 TEST(AgentSimTest, RejectsBadOptions) {
   AgentSimOptions o = Fleet("small", 1, 1);
   o.trace.turns = 20;  // past small's 8192 positions
