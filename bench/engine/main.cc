@@ -22,6 +22,7 @@
 #include "bench/common/stats.h"
 #include "bench/engine/bench_models.h"
 #include "bench/engine/child_run.h"
+#include "services/common/subprocess.h"
 #include "bench/engine/report.h"
 #include "engine/common/status.h"
 #include "kernels/cpu/isa.h"
@@ -283,20 +284,23 @@ absl::Status Run(const Flags& f, const std::string& command) {
       std::fprintf(stderr, "[peers] %s not built (oneDNN missing): section 6 skipped\n",
                    exe.c_str());
     } else {
-      const std::string args = absl::StrCat("--threads=", ctx.machine.omp_threads, " --reps=",
-                                            std::max(7, f.prefill_reps));
-      std::fprintf(stderr, "[peers] blas_compare %s\n", args.c_str());
-      FILE* pipe = popen(absl::StrCat("'", exe, "' ", args).c_str(), "r");
-      if (pipe == nullptr) return absl::InternalError("cannot start blas_compare");
-      std::string out;
-      char buf[4096];
-      for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
-      const int rc = pclose(pipe);
-      if (rc != 0) {
-        return absl::InternalError(
-            absl::StrCat("blas_compare failed (status ", rc, "); its output:\n", out));
+      const std::vector<std::string> args = {
+          absl::StrCat("--threads=", ctx.machine.omp_threads),
+          absl::StrCat("--reps=", std::max(7, f.prefill_reps))};
+      std::fprintf(stderr, "[peers] blas_compare %s %s\n", args[0].c_str(), args[1].c_str());
+      services::SubprocessOptions child;
+      child.argv = {exe, args[0], args[1]};
+      absl::StatusOr<services::CompletedRun> run =
+          services::RunToCompletion(std::move(child), /*timeout_s=*/-1);
+      if (!run.ok()) {
+        return absl::InternalError(absl::StrCat("cannot run blas_compare: ", run.status().message()));
       }
-      report.peer_gemm_command = absl::StrCat("blas_compare ", args);
+      const std::string& out = run->output;
+      if (!run->exited_ok()) {
+        return absl::InternalError(absl::StrCat("blas_compare failed (wait status ",
+                                                run->wait_status, "); its output:\n", out));
+      }
+      report.peer_gemm_command = absl::StrCat("blas_compare ", args[0], " ", args[1]);
       report.peer_gemm_table = out;
     }
   }

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/common/flags.h"
 #include "bench/common/run_info.h"
+#include "services/common/subprocess.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "tests/tokenizer/corpus_io.h"
 
@@ -57,14 +58,14 @@ bool MeasureReference(const std::string& dir, const std::string& corpus, int pas
   const char* src = std::getenv("CED_SOURCE_DIR");
   const std::string script = std::string(src != nullptr ? src : CED_SOURCE_DIR_DEFAULT) +
                              "/tests/tokenizer/reference_tokenize.mjs";
-  const std::string cmd = absl::StrCat("node ", script, " --tokenizer ", dir, " --corpus ", corpus,
-                                       " --bench ", passes);
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return false;
-  char line[512] = {0};
-  const bool got = std::fgets(line, sizeof(line), pipe) != nullptr;
-  if (pclose(pipe) != 0 || !got) return false;
-  return std::sscanf(line, "{\"bytes\":%lf,\"tokens\":%lf,\"seconds\":%lf,\"cpu_seconds\":%lf",
+  ced::services::SubprocessOptions node;
+  node.argv = {"node",   script, "--tokenizer", dir, "--corpus", corpus,
+               "--bench", absl::StrCat(passes)};
+  absl::StatusOr<ced::services::CompletedRun> run =
+      ced::services::RunToCompletion(std::move(node), /*timeout_s=*/-1);
+  if (!run.ok() || !run->exited_ok()) return false;
+  const std::string line = run->output.substr(0, run->output.find('\n'));
+  return std::sscanf(line.c_str(), "{\"bytes\":%lf,\"tokens\":%lf,\"seconds\":%lf,\"cpu_seconds\":%lf",
                      &r->bytes, &r->tokens, &r->wall_s, &r->cpu_s) == 4;
 }
 

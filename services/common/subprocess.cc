@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -74,6 +75,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SubprocessOp
   }
   if (o.pipe_stdout) {
     actions.push_back({FdAction::kDup2, STDOUT_FILENO, out_pipe[1], nullptr});
+    if (o.stderr_to_stdout) actions.push_back({FdAction::kDup2, STDERR_FILENO, out_pipe[1], nullptr});
   } else if (!o.output_path.empty()) {
     actions.push_back({FdAction::kDup2, STDOUT_FILENO, STDERR_FILENO, nullptr});
   }
@@ -229,6 +231,46 @@ void Subprocess::Terminate(double grace_s) {
   int st = 0;
   waitpid(pid, &st, 0);
   pid_ = -1;
+}
+
+bool CompletedRun::exited_ok() const {
+  return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+}
+
+absl::StatusOr<CompletedRun> RunToCompletion(SubprocessOptions options, double timeout_s) {
+  options.pipe_stdout = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(options);
+  if (!child.ok()) return child.status();
+  Subprocess& c = **child;
+  CompletedRun run;
+  const double deadline = Now() + timeout_s;
+  const int fd = c.stdout_fd();
+  while (true) {  // until EOF: the child (and whatever inherited the pipe) closed it
+    const double left = deadline - Now();
+    if (timeout_s >= 0 && left <= 0) {
+      c.Terminate(/*grace_s=*/0);
+      return absl::DeadlineExceededError(
+          absl::StrCat(c.name(), " did not finish within ", timeout_s, " s"));
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int ready = poll(&p, 1, timeout_s < 0 ? 1000 : static_cast<int>(left * 1000) + 1);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    run.output.append(buf, static_cast<size_t>(n));
+  }
+  const double left = deadline - Now();
+  absl::StatusOr<int> st = c.Wait(timeout_s < 0 ? -1.0 : std::max(0.0, left));
+  if (!st.ok()) {
+    c.Terminate(/*grace_s=*/0);
+    return absl::DeadlineExceededError(
+        absl::StrCat(c.name(), " did not finish within ", timeout_s, " s"));
+  }
+  run.wait_status = *st;
+  return run;
 }
 
 SubprocessOptions BackgroundJob(std::vector<std::string> argv, const std::string& log_path) {

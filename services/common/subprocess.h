@@ -47,6 +47,8 @@ struct SubprocessOptions {
   std::string output_path;
   bool append_output = false;
   bool pipe_stdout = false;
+  // With pipe_stdout: stderr goes to the same pipe (like `2>&1`).
+  bool stderr_to_stdout = false;
 
   // Its own process group: Terminate's SIGKILL then also reaches whatever
   // it started. false: it stays in ours (a terminal's Ctrl-C reaches it).
@@ -98,6 +100,18 @@ class Subprocess {
 // A background job, as the benches start them: stdin /dev/null, stdout and
 // stderr to `log_path` (truncated; "": discarded), its own process group.
 SubprocessOptions BackgroundJob(std::vector<std::string> argv, const std::string& log_path);
+
+// A program run to its end (RunToCompletion).
+struct CompletedRun {
+  int wait_status = 0;  // raw: WIFEXITED / WEXITSTATUS / WIFSIGNALED
+  std::string output;   // all of its stdout (and stderr with stderr_to_stdout)
+  bool exited_ok() const;  // exited with status 0
+};
+// Runs `options` (stdout piped: pipe_stdout is forced on) until it exits and
+// returns its output, without a shell (no quoting of arguments). UNAVAILABLE
+// when it cannot start; DEADLINE_EXCEEDED after timeout_s (< 0: no bound),
+// the child then killed and reaped.
+absl::StatusOr<CompletedRun> RunToCompletion(SubprocessOptions options, double timeout_s);
 
 // Contents of a file, or "" when it cannot be read.
 std::string ReadFileOrEmpty(const std::string& path);

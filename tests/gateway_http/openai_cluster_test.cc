@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/chat/chat_template.h"
 #include "nlohmann/json.hpp"
+#include "services/common/subprocess.h"
 #include "tests/common/missing_tool.h"
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/e2e/e2e_util.h"
@@ -31,14 +32,12 @@ std::string SourceDir() {
 
 // Runs `command` through the shell; its stdout (exit status in *status).
 std::string Shell(const std::string& command, int* status) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  *status = pclose(pipe);
-  return out;
+  services::SubprocessOptions sh;
+  sh.argv = {"sh", "-c", command};
+  absl::StatusOr<services::CompletedRun> run = services::RunToCompletion(std::move(sh), 300);
+  EXPECT_TRUE(run.ok()) << command << ": " << run.status();
+  *status = run.ok() ? run->wait_status : -1;
+  return run.ok() ? run->output : std::string();
 }
 
 bool HaveCommand(const std::string& name) {

@@ -39,6 +39,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/common/grpc_util.h"
+#include "services/common/subprocess.h"
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/service_process.h"
@@ -171,15 +172,14 @@ int HealthCheck(const std::shared_ptr<grpc::Channel>& channel, grpc::Status* sta
 
 // Runs `ced client ...` and returns its exit code; output in *out.
 int RunCedClient(const std::vector<std::string>& args, std::string* out) {
-  std::string cmd = CedBinary();
-  for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  out->clear();
-  while (p != nullptr && fgets(buf, sizeof buf, p) != nullptr) *out += buf;
-  const int st = p != nullptr ? pclose(p) : -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  services::SubprocessOptions ced;
+  ced.argv = {CedBinary()};
+  ced.argv.insert(ced.argv.end(), args.begin(), args.end());
+  ced.stderr_to_stdout = true;
+  absl::StatusOr<services::CompletedRun> run = services::RunToCompletion(std::move(ced), 120);
+  EXPECT_TRUE(run.ok()) << run.status();
+  *out = run.ok() ? run->output : std::string();
+  return run.ok() && WIFEXITED(run->wait_status) ? WEXITSTATUS(run->wait_status) : -1;
 }
 
 // --- unit checks of the building blocks ------------------------------------------

@@ -1,0 +1,102 @@
+// ced_subprocess: spawning with redirections, environment overrides, waiting
+// with a timeout, and RunToCompletion's captured output.
+#include "services/common/subprocess.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ced::services {
+namespace {
+
+SubprocessOptions Shell(const std::string& script) {
+  SubprocessOptions o;
+  o.argv = {"sh", "-c", script};
+  return o;
+}
+
+TEST(SubprocessTest, RunToCompletionCapturesStdoutAndTheExitStatus) {
+  auto run = RunToCompletion(Shell("printf 'a b\\n'; echo err >&2; exit 3"), 30);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->output, "a b\n");  // stderr stays ours
+  ASSERT_TRUE(WIFEXITED(run->wait_status));
+  EXPECT_EQ(WEXITSTATUS(run->wait_status), 3);
+  EXPECT_FALSE(run->exited_ok());
+}
+
+TEST(SubprocessTest, StderrToStdoutMergesBothStreams) {
+  SubprocessOptions o = Shell("echo one; echo two >&2");
+  o.stderr_to_stdout = true;
+  auto run = RunToCompletion(o, 30);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->output, "one\ntwo\n");
+  EXPECT_TRUE(run->exited_ok());
+}
+
+TEST(SubprocessTest, ArgumentsReachTheProgramUnquoted) {
+  SubprocessOptions o;
+  o.argv = {"printf", "%s|", "it's", "$HOME", "a b"};
+  auto run = RunToCompletion(o, 30);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->output, "it's|$HOME|a b|");
+}
+
+TEST(SubprocessTest, EnvironmentOverridesSetAndUnset) {
+  setenv("CED_SUBPROCESS_TEST_GONE", "x", 1);
+  SubprocessOptions o = Shell("echo \"${CED_SUBPROCESS_TEST_SET}-${CED_SUBPROCESS_TEST_GONE-unset}\"");
+  o.env["CED_SUBPROCESS_TEST_SET"] = "yes";
+  o.env["CED_SUBPROCESS_TEST_GONE"] = std::nullopt;
+  auto run = RunToCompletion(o, 30);
+  unsetenv("CED_SUBPROCESS_TEST_GONE");
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->output, "yes-unset\n");
+}
+
+TEST(SubprocessTest, RunToCompletionKillsAChildPastItsTimeout) {
+  auto run = RunToCompletion(Shell("exec sleep 30"), 0.3);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kDeadlineExceeded) << run.status();
+  EXPECT_NE(std::string(run.status().message()).find("did not finish"), std::string::npos);
+}
+
+TEST(SubprocessTest, AMissingProgramIsAnErrorNamingIt) {
+  SubprocessOptions o;
+  o.argv = {"ced-no-such-program-here"};
+  auto run = RunToCompletion(o, 30);
+  // posix_spawnp reports the failed exec either at spawn or as exit 127.
+  if (run.ok()) {
+    EXPECT_TRUE(WIFEXITED(run->wait_status) && WEXITSTATUS(run->wait_status) == 127);
+  } else {
+    EXPECT_NE(std::string(run.status().message()).find("ced-no-such-program-here"),
+              std::string::npos)
+        << run.status();
+  }
+  EXPECT_EQ(RunToCompletion(SubprocessOptions{}, 30).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SubprocessTest, OutputFileWaitAndSignal) {
+  const std::string log = ::testing::TempDir() + "/subprocess_test_" + std::to_string(getpid());
+  SubprocessOptions o = Shell("echo to-file; echo also >&2; exec sleep 30");
+  o.output_path = log;
+  auto child = Subprocess::Spawn(o);
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_TRUE((*child)->Running());
+  EXPECT_EQ((*child)->Wait(0.2).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE((*child)->Signal(SIGTERM));
+  auto st = (*child)->Wait(30);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_TRUE(WIFSIGNALED(*st) && WTERMSIG(*st) == SIGTERM);
+  EXPECT_FALSE((*child)->Running());
+  EXPECT_FALSE((*child)->Signal(SIGTERM));  // reaped
+  EXPECT_EQ((*child)->Wait(1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadFileOrEmpty(log), "to-file\nalso\n");
+  std::remove(log.c_str());
+}
+
+}  // namespace
+}  // namespace ced::services
