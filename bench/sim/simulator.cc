@@ -306,7 +306,7 @@ void Simulator::Fail(int r) {
 
 void Simulator::Finish(int r) {
   Req& q = reqs_[r];
-  q.result.finish_s = now_;
+  if (q.result.finish_s < 0) q.result.finish_s = now_;  // else: done on prefill (OnPrefillDone)
   q.result.completed = true;
   q.result.replayed_on_decode = q.replay_on_decode;
   DecodeInst& d = decode_[q.decode];
@@ -340,13 +340,13 @@ void Simulator::OnPrefillDone(int p) {
     q.result.first_token_s = now_;
     q.generated = 1;
   }
-  if (q.generated >= q.spec.output_tokens) {
-    Finish(r);
-  } else {
-    const double start = std::max(now_, inst.link_free_s);
-    inst.link_free_s = start + cost_->TransferSeconds(q.spec.prompt_tokens, q.replay_on_decode);
-    Push(inst.link_free_s, EventKind::kTransferDone, r);
-  }
+  // A one-token answer is the client's now; its K/V still goes to the decode
+  // instance, whose scheduler holds the reservation until it lands and ends
+  // it there (its blocks are released then, in Finish).
+  if (q.generated >= q.spec.output_tokens) q.result.finish_s = now_;
+  const double start = std::max(now_, inst.link_free_s);
+  inst.link_free_s = start + cost_->TransferSeconds(q.spec.prompt_tokens, q.replay_on_decode);
+  Push(inst.link_free_s, EventKind::kTransferDone, r);
   StartPrefill(p);
   if (inst.current < 0 && inst.neighbour >= 0) RespeedDecode(inst.neighbour);
 }

@@ -70,6 +70,22 @@ TEST(SimulatorTest, UnloadedRequestMatchesHandRoofline) {
   EXPECT_NEAR(s.ttft_p50, prefill, 1e-9);
 }
 
+// One-token answers (replay on prefill): the prefill instance makes the only
+// token, which ends the request for the client; the decode instance still
+// holds the reservation until the K/V lands, then its scheduler ends it. More
+// such requests than the decode scheduler's queue bound (256) must all
+// finish: none may stay queued on the decode side.
+TEST(SimulatorTest, OneTokenAnswersLeaveTheDecodeInstance) {
+  SimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  for (int i = 0; i < 600; ++i) o.requests.push_back({0.01 * i, 512, 1});
+  const SimSummary s = *RunSimulation(o);
+  ASSERT_EQ(s.completed, 600);
+  for (const RequestResult& r : s.results) {
+    EXPECT_GE(r.first_token_s, 0);
+    EXPECT_EQ(r.finish_s, r.first_token_s);  // the client's view: done with its token
+  }
+}
+
 // Replay on decode: the encoder-only prefill, the transfer (global K/V + h_E
 // of the replayed token), then the decode instance's replay makes the first
 // token.
