@@ -167,7 +167,10 @@ int RunCluster(const std::vector<std::string>& args) {
       {"kv-disk-mb", "1024", "local disk KV tier per worker, MiB"},
       {"kv-store", "",
        "shared KV tier of every worker: local (a private redis-server on a free port, stopped "
-       "with the cluster), redis://[user:password@]host[:port][/db], or empty (off)"},
+       "with the cluster), redis[s]://[user:password@]host[:port][/db], or empty (off)"},
+      {"kv-store-tls-ca", "", "rediss:// --kv-store: PEM CA bundle of Redis's certificate"},
+      {"kv-store-tls-cert", "", "rediss:// --kv-store: PEM client certificate (mutual TLS)"},
+      {"kv-store-tls-key", "", "rediss:// --kv-store: PEM key of --kv-store-tls-cert"},
       {"kv-store-mb", "256", "--kv-store local: the redis-server's maxmemory, MiB (LRU past it)"},
       {"ready-file", "", "write the addresses of every service here once ready"},
       {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
@@ -258,6 +261,14 @@ int RunCluster(const std::vector<std::string>& args) {
   // KV tiers (README "KV tiers"): the shared store, and per-worker flags.
   std::unique_ptr<services::LocalRedis> local_redis;  // stopped when this returns
   std::string kv_store = f->Get("kv-store");
+  std::vector<std::string> kv_tls;  // forwarded with --kv-store; workers check them
+  for (const char* name : {"kv-store-tls-ca", "kv-store-tls-cert", "kv-store-tls-key"}) {
+    if (f->Get(name).empty()) continue;
+    if (kv_store.rfind("rediss://", 0) != 0) {
+      return Fail(kWords, absl::StrCat("--", name, " needs a rediss:// --kv-store"), 2);
+    }
+    kv_tls.insert(kv_tls.end(), {absl::StrCat("--", name), f->Get(name)});
+  }
   if (kv_store == "local") {
     auto mb = f->GetInt("kv-store-mb");
     if (!mb.ok() || *mb < 1 || *mb > (1 << 20)) {
@@ -277,6 +288,7 @@ int RunCluster(const std::vector<std::string>& args) {
       a.insert(a.end(), {"--kv-disk-dir", f->Get("kv-disk-dir") + "/" + worker});
     }
     if (!kv_store.empty()) a.insert(a.end(), {"--kv-store", kv_store});
+    a.insert(a.end(), kv_tls.begin(), kv_tls.end());
     return a;
   };
   std::vector<std::string> router_args = {

@@ -37,16 +37,20 @@ std::vector<FlagSpec> EngineFlags() {
       {"kv-host-mb", "0", "host memory tier under the prefix cache, MiB (0: off)"},
       {"kv-disk-dir", "", "local disk tier under the host tier: this worker's own directory (empty: off)"},
       {"kv-disk-mb", "1024", "local disk tier capacity, MiB"},
-      {"kv-store", "", "shared tier: redis://[user:password@]host[:port][/db] (empty: off)"},
+      {"kv-store", "", "shared tier: redis[s]://[user:password@]host[:port][/db] (rediss: TLS; empty: off)"},
       {"kv-store-user", "", "Redis ACL user (env CED_KV_STORE_USER)"},
       {"kv-store-password-file", "", "file holding the Redis password, e.g. a mounted Secret (env CED_KV_STORE_PASSWORD)"},
+      {"kv-store-tls-ca", "", "rediss://: PEM CA bundle that signed Redis's certificate (empty: the system's)"},
+      {"kv-store-tls-cert", "", "rediss://: PEM client certificate for mutual TLS (with --kv-store-tls-key)"},
+      {"kv-store-tls-key", "", "rediss://: PEM private key of --kv-store-tls-cert"},
       {"kv-store-timeout-ms", "250", "Redis connect and read/write timeout; past it the request recomputes"},
       {"kv-store-ttl-s", "0", "expire stored blocks after this long (0: Redis's maxmemory policy decides)"},
   };
 }
 
 // The KV tier flags: host/disk capacities and the shared store. Credentials:
-// the URL's, then the environment's, then the flags' (a Secret's file).
+// the URL's, then the environment's, then the flags' (a Secret's file); TLS
+// files (rediss://) from flags only.
 absl::Status FillKvTiers(const Flags& f, EngineOptions* e) {
   auto host = f.GetInt("kv-host-mb"), disk = f.GetInt("kv-disk-mb"),
        timeout = f.GetInt("kv-store-timeout-ms"), ttl = f.GetInt("kv-store-ttl-s");
@@ -63,9 +67,19 @@ absl::Status FillKvTiers(const Flags& f, EngineOptions* e) {
   e->kv_disk_dir = f.Get("kv-disk-dir");
   e->kv_disk_bytes = *disk << 20;
   const std::string url = f.Get("kv-store");
-  if (url.empty()) return absl::OkStatus();
+  if (url.empty()) {
+    for (const char* name : {"kv-store-tls-ca", "kv-store-tls-cert", "kv-store-tls-key"}) {
+      if (!f.Get(name).empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a rediss:// --kv-store"));
+      }
+    }
+    return absl::OkStatus();
+  }
   auto o = services::ParseRedisUrl(url);
   if (!o.ok()) return o.status();
+  o->tls_ca_file = f.Get("kv-store-tls-ca");  // RedisBlockStore::Create checks them
+  o->tls_cert_file = f.Get("kv-store-tls-cert");
+  o->tls_key_file = f.Get("kv-store-tls-key");
   if (const char* u = std::getenv("CED_KV_STORE_USER"); u != nullptr && *u != '\0') o->user = u;
   if (const char* p = std::getenv("CED_KV_STORE_PASSWORD"); p != nullptr && *p != '\0') {
     o->password = p;

@@ -61,13 +61,15 @@ std::string FindRedisServer() {
 }
 
 absl::StatusOr<std::unique_ptr<LocalRedis>> LocalRedis::Start(int max_memory_mb,
-                                                             const std::string& password) {
+                                                             const std::string& password,
+                                                             const LocalRedisTls* tls) {
   const std::string binary = FindRedisServer();
   if (binary.empty()) {
     return absl::UnavailableError(
         "--kv-store local: redis-server is not installed (scripts/install_deps.sh installs it)");
   }
   std::unique_ptr<LocalRedis> r(new LocalRedis());
+  r->tls_ = tls != nullptr;
   char tmpl[] = "/tmp/ced-redis-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("--kv-store local: mkdtemp failed");
   r->dir_ = tmpl;
@@ -81,6 +83,13 @@ absl::StatusOr<std::unique_ptr<LocalRedis>> LocalRedis::Start(int max_memory_mb,
         "--maxmemory", absl::StrCat(max_memory_mb, "mb"), "--maxmemory-policy", "allkeys-lru",
         "--logfile",   r->dir_ + "/redis.log", "--daemonize", "no"};
     if (!password.empty()) o.argv.insert(o.argv.end(), {"--requirepass", password});
+    if (tls != nullptr) {
+      o.argv[2] = "0";  // no plain port
+      o.argv.insert(o.argv.end(),
+                    {"--tls-port", std::to_string(r->port_), "--tls-cert-file", tls->cert_file,
+                     "--tls-key-file", tls->key_file, "--tls-ca-cert-file", tls->ca_file,
+                     "--tls-auth-clients", tls->auth_clients ? "yes" : "no"});
+    }
     absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Spawn(o);
     if (!proc.ok()) return absl::UnavailableError("--kv-store local: cannot start redis-server");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

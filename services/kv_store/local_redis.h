@@ -16,19 +16,28 @@ namespace ced::services {
 
 class Subprocess;
 
+// TLS for a LocalRedis (tests of rediss://): PEM files; the plain port is off.
+struct LocalRedisTls {
+  std::string cert_file, key_file, ca_file;  // redis-server needs a CA file
+  bool auth_clients = false;  // require a client certificate (mutual TLS)
+};
+
 class LocalRedis {
  public:
   // `max_memory_mb`: Redis's maxmemory; `password`: requirepass (empty:
-  // none). UNAVAILABLE when redis-server is not installed or does not
-  // answer within 10 s.
+  // none); `tls`: serve TLS only (null: plain). UNAVAILABLE when
+  // redis-server is not installed or does not answer within 10 s.
   static absl::StatusOr<std::unique_ptr<LocalRedis>> Start(int max_memory_mb,
-                                                          const std::string& password = "");
+                                                          const std::string& password = "",
+                                                          const LocalRedisTls* tls = nullptr);
   ~LocalRedis();
   LocalRedis(const LocalRedis&) = delete;
   LocalRedis& operator=(const LocalRedis&) = delete;
 
-  // redis://127.0.0.1:PORT
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  // redis://127.0.0.1:PORT (rediss:// with TLS)
+  std::string url() const {
+    return (tls_ ? "rediss" : "redis") + std::string("://127.0.0.1:") + std::to_string(port_);
+  }
   int port() const { return port_; }
   pid_t pid() const;  // -1 once stopped
   void Stop();
@@ -37,6 +46,7 @@ class LocalRedis {
   LocalRedis() = default;
   std::unique_ptr<Subprocess> proc_;
   int port_ = 0;
+  bool tls_ = false;
   std::string dir_;
 };
 

@@ -4,10 +4,12 @@
 #include <sys/time.h>
 
 #include <cctype>
+#include <cstdio>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "services/kv_store/tls_relay.h"
 
 namespace ced::services {
 namespace {
@@ -56,23 +58,46 @@ bool Percent(absl::string_view in, std::string* out) {
   return true;
 }
 
+TlsClientOptions TlsOptions(const RedisStoreOptions& o) {
+  TlsClientOptions t;
+  t.host = o.host;
+  t.port = o.port;
+  t.ca_file = o.tls_ca_file;
+  t.cert_file = o.tls_cert_file;
+  t.key_file = o.tls_key_file;
+  t.connect_timeout_ms = o.connect_timeout_ms;
+  return t;
+}
+
+// Operators see why TLS fails (a wrong CA, an expired certificate): one
+// line per distinct reason, not one per retry.
+void LogTlsError(const absl::Status& s) {
+  static std::mutex mu;
+  static std::string* last = new std::string;
+  std::lock_guard<std::mutex> lock(mu);
+  if (*last == s.message()) return;
+  *last = std::string(s.message());
+  std::fprintf(stderr, "kv store: %s (counted in ced_kv_tier_errors_total; requests recompute)\n",
+               last->c_str());
+}
+
 }  // namespace
 
 absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url_in) {
   // Debian's Abseil has its own string_view.
   const absl::string_view url(url_in.data(), url_in.size());
   RedisStoreOptions o;
-  constexpr absl::string_view kScheme = "redis://";
-  if (url.substr(0, 9) == "rediss://") {
-    return absl::UnimplementedError(
-        "--kv-store: rediss:// (TLS) needs hiredis >= 1.0; Debian 12 has 0.14. Reach Redis "
-        "over a private network or a TLS proxy (stunnel) at a redis:// address");
+  constexpr absl::string_view kScheme = "redis://", kTlsScheme = "rediss://";
+  absl::string_view rest;
+  if (url.substr(0, kScheme.size()) == kScheme) {
+    rest = url.substr(kScheme.size());
+  } else if (url.substr(0, kTlsScheme.size()) == kTlsScheme) {
+    rest = url.substr(kTlsScheme.size());
+    o.tls = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-store: '", url, "' is not redis[s]://[user:password@]host[:port][/db]"));
   }
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv-store: '", url, "' is not redis://[user:password@]host[:port][/db]"));
-  }
-  absl::string_view rest = url.substr(kScheme.size());
   const size_t at = rest.rfind('@');
   if (at != absl::string_view::npos) {
     absl::string_view cred = rest.substr(0, at);
@@ -129,12 +154,27 @@ absl::StatusOr<std::shared_ptr<RedisBlockStore>> RedisBlockStore::Create(
       options.retry_after_ms < 0 || options.ttl_s < 0 || options.max_keys_per_read <= 0) {
     return absl::InvalidArgumentError("redis store: timeouts must be positive");
   }
+  for (const auto& [flag, file] :
+       {std::pair<const char*, const std::string*>{"ca", &options.tls_ca_file},
+        {"cert", &options.tls_cert_file}, {"key", &options.tls_key_file}}) {
+    if (!file->empty() && !options.tls) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-store-tls-", flag, " needs a rediss:// --kv-store"));
+    }
+  }
+  if (options.tls) {
+    absl::Status s = CheckTlsClientFiles(TlsOptions(options));
+    if (!s.ok()) return s;
+  }
   return std::shared_ptr<RedisBlockStore>(new RedisBlockStore(options));
 }
+
+RedisBlockStore::RedisBlockStore(RedisStoreOptions options) : options_(std::move(options)) {}
 
 RedisBlockStore::~RedisBlockStore() {
   for (Conn* c : {&read_, &write_}) {
     if (c->ctx != nullptr) redisFree(c->ctx);
+    c->relay.reset();  // joins its thread
   }
 }
 
@@ -142,6 +182,7 @@ void RedisBlockStore::Broken(Conn& c) {
   counters_.errors.fetch_add(1);
   if (c.ctx != nullptr) redisFree(c.ctx);
   c.ctx = nullptr;
+  c.relay.reset();
   c.retry_at = Clock::now() + std::chrono::milliseconds(options_.retry_after_ms);
 }
 
@@ -151,8 +192,19 @@ redisContext* RedisBlockStore::Connected(Conn& c) {
     counters_.errors.fetch_add(1);
     return nullptr;
   }
-  c.ctx = redisConnectWithTimeout(options_.host.c_str(), options_.port,
-                                  Ms(options_.connect_timeout_ms));
+  if (options_.tls) {
+    absl::StatusOr<std::unique_ptr<TlsRelay>> relay = TlsRelay::Connect(TlsOptions(options_));
+    if (!relay.ok()) {
+      LogTlsError(relay.status());
+      Broken(c);
+      return nullptr;
+    }
+    c.relay = *std::move(relay);
+    c.ctx = redisConnectFd(c.relay->ReleaseClientFd());
+  } else {
+    c.ctx = redisConnectWithTimeout(options_.host.c_str(), options_.port,
+                                    Ms(options_.connect_timeout_ms));
+  }
   if (c.ctx == nullptr || c.ctx->err != 0 || redisSetTimeout(c.ctx, Ms(options_.io_timeout_ms)) != REDIS_OK) {
     Broken(c);
     return nullptr;

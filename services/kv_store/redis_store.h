@@ -13,10 +13,14 @@
 // before one reconnect is tried. Reads and writes use separate connections,
 // so a slow pipeline of writes never queues a request's read behind it.
 //
-// TLS: Debian 12's hiredis is 0.14, which has no TLS (hiredis_ssl came with
-// 1.0), so `rediss://` is refused; reach Redis over a private network or a TLS
-// proxy (stunnel, a service mesh). AUTH (Redis 6 ACL user + password, or a
-// password alone) is supported.
+// TLS (`rediss://`): Debian 12's hiredis is 0.14, which has no TLS
+// (hiredis_ssl came with 1.0), so each connection of a TLS store is a
+// TlsRelay (tls_relay.h): hiredis speaks plain RESP on a socketpair whose
+// other end a relay thread pumps through OpenSSL to Redis (server verified
+// against the CA file or the system's store and the URL's host; optional
+// client certificate for mutual TLS). A failed handshake or a broken TLS
+// connection is an error + miss like any other. AUTH (Redis 6 ACL user +
+// password, or a password alone) is supported over both.
 //
 // Thread-safe.
 #pragma once
@@ -34,6 +38,8 @@ struct redisContext;
 
 namespace ced::services {
 
+class TlsRelay;
+
 struct RedisStoreOptions {
   std::string host = "127.0.0.1";
   int port = 6379;
@@ -46,10 +52,16 @@ struct RedisStoreOptions {
   int ttl_s = 0;  // 0: no expiry
   int max_keys_per_read = 4096;
   std::string key_prefix = "ced:kv:";
+  // TLS (rediss://). The files are PEM, read at Create (errors name the
+  // --kv-store-tls-* flag) and again at each connect (rotated Secrets).
+  bool tls = false;
+  std::string tls_ca_file;    // empty: the system's trust store
+  std::string tls_cert_file;  // client certificate (mutual TLS), with tls_key_file
+  std::string tls_key_file;
 };
 
-// redis://[[user]:password@]host[:port][/db]. Percent-escapes in user and
-// password are decoded. rediss:// is refused (no TLS in hiredis 0.14).
+// redis[s]://[[user]:password@]host[:port][/db]. Percent-escapes in user and
+// password are decoded. rediss:// sets `tls` (port 6379 unless given).
 absl::StatusOr<RedisStoreOptions> ParseRedisUrl(std::string_view url);
 
 // The key of a block.
@@ -58,7 +70,9 @@ std::string RedisBlockKey(std::string_view prefix, const BlockHash& root, const 
 class RedisBlockStore final : public KvBlockStore {
  public:
   // Does not connect: the first operation does (so a worker starts while
-  // Redis is down, and uses it once it is up).
+  // Redis is down, and uses it once it is up). INVALID_ARGUMENT for bad
+  // options, TLS files on a non-TLS store, a certificate without its key, or
+  // a TLS file that cannot be read or parsed (naming its flag).
   static absl::StatusOr<std::shared_ptr<RedisBlockStore>> Create(const RedisStoreOptions& options);
   ~RedisBlockStore() override;
 
@@ -75,9 +89,10 @@ class RedisBlockStore final : public KvBlockStore {
   struct Conn {
     std::mutex mu;
     redisContext* ctx = nullptr;
+    std::unique_ptr<TlsRelay> relay;  // TLS stores: the relay behind ctx's socket
     std::chrono::steady_clock::time_point retry_at{};
   };
-  explicit RedisBlockStore(RedisStoreOptions options) : options_(std::move(options)) {}
+  explicit RedisBlockStore(RedisStoreOptions options);
   // The connection, connecting when due; null (an error counted) otherwise.
   redisContext* Connected(Conn& c);
   // Drops a connection that failed and starts the back-off.
