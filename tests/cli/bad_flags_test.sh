@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bad flags of `ced serve --role=decode` and `ced up` are refused with exit 2 and
+# Bad flags of `ced serve --role=decode`, `ced cluster` and `ced up` are refused with exit 2 and
 # a message naming the flag, before anything starts.
 # Usage: bad_flags_test.sh CED MODEL_DIR
 set -u
@@ -27,4 +27,21 @@ empty=$(mktemp -d)
 trap 'rm -rf "$empty"' EXIT
 expect 2 "ced up: --model $empty has no model.safetensors" -- \
   env HOME="$empty" "$ced" up --model "$empty"
+# The shared KV tier's TLS files: only with rediss://, cert and key together,
+# readable, and PEM (checked at start-up, before anything listens).
+pem=$(mktemp)
+echo "not a certificate" >"$pem"
+serve=("$ced" serve --role=decode --model "$model" --listen 127.0.0.1:0)
+expect 2 "--kv-store-tls-ca needs a rediss:// --kv-store" -- \
+  "${serve[@]}" --kv-store redis://127.0.0.1:1 --kv-store-tls-ca "$pem"
+expect 2 "--kv-store-tls-ca needs a rediss:// --kv-store" -- "${serve[@]}" --kv-store-tls-ca "$pem"
+expect 2 "--kv-store-tls-ca: cannot read $empty/nope" -- \
+  "${serve[@]}" --kv-store rediss://127.0.0.1:1 --kv-store-tls-ca "$empty/nope"
+expect 2 "--kv-store-tls-cert and --kv-store-tls-key go together" -- \
+  "${serve[@]}" --kv-store rediss://127.0.0.1:1 --kv-store-tls-cert "$pem"
+expect 2 "--kv-store-tls-ca: no PEM CA certificate in $pem" -- \
+  "${serve[@]}" --kv-store rediss://127.0.0.1:1 --kv-store-tls-ca "$pem"
+expect 2 "ced cluster: --kv-store-tls-ca needs a rediss:// --kv-store" -- \
+  "$ced" cluster --model "$model" --kv-store local --kv-store-tls-ca "$pem"
+rm -f "$pem"
 exit $fail
