@@ -1,35 +1,50 @@
 #!/usr/bin/env bash
-# Fidelity of ced-sim against the real system: calibrates a CPU device
-# profile of this machine (ced-sim-calibrate), starts the local cluster of
-# `ced cluster` (1 prefill + 1 decode worker, CPU), measures the per-request
-# path latency with a short probe, then for a light and a moderate load runs
-# the load generator on the cluster and the simulator on the same workload
-# and seed, and writes predicted vs measured TTFT / TPOT p50 / p90 to
-# bench/results/fidelity.md (or $OUT).
+# Fidelity of ced-sim against the real system, as a test of prediction.
+#
+#  1. Calibrate once: ced-sim-calibrate measures a CPU device profile of this
+#     machine before the cluster starts; then one probe phase on the idle
+#     cluster (`ced cluster`, 1 prefill + 1 decode worker) adds the path
+#     latency, the colocation slowdown in the cluster and the decode loop's
+#     cost per step beyond the engine's. The profile is then frozen (its
+#     sha256 goes into the report); nothing is re-measured per load and nothing
+#     measured during a load feeds a prediction.
+#  2. Capacity from the frozen profile, by the simulator: the completion rate
+#     of the simulated cluster offered far more than it can take (rate 100
+#     req/s, 400 requests of the same shape); the loads run at 50% and 85% of
+#     it, with outputs long enough that the decode worker batches.
+#  3. Every prediction (RUNS runs x 2 loads; run k uses seed SEED + k - 1) is
+#     simulated and written to $OUT before the first load starts.
+#  4. The loads run on the cluster, one after the other, and $OUT is rewritten
+#     with the predictions (the same text as written before) next to the
+#     measurements: every run's error and the median over the runs, per metric.
 #
 # Usage: bench/sim/fidelity.sh [BUILD_DIR]     (default: build)
 # Needs BUILD_DIR/bin/{ced,ced-loadgen,ced-sim,ced-sim-calibrate} and
-# /usr/bin/python3. Takes about 7 minutes. Knobs (environment): PRESET
-# (small), RATES ("0.5 1.5"), REQUESTS ("60 120"), INPUT_MEAN (512),
-# OUTPUT_MEAN (32), SEED (1), OUT, KEEP (a folder to copy the run's files
-# into: profile, per-request records of both sides, logs, scrapes).
+# /usr/bin/python3. Takes about 10 minutes. Knobs (environment): RUNS (3,
+# declared before any result), LOAD_S (60: seconds of arrivals per load),
+# LOADS ("0.5 0.85": fractions of the predicted capacity), PRESET (small),
+# INPUT_MEAN (512), OUTPUT_MEAN (64), SEED (1), OUT, KEEP (a folder to copy
+# the run's files into: profiles, per-request records of both sides, logs,
+# scrapes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 BIN=$BUILD/bin
+RUNS=${RUNS:-3}
+LOAD_S=${LOAD_S:-60}
+LOADS=(${LOADS:-0.5 0.85})
 PRESET=${PRESET:-small}
-RATES=(${RATES:-0.5 1.5})
-REQUESTS=(${REQUESTS:-60 120})
 INPUT_MEAN=${INPUT_MEAN:-512}
-OUTPUT_MEAN=${OUTPUT_MEAN:-32}
+OUTPUT_MEAN=${OUTPUT_MEAN:-64}
 SEED=${SEED:-1}
 OUT=${OUT:-bench/results/fidelity.md}
 PY=/usr/bin/python3
+REPORT=bench/sim/fidelity_report.py
 for b in ced ced-loadgen ced-sim ced-sim-calibrate; do
   [[ -x $BIN/$b ]] || { echo "fidelity.sh: $BIN/$b not built (ninja -C $BUILD $b)" >&2; exit 2; }
 done
 [[ -x $PY ]] || { echo "fidelity.sh: needs $PY" >&2; exit 2; }
-[[ ${#RATES[@]} == "${#REQUESTS[@]}" ]] || { echo "fidelity.sh: RATES and REQUESTS differ in length" >&2; exit 2; }
+COMMAND="RUNS=$RUNS LOAD_S=$LOAD_S LOADS=\"${LOADS[*]}\" OUTPUT_MEAN=$OUTPUT_MEAN bench/sim/fidelity.sh ${1:-build}"
 
 WORK=$(mktemp -d)
 CLUSTER_PID=""
@@ -48,6 +63,7 @@ cleanup() {
 trap cleanup EXIT
 log() { echo "[fidelity] $*" >&2; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+now() { date -u +%H:%M:%S; }
 
 # Each worker of `ced cluster` gets cores / workers OpenMP threads, passive waits.
 CORES=$(nproc)
@@ -58,9 +74,12 @@ log "model $PRESET"
 "$BIN/ced" model make --preset "$PRESET" --seed 1 --out "$WORK/model" >/dev/null
 LOAD_START=$(loadavg)
 
+# ---- 1. Calibration, once ----------------------------------------------------
 log "calibrating ($THREADS thread(s) per worker)"
-OMP_NUM_THREADS=$THREADS "$BIN/ced-sim-calibrate" --model "$WORK/model" --out "$WORK/profile.txt" \
-  --prompts "128,$INPUT_MEAN,$(( INPUT_MEAN * 2 ))" --batches 1,4,8 --context "$INPUT_MEAN" 2>"$WORK/calibrate.log"
+OMP_NUM_THREADS=$THREADS "$BIN/ced-sim-calibrate" --model "$WORK/model" \
+  --out "$WORK/profile_calibrated.txt" \
+  --prompts "128,$INPUT_MEAN,$(( INPUT_MEAN * 2 ))" --batches 1,4,8 --context "$INPUT_MEAN" \
+  2>"$WORK/calibrate.log"
 
 log "starting the cluster"
 # Its own session, as a server apart from its client (and, where the kernel
@@ -84,9 +103,11 @@ sys.stdout.write(urllib.request.urlopen("http://" + sys.argv[1] + "/metrics", ti
     "$DECODE_METRICS" >"$1" 2>/dev/null || : >"$1"
 }
 
+# ---- The probe phase, once, on the idle cluster before any load ----------------
+cp "$WORK/profile_calibrated.txt" "$WORK/profile.txt"
 # Path latency (gateway, router, Reserve, RPC hops and relays): TTFT minus the
-# prefill worker's compute, over a probe of short prompts one at a time (a
-# different seed and shape than the measured runs). It also warms the cluster.
+# prefill worker's compute, over short prompts one at a time. It also warms
+# the cluster.
 "$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests 14 --duration-s 0 \
   --input-mean 16 --input-cv 0 --output-mean 8 --output-cv 0 --seed 99 \
   --json-out "$WORK/probe.json" --json-requests >/dev/null 2>"$WORK/probe.log"
@@ -98,97 +119,80 @@ vals = [r["ttft_ms"] - r["server_ms"]["prefill"] for r in recs
 print("%.4f" % statistics.median(vals))
 PYEOF
 )
-echo "request_s $($PY -c "print($REQUEST_MS / 1e3)")  # path latency probe, appended by fidelity.sh" >>"$WORK/profile.txt"
+echo "request_s $($PY -c "print($REQUEST_MS / 1e3)")  # probe: path latency" >>"$WORK/profile.txt"
 log "path latency $REQUEST_MS ms"
 
-# The colocation slowdowns as the cluster has them: ced-sim-calibrate measures
-# two engines on two threads of one process, but in the cluster the workers
-# also share the cores with the K/V transfer, the token relays and the other
-# services. A decode stream (one prompt of the mean length, 300 output tokens)
-# runs alone, six prompts of the mean length with one output token run alone,
-# then both together (the prompts start once the stream decodes), three rounds
-# (medians of the rounds' ratios). Prefill
-# slowdown: the prompts' prefill compute together over alone (medians).
-# Decode slowdown: the stream's TPOT together over alone, the excess divided
-# by the share of its decode that overlapped a prefill compute. The prefill's
-# replaces the in-process measurement in the profile when larger; the decode's
-# is only recorded: its estimate divides a TPOT difference of a few tenths of a
-# millisecond (the noise between two 300-token streams here) by an overlap of
-# about one half, and came out anywhere from 1.0 to 1.5 across runs.
+# The prefill's colocation slowdown as the cluster has it (ced-sim-calibrate
+# measures two engines on two threads of one process; in the cluster the
+# workers also share the cores with the K/V transfer, the token relays and the
+# other services): six prompts of the mean length with one output token, alone
+# and beside a 300-token decode stream, three rounds, median of the rounds'
+# ratios of the prefill worker's compute. It replaces the in-process figure
+# when larger. Every set of prompts has its own seed: a repeated prompt would
+# hit the prefill worker's prefix cache and measure no compute.
 overlap_gen() {  # NAME SEED OUTPUT COUNT
   "$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests "$4" --duration-s 0 \
     --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean "$3" --output-cv 0 --seed "$2" \
     --json-out "$WORK/overlap_$1.json" --json-requests >/dev/null 2>"$WORK/overlap_$1.log"
 }
-OVERLAP_ROUNDS=3  # the machine's noise is of the effect's size: medians of paired rounds
+OVERLAP_ROUNDS=3
 for r in $(seq "$OVERLAP_ROUNDS"); do
-  overlap_gen "stream_alone_$r" 97 300 1
-  overlap_gen "prompts_alone_$r" 96 1 6
-  overlap_gen "stream_together_$r" 97 300 1 &
+  overlap_gen "prompts_alone_$r" $(( 200 + r )) 1 6
+  overlap_gen "stream_together_$r" $(( 300 + r )) 300 1 &
   STREAM_PID=$!
   sleep 0.5
-  overlap_gen "prompts_together_$r" 96 1 6
+  overlap_gen "prompts_together_$r" $(( 400 + r )) 1 6
   wait "$STREAM_PID"
 done
-OVERLAP=$($PY - "$WORK" "$OVERLAP_ROUNDS" <<'PYEOF'
+read -r S_PRE PF_ALONE PF_WITH < <($PY - "$WORK" "$OVERLAP_ROUNDS" <<'PYEOF'
 import json, statistics, sys
-def recs(name):
-    return [r for r in json.load(open(f"{sys.argv[1]}/overlap_{name}.json"))["runs"][0]["requests"]
-            if r["outcome"] == "OK"]
-rounds = []
-for k in range(1, int(sys.argv[2]) + 1):
-    alone = statistics.median(r["server_ms"]["prefill"] for r in recs(f"prompts_alone_{k}"))
-    together = recs(f"prompts_together_{k}")
-    with_ = statistics.median(r["server_ms"]["prefill"] for r in together)
-    tpot_alone = recs(f"stream_alone_{k}")[0]["tpot_ms"]
-    stream = recs(f"stream_together_{k}")[0]
-    decode_ms = stream["tpot_ms"] * (stream["output_tokens"] - 1)
-    overlap = min(1.0, sum(r["server_ms"]["prefill"] for r in together) / decode_ms)
-    s_dec = 1 + (stream["tpot_ms"] / tpot_alone - 1) / overlap if overlap > 0 else 1.0
-    rounds.append((with_ / alone, s_dec, alone, with_, tpot_alone, stream["tpot_ms"], overlap))
-med = [statistics.median(x[i] for x in rounds) for i in range(7)]
-print("%.4f %.4f %.2f %.2f %.3f %.3f %.2f" % (max(1.0, med[0]), max(1.0, med[1]), *med[2:]))
+def prefill(name):
+    return statistics.median(
+        r["server_ms"]["prefill"]
+        for r in json.load(open(f"{sys.argv[1]}/overlap_{name}.json"))["runs"][0]["requests"]
+        if r["outcome"] == "OK" and "server_ms" in r)
+rounds = [(prefill(f"prompts_together_{k}") / prefill(f"prompts_alone_{k}"),
+           prefill(f"prompts_alone_{k}"), prefill(f"prompts_together_{k}"))
+          for k in range(1, int(sys.argv[2]) + 1)]
+med = [statistics.median(x[i] for x in rounds) for i in range(3)]
+print("%.4f %.2f %.2f" % (max(1.0, med[0]), med[1], med[2]))
 PYEOF
 )
-read -r S_PRE S_DEC PF_ALONE PF_WITH TPOT_ALONE TPOT_WITH OVERLAP_SHARE <<<"$OVERLAP"
 $PY - "$WORK/profile.txt" "$S_PRE" <<'PYEOF'
 import sys
 path, s_pre = sys.argv[1], float(sys.argv[2])
-lines = open(path).read().splitlines()
 out = []
-for line in lines:
+for line in open(path).read().splitlines():
     parts = line.split("#")[0].split()
     if len(parts) == 2 and parts[0] == "prefill_colocated_slowdown" and s_pre > float(parts[1]):
-        line = f"prefill_colocated_slowdown {s_pre:.6g}  # in the cluster; in-process {parts[1]}"
+        line = f"prefill_colocated_slowdown {s_pre:.6g}  # probe: in the cluster; in-process {parts[1]}"
     out.append(line)
 open(path, "w").write("\n".join(out) + "\n")
 PYEOF
-echo "# colocation in the cluster (medians of $OVERLAP_ROUNDS rounds): prefill $PF_ALONE ms alone, $PF_WITH ms beside a decode stream (x $S_PRE); stream TPOT $TPOT_ALONE ms alone, $TPOT_WITH ms with $OVERLAP_SHARE of its decode beside a prefill (x $S_DEC, recorded only)" >>"$WORK/profile.txt"
-log "colocation in the cluster: prefill x $S_PRE ($PF_ALONE -> $PF_WITH ms), decode x $S_DEC (TPOT $TPOT_ALONE -> $TPOT_WITH ms, overlap $OVERLAP_SHARE)"
+echo "# probe: colocation in the cluster (medians of $OVERLAP_ROUNDS rounds): prefill $PF_ALONE ms alone, $PF_WITH ms beside a decode stream (x $S_PRE)" >>"$WORK/profile.txt"
+log "colocation in the cluster: prefill x $S_PRE ($PF_ALONE -> $PF_WITH ms)"
 
 # The real decode loop's cost per step beyond the engine's step as calibrated
-# in-process (scheduler iteration, per-token emission and relays, the K/V
-# landing before the second token, and whatever makes the worker's own engine
-# step differ): the TPOT of a probe of prompts of the mean length, one at a
-# time (so the two workers never overlap: a separate seed and a fixed shape,
-# not the measured runs), minus the simulator's for the same probe. The
-# decode worker's mean step over the probe is noted too. It runs right before
-# each load, so that the speed this shared machine has at the time (it drifts
-# by 10-20% over minutes) is the one the load's prediction starts from: the
-# probe's prefill compute over the profile's also scales the profile's prefill
-# rates for that load, and a probe TPOT below the simulator's its decode rates. Load i's profile is profile_load_i.txt, and profile.txt
-# records each addition.
-cp "$WORK/profile.txt" "$WORK/profile_base.txt"
-decode_probe() {
-  local i=$1 label=$2
-  scrape "$WORK/decode_probe_before_$i.prom"
-  "$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests 10 --duration-s 0 \
-    --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
-    --json-out "$WORK/probe_decode_$i.json" --json-requests >/dev/null 2>"$WORK/probe_decode_$i.log"
-  scrape "$WORK/decode_probe_after_$i.prom"
-  local step_ms
-  step_ms=$($PY - "$WORK/decode_probe_before_$i.prom" "$WORK/decode_probe_after_$i.prom" <<'PYEOF'
-import re, sys
+# in-process (scheduler iteration, per-token emission and relays): the TPOT of
+# ten prompts of the mean length with 16 output tokens, one at a time (the
+# workers never overlap), minus the simulator's for the same probe, added to
+# decode_step_s when positive (never a rescaling of the profile's rates).
+scrape "$WORK/decode_probe_before.prom"
+"$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests 10 --duration-s 0 \
+  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
+  --json-out "$WORK/probe_decode.json" --json-requests >/dev/null 2>"$WORK/probe_decode.log"
+scrape "$WORK/decode_probe_after.prom"
+"$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2 \
+  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --colocated --rate 0.01 --requests 10 \
+  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
+  --ttft-slo-ms 1000 --requests-out "$WORK/probe_sim.csv" >/dev/null
+read -r STEP_ADD PROBE_TPOT SIM_TPOT STEP_MS < <($PY - "$WORK" <<'PYEOF'
+import csv, json, re, statistics, sys
+w = sys.argv[1]
+ok = [r for r in json.load(open(f"{w}/probe_decode.json"))["runs"][0]["requests"][2:]
+      if r["outcome"] == "OK" and "tpot_ms" in r]
+meas = statistics.median(r["tpot_ms"] for r in ok)
+sim = statistics.median(1e3 * float(r["tpot_s"]) for r in csv.DictReader(open(f"{w}/probe_sim.csv")))
 def sums(path):
     out = {}
     for line in open(path):
@@ -196,96 +200,92 @@ def sums(path):
         if m:
             out[m.group(1)] = float(m.group(2))
     return out
-b, a = sums(sys.argv[1]), sums(sys.argv[2])
+b, a = sums(f"{w}/decode_probe_before.prom"), sums(f"{w}/decode_probe_after.prom")
 n = a.get("ced_decode_step_seconds_count", 0) - b.get("ced_decode_step_seconds_count", 0)
 s = a.get("ced_decode_step_seconds_sum", 0) - b.get("ced_decode_step_seconds_sum", 0)
-print("%.4f" % (1e3 * s / n) if n > 0 else "nan")
+print("%.9g %.4f %.4f %s" % (max(0.0, meas - sim) / 1e3, meas, sim,
+                              "%.4f" % (1e3 * s / n) if n > 0 else "nan"))
 PYEOF
 )
-  "$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile_base.txt" --instances 2 \
-    --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --colocated --rate 0.01 --requests 10 \
-    --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
-    --ttft-slo-ms 1000 --requests-out "$WORK/probe_sim_$i.csv" >/dev/null
-  local out
-  out=$($PY - "$WORK/probe_decode_$i.json" "$WORK/probe_sim_$i.csv" "$WORK/profile_base.txt" <<'PYEOF'
-import csv, json, sys, statistics
-recs = json.load(open(sys.argv[1]))["runs"][0]["requests"][2:]
-ok = [r for r in recs if r["outcome"] == "OK"]
-sims = list(csv.DictReader(open(sys.argv[2])))
-meas = statistics.median(r["tpot_ms"] for r in ok if "tpot_ms" in r)
-sim = statistics.median(1e3 * float(r["tpot_s"]) for r in sims)
-# The prefill worker's compute for these prompts (alone on the machine, as
-# when calibrated) over the simulator's prefill step: the machine's drift since.
-meas_pf = statistics.median(r["server_ms"]["prefill"] for r in ok if "server_ms" in r)
-sim_pf = statistics.median(1e3 * float(r["prefill_s"]) for r in sims)
-base = 0.0
-for line in open(sys.argv[3]):
+$PY - "$WORK/profile.txt" "$STEP_ADD" "probe: + TPOT $PROBE_TPOT ms - simulated $SIM_TPOT ms (clipped at 0; the worker's mean step $STEP_MS ms)" <<'PYEOF'
+import sys
+path, add, note = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+out = []
+for line in open(path).read().splitlines():
     parts = line.split("#")[0].split()
     if len(parts) == 2 and parts[0] == "decode_step_s":
-        base = float(parts[1])
-# Above the simulator's: the loop's own cost per step, added to decode_step_s.
-# Below it: the machine runs faster than calibrated (the loop cannot beat the
-# engine step it runs), so the decode rates scale by the ratio instead.
-f_dec = min(1.0, meas / sim)
-print("%.9g %.4f %.4f %.4f %.4f %.4f %.4f" % (base * f_dec + max(0.0, meas - sim) / 1e3, meas,
-                                             sim, meas_pf / sim_pf, meas_pf, sim_pf, f_dec))
+        line = f"decode_step_s {float(parts[1]) + add:.9g}  # {note}"
+    out.append(line)
+open(path, "w").write("\n".join(out) + "\n")
 PYEOF
-)
-  local step_s tpot_ms sim_ms f_pre pf_ms sim_pf_ms f_dec
-  read -r step_s tpot_ms sim_ms f_pre pf_ms sim_pf_ms f_dec <<<"$out"
-  local note="+ probe TPOT $tpot_ms ms - simulated $sim_ms ms (${INPUT_MEAN}-token prompts; the worker's mean step $step_ms ms)"
-  local drift_note="prefill rates / $f_pre (the probe's prefill compute $pf_ms ms vs the profile's $sim_pf_ms ms), decode rates / $f_dec"
-  $PY bench/sim/fidelity_report.py scale-drift "$WORK/profile_base.txt" \
-    "$WORK/profile_load_$i.txt" "$f_pre" "$f_dec"
-  echo "decode_step_s $step_s  # $note, appended by fidelity.sh" >>"$WORK/profile_load_$i.txt"
-  echo "# before the $label load: decode_step_s $step_s  # $note" >>"$WORK/profile.txt"
-  echo "# before the $label load: $drift_note" >>"$WORK/profile.txt"
-  log "before the $label load: probe TPOT $tpot_ms ms, simulated $sim_ms ms, worker step $step_ms ms; $drift_note"
-}
+log "decode probe: TPOT $PROBE_TPOT ms, simulated $SIM_TPOT ms -> decode_step_s + $STEP_ADD s"
+PROBE_DONE=$(now)
 
-SIM_COMMON=(--preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2
-  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --ced-replay-on auto
-  --heartbeat-ms 1000 --max-batch 64 --colocated
-  --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED"
-  --ttft-slo-ms 1000 --tpot-slo-ms 50)
-LOADS=()
-for i in "${!RATES[@]}"; do
-  rate=${RATES[$i]}; n=${REQUESTS[$i]}
-  decode_probe "$i" "$rate req/s"
-  sim_load=("${SIM_COMMON[@]}")
-  sim_load[3]="$WORK/profile_load_$i.txt"
-  before=$(loadavg)
-  scrape "$WORK/decode_before_$i.prom"
-  log "load $rate req/s, $n requests (load average $before)"
-  "$BIN/ced-loadgen" --target "$GATEWAY" --rate "$rate" --num-requests "$n" --duration-s 0 \
-    --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED" \
-    --slo-ttft-ms 1000 --slo-tpot-ms 50 --timeout-s 120 \
-    --json-out "$WORK/measured_$i.json" --json-requests >/dev/null 2>"$WORK/loadgen_$i.log"
-  after=$(loadavg)
-  scrape "$WORK/decode_after_$i.prom"
-  "$BIN/ced-sim" "${sim_load[@]}" --rate "$rate" --requests "$n" \
-    --requests-out "$WORK/sim_$i.csv" >"$WORK/sim_$i.txt"
-  # Diagnostic: the same with the profile slowed by the run's measured slowdown.
-  factor=$($PY bench/sim/fidelity_report.py scale "$WORK/measured_$i.json" "$WORK/sim_$i.csv" \
-    "$WORK/profile_load_$i.txt" "$WORK/profile_$i.txt")
-  sim_adj=("${SIM_COMMON[@]}")
-  sim_adj[3]="$WORK/profile_$i.txt"
-  "$BIN/ced-sim" "${sim_adj[@]}" --rate "$rate" --requests "$n" \
-    --requests-out "$WORK/sim_adj_$i.csv" >"$WORK/sim_adj_$i.txt"
-  # Diagnostic: the same without colocation (two instances apart).
-  sim_apart=()
-  for x in "${sim_load[@]}"; do [[ $x == --colocated ]] || sim_apart+=("$x"); done
-  "$BIN/ced-sim" "${sim_apart[@]}" --rate "$rate" --requests "$n" \
-    --requests-out "$WORK/sim_apart_$i.csv" >"$WORK/sim_apart_$i.txt"
-  log "slowdown f = $factor"
-  LOADS+=("$rate,$n,$WORK/measured_$i.json,$WORK/sim_$i.csv,$WORK/sim_adj_$i.csv,$factor,$before,$after,$WORK/decode_before_$i.prom,$WORK/decode_after_$i.prom,$WORK/sim_apart_$i.csv")
+# ---- Frozen from here on -------------------------------------------------------
+chmod a-w "$WORK/profile.txt" "$WORK/profile_calibrated.txt"
+SIM_COMMON=(--preset "$PRESET" --instances 2 --prefill-instances 1 --prefill-gpus 1
+  --decode-gpus 1 --ced-replay-on auto --heartbeat-ms 1000 --max-batch 64
+  --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --ttft-slo-ms 1000 --tpot-slo-ms 50
+  --summary-line)
+
+# ---- 2. Capacity, by the simulator on the frozen profile -----------------------
+"$BIN/ced-sim" "${SIM_COMMON[@]}" --device-profile "$WORK/profile.txt" --colocated \
+  --seed "$SEED" --rate 100 --requests 400 --requests-out "$WORK/capacity.csv" \
+  >"$WORK/capacity.txt"
+CAPACITY=$($PY $REPORT capacity "$WORK/capacity.csv")
+log "predicted capacity $CAPACITY req/s"
+RATES=(); NREQ=()
+for fr in "${LOADS[@]}"; do
+  RATES+=("$($PY -c "print('%.2f' % ($fr * $CAPACITY))")")
+  NREQ+=("$($PY -c "print(max(20, round($fr * $CAPACITY * $LOAD_S)))")")
+done
+
+# ---- 3. Every prediction, written before any load ------------------------------
+PRED_ARGS=()
+for run in $(seq "$RUNS"); do
+  seed=$(( SEED + run - 1 ))
+  for i in "${!RATES[@]}"; do
+    tag="${run}_$i"
+    for kind in corrected calibrated apart; do
+      profile=$WORK/profile.txt; coloc=(--colocated)
+      [[ $kind == calibrated ]] && profile=$WORK/profile_calibrated.txt
+      [[ $kind == apart ]] && coloc=()
+      "$BIN/ced-sim" "${SIM_COMMON[@]}" --device-profile "$profile" "${coloc[@]}" \
+        --seed "$seed" --rate "${RATES[$i]}" --requests "${NREQ[$i]}" \
+        --requests-out "$WORK/sim_${kind}_$tag.csv" >"$WORK/sim_${kind}_$tag.txt"
+    done
+    PRED_ARGS+=(--pred "$run,$seed,${LOADS[$i]},${RATES[$i]},${NREQ[$i]},$WORK/sim_corrected_$tag.csv,$WORK/sim_calibrated_$tag.csv,$WORK/sim_apart_$tag.csv,$WORK/sim_corrected_$tag.txt")
+  done
+done
+REPORT_COMMON=(--out "$OUT" --work "$WORK" --command "$COMMAND" --runs "$RUNS"
+  --preset "$PRESET" --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN"
+  --cores "$CORES" --threads "$THREADS" --capacity "$CAPACITY"
+  --profile "$WORK/profile.txt" --calibrated "$WORK/profile_calibrated.txt"
+  --predictions "$WORK/predictions.md" --probe-done "$PROBE_DONE")
+$PY $REPORT predict "${REPORT_COMMON[@]}" "${PRED_ARGS[@]}"
+chmod a-w "$WORK/predictions.md" "$WORK"/sim_*.csv
+log "predictions written to $OUT ($(now))"
+
+# ---- 4. The loads --------------------------------------------------------------
+MEAS_ARGS=()
+for run in $(seq "$RUNS"); do
+  seed=$(( SEED + run - 1 ))
+  for i in "${!RATES[@]}"; do
+    tag="${run}_$i"
+    before=$(loadavg)
+    scrape "$WORK/decode_before_$tag.prom"
+    log "run $run/$RUNS: ${RATES[$i]} req/s (${LOADS[$i]} of capacity), ${NREQ[$i]} requests, seed $seed (load average $before)"
+    "$BIN/ced-loadgen" --target "$GATEWAY" --rate "${RATES[$i]}" --num-requests "${NREQ[$i]}" \
+      --duration-s 0 --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$seed" \
+      --slo-ttft-ms 1000 --slo-tpot-ms 50 --timeout-s 120 \
+      --json-out "$WORK/measured_$tag.json" --json-requests >/dev/null 2>"$WORK/loadgen_$tag.log"
+    after=$(loadavg)
+    scrape "$WORK/decode_after_$tag.prom"
+    MEAS_ARGS+=(--meas "$run,$i,$WORK/measured_$tag.json,$before,$after,$WORK/decode_before_$tag.prom,$WORK/decode_after_$tag.prom")
+  done
 done
 LOAD_END=$(loadavg)
 
-$PY bench/sim/fidelity_report.py --out "$OUT" --profile "$WORK/profile.txt" \
-  --preset "$PRESET" --input-mean "$INPUT_MEAN" --output-mean "$OUTPUT_MEAN" --seed "$SEED" \
-  --cores "$CORES" --threads "$THREADS" --request-ms "$REQUEST_MS" \
-  --load-start "$LOAD_START" --load-end "$LOAD_END" \
-  --sim-command "ced-sim $(echo "${SIM_COMMON[*]}" | sed "s|$WORK/profile.txt|PROFILE|")" \
-  "${LOADS[@]}"
+$PY $REPORT report "${REPORT_COMMON[@]}" --load-start "$LOAD_START" --load-end "$LOAD_END" \
+  "${PRED_ARGS[@]}" "${MEAS_ARGS[@]}"
 log "wrote $OUT"

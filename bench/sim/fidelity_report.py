@@ -1,18 +1,35 @@
 #!/usr/bin/python3
-"""Writes the fidelity table of bench/sim/fidelity.sh: predicted (ced-sim)
-vs measured (ced-loadgen on `ced cluster`) TTFT and TPOT p50 / p90.
+"""The fidelity report of bench/sim/fidelity.sh: predicted (ced-sim) vs
+measured (ced-loadgen on `ced cluster`) TTFT and TPOT p50 / p90.
+
+Subcommands:
+  capacity SIM.csv   the simulated cluster's completion rate (requests/s) over
+                     a run offered far more than it can take: completed
+                     requests / (last finish - first arrival).
+  predict FLAGS --pred ITEM...
+                     writes the predictions (before any load runs) to
+                     --predictions and to --out.
+  report FLAGS --pred ITEM... --meas ITEM...
+                     rewrites --out: the predictions section as written before
+                     the loads, then every run's measurements and errors and
+                     the median error over the runs, per metric.
+
+--pred ITEM: `run,seed,fraction,rate,requests,corrected.csv,calibrated.csv,
+apart.csv,corrected.txt` (the simulator's per-request records with the
+frozen profile colocated, with the calibrated profile alone colocated, with
+the frozen profile not colocated; and the first one's summary output).
+--meas ITEM: `run,load_index,measured.json,load_before,load_after,
+decode_before.prom,decode_after.prom` (the decode worker's metrics scraped
+around the run, empty files when the scrape failed).
 
 Both sides' percentiles are computed here, the same way (linear
 interpolation between closest ranks, as ced-loadgen does), over the requests
-that completed. Arguments after the flags: one `rate,requests,measured.json,
-sim.csv,sim_adjusted.csv,f,load_before,load_after,decode_before.prom,
-decode_after.prom,sim_apart.csv` per load (the decode worker's metrics
-scraped around the run, empty files when the scrape failed; the simulation
-without --colocated).
+that completed. Nothing measured during a load changes a prediction.
 """
 import argparse
 import csv
 import datetime
+import hashlib
 import json
 import re
 import statistics
@@ -47,18 +64,13 @@ def simulated(path):
     rows = [r for r in csv.DictReader(open(path)) if r["completed"] == "1"]
     ttft = [1e3 * float(r["ttft_s"]) for r in rows]
     tpot = [1e3 * float(r["tpot_s"]) for r in rows if int(r["output_tokens"]) > 1]
-    return {"ok": len(rows), "ttft": ttft, "tpot": tpot}
-
-
-def slowdown(mpath, spath):
-    """Median over requests of the prefill worker's measured compute time over
-    the simulator's prefill step for the same request: how much slower the
-    worker ran than the calibrated profile says (other load on the machine)."""
-    sim = {int(r["index"]): float(r["prefill_s"]) for r in csv.DictReader(open(spath))}
-    run = json.load(open(mpath))["runs"][0]
-    ratios = [r["server_ms"]["prefill"] / (1e3 * sim[r["index"]]) for r in run["requests"]
-              if r["outcome"] == "OK" and "server_ms" in r and sim.get(r["index"], 0) > 0]
-    return statistics.median(ratios) if ratios else 1.0
+    prefill = [1e3 * float(r["prefill_s"]) for r in rows]
+    arrivals = [float(r["arrival_s"]) for r in rows]
+    finish = [float(r["arrival_s"]) + float(r["ttft_s"]) +
+              float(r["tpot_s"]) * max(0, int(r["output_tokens"]) - 1) for r in rows]
+    span = max(finish) - min(arrivals) if rows else float("nan")
+    return {"ok": len(rows), "ttft": ttft, "tpot": tpot, "prefill": prefill, "span_s": span,
+            "decoded": sum(max(0, int(r["output_tokens"]) - 1) for r in rows)}
 
 
 def scrape_values(path):
@@ -157,241 +169,320 @@ def breakdown(mpath, spath, request_s):
     return out
 
 
-# The profile's speeds: key -> (side, rate or per-step cost).
-SPEED_KEYS = {
-    "peak_flops": ("prefill", "rate"),
-    "prefill_step_s": ("prefill", "cost"),
-    "prefill_token_s": ("prefill", "cost"),
-    "hbm_bytes_per_s": ("decode", "rate"),
-    "decode_step_s": ("decode", "cost"),
-    "decode_seq_s": ("decode", "cost"),
-}
-
-
-def scale_speeds(src, dst, f_prefill, f_decode, header):
-    """The profile with its prefill rates divided by f_prefill (its per-step
-    prefill costs multiplied by it) and its decode ones by f_decode."""
-    f = {"prefill": f_prefill, "decode": f_decode}
-    out = [header]
-    for line in open(src):
-        parts = line.split("#")[0].split()
-        if len(parts) == 2 and parts[0] in SPEED_KEYS:
-            side, kind = SPEED_KEYS[parts[0]]
-            v = float(parts[1])
-            v = v / f[side] if kind == "rate" else v * f[side]
-            line = f"{parts[0]} {v:.9g}\n"
-        out.append(line.rstrip("\n"))
-    open(dst, "w").write("\n".join(out) + "\n")
-
-
-def scale_profile(src, dst, f):
-    """The run's slowdown f on every speed (the "slowed by f" diagnostic)."""
-    scale_speeds(src, dst, f, f,
-                 f"# scaled by fidelity_report.py: rates / {f:.4f}, per-step costs x {f:.4f}")
-
-
-def scale_drift(src, dst, f_prefill, f_decode):
-    """The machine's speed drift since calibration, as a probe measured it."""
-    scale_speeds(src, dst, f_prefill, f_decode,
-                 f"# drift applied by fidelity_report.py: prefill x {f_prefill:.4f}, "
-                 f"decode x {f_decode:.4f} (rates divided, per-step costs multiplied)")
-
-
 def err(pred, meas):
     return (pred - meas) / meas if meas > 0 else float("nan")
 
 
-def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "scale-drift":
-        # scale-drift PROFILE_IN PROFILE_OUT F_PREFILL F_DECODE
-        scale_drift(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "scale":
-        # scale MEASURED_JSON SIM_CSV PROFILE_IN PROFILE_OUT: prints the factor.
-        f = slowdown(sys.argv[2], sys.argv[3])
-        scale_profile(sys.argv[4], sys.argv[5], f)
-        print(f"{f:.4f}")
-        return
-    ap = argparse.ArgumentParser()
-    for flag in ["out", "profile", "preset", "input-mean", "output-mean", "seed", "cores",
-                 "threads", "request-ms", "load-start", "load-end", "sim-command"]:
-        ap.add_argument("--" + flag, required=True)
-    ap.add_argument("loads", nargs="+")
-    a = ap.parse_args()
+
+METRICS = [("ttft", 50), ("ttft", 90), ("tpot", 50), ("tpot", 90)]
+# The three predictions, all made before any load: (key, title).
+KINDS = [("corrected", "calibrated + probe, colocated (the prediction judged)"),
+         ("calibrated", "calibrated only, colocated (no probe correction)"),
+         ("apart", "calibrated + probe, not colocated")]
+
+
+def capacity(path):
+    s = simulated(path)
+    return s["ok"] / s["span_s"]
+
+
+def sim_steps(path):
+    m = re.search(r"\bsteps=(\d+)", open(path).read())
+    return int(m.group(1)) if m else 0
+
+
+def parse_preds(items):
+    preds = []
+    for item in items:
+        run, seed, frac, rate, n, cpath, kpath, apath, summary = item.split(",")
+        sims = {"corrected": simulated(cpath), "calibrated": simulated(kpath),
+                "apart": simulated(apath)}
+        steps = sim_steps(summary)
+        preds.append({"run": int(run), "seed": int(seed), "frac": float(frac), "rate": rate,
+                      "n": int(n), "csv": cpath, "sims": sims,
+                      "batch": sims["corrected"]["decoded"] / steps if steps else float("nan")})
+    return preds
+
+
+def load_label(p):
+    return f"{100 * p['frac']:.0f}% ({p['rate']} req/s)"
+
+
+def scrub(text, work):
+    """The run's temporary folder out of the committed text."""
+    return re.sub(r"/tmp/tmp\.[A-Za-z0-9]+", "WORK", text.replace(work, "WORK"))
+
+
+def predictions_section(a, preds):
+    out = []
+    w = out.append
+    w("## Predictions (written before the first load started)")
+    w("")
+    w(f"Written {datetime.datetime.utcnow():%Y-%m-%d %H:%M:%S} UTC; the probe phase ended "
+      f"{a.probe_done} UTC; no load had run. Predicted capacity of the cluster: "
+      f"{float(a.capacity):.2f} req/s (the simulator on the frozen profile, colocated, offered "
+      "100 req/s for 400 requests: completed requests over first arrival to last finish). "
+      f"Declared runs: {a.runs}; each run has its own seed (the load generator and the "
+      "simulator draw the same trace from it: arrival times and lengths).")
+    w("")
+    w("| run (seed) | load | requests | kind | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | prefill busy | "
+      "decode batch |")
+    w("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for p in preds:
+        for kind, _ in KINDS:
+            s = p["sims"][kind]
+            vals = " | ".join(f"{percentile(s[m], q):.1f}" for m, q in METRICS)
+            extra = (f"{100 * sum(s['prefill']) / 1e3 / s['span_s']:.0f}% | {p['batch']:.2f}"
+                     if kind == "corrected" else " | ")
+            w(f"| {p['run']} ({p['seed']}) | {load_label(p)} | {p['n']} | {kind} | {vals} | "
+              f"{extra} |")
+    w("")
+    w("Times in ms. *Prefill busy*: the simulated prefill instance's compute over the run's "
+      "span; *decode batch*: simulated decoded tokens per decode step.")
+    return "\n".join(out)
+
+
+def header(a):
+    out = []
+    w = out.append
+    w("# Simulator fidelity: ced-sim vs the real cluster (CPU)")
+    w("")
+    w("Reproduce (from the repository root; the last argument is the build folder, which "
+      "needs `ced ced-loadgen ced-sim ced-sim-calibrate` built):")
+    w("")
+    w("```")
+    w(a.command)
+    w("```")
+    w("")
+    w(f"Method, declared before any result: **{a.runs} run{'s' if a.runs != 1 else ''}**, each of two loads at 50% and 85% "
+      "of the capacity the simulator predicts; target: every metric's (TTFT p50 / p90, TPOT "
+      "p50 / p90 at each load) prediction error within 15% as the median over the "
+      f"{a.runs} runs. The device profile is calibrated once (`ced-sim-calibrate`, before the "
+      "cluster starts), completed by one probe phase on the idle cluster before any load "
+      "(path latency, the prefill's colocation slowdown in the cluster, the decode loop's "
+      "cost per step), then frozen; every prediction below is written to this file before "
+      "the first load starts, and nothing measured during a load changes any prediction "
+      "(no per-load probe, no rescaling by the judged run).")
+    w("")
+    w(f"Model preset `{a.preset}`; prompts lognormal mean {a.input_mean}, outputs mean "
+      f"{a.output_mean} (cv 0.5), Poisson arrivals. Cluster: `ced cluster` with 1 prefill and "
+      f"1 decode worker on this machine ({a.cores} cores, {a.threads} OpenMP thread(s) per "
+      "worker, passive waits), router `--replay-on auto`, K/V over UCX on loopback. "
+      "Simulator: the same topology (two 1-\"GPU\" instances) on the device profile below, "
+      "the router's policy library, the engine's block allocator for decode admission, 1 s "
+      "load reports, max batch 64, and the two instances colocated (`--colocated`): each "
+      "runs slower by the profile's measured slowdown over the part of its step that "
+      "overlaps the other's.")
+    return "\n".join(out)
+
+
+def predict(a, preds):
+    text = predictions_section(a, preds)
+    open(a.predictions, "w").write(text + "\n")
+    out = [header(a), "", text, "",
+           "## Measured", "", "Pending: the loads run after this file is written."]
+    open(a.out, "w").write("\n".join(out) + "\n")
+    print(text)
+
+
+def report(a, preds, meas_items):
     profile = open(a.profile).read()
     request_s = 0.0
     for line in profile.splitlines():
         parts = line.split("#")[0].split()
         if len(parts) == 2 and parts[0] == "request_s":
-            request_s = float(parts[1])  # the last one (fidelity.sh appends the probe's)
-    rows, misses, detail, where = [], [], [], []
-    for item in a.loads:
-        (rate, n, mpath, spath, apath, factor, before, after, dbefore, dafter,
-         ppath) = item.split(",")
-        apart = simulated(ppath)
+            request_s = float(parts[1])  # the last one (the probe's)
+    by_key = {(p["run"], i % (len(preds) // a.runs)): p for i, p in enumerate(preds)}
+    loads = sorted({k[1] for k in by_key})
+    runs = list(range(1, a.runs + 1))
+    # errors[kind][(load, metric index)][run] and the measured / predicted values.
+    errors = {k: {} for k, _ in KINDS}
+    values = {}
+    detail, where, rejected = [], [], []
+    for item in meas_items:
+        run, li, mpath, before, after, dbefore, dafter = item.split(",")
+        run, li = int(run), int(li)
+        p = by_key[(run, li)]
+        m = measured(mpath)
+        for j, (metric, q) in enumerate(METRICS):
+            mv = percentile(m[metric], q)
+            for kind, _ in KINDS:
+                pv = percentile(p["sims"][kind][metric], q)
+                errors[kind].setdefault((li, j), {})[run] = err(pv, mv)
+                if kind == "corrected":
+                    values[(li, j, run)] = (mv, pv)
+        if m["ok"] < m["issued"]:
+            rejected.append(f"run {run} at {load_label(p)}: {m['issued'] - m['ok']} of "
+                            f"{m['issued']}")
         dw = decode_worker(dbefore, dafter)
         dcell = f"{int(dw[0])} / {dw[1]:.2f} / {dw[2]:.2f}" if dw else "n/a"
-        m, s, adj = measured(mpath), simulated(spath), simulated(apath)
-        cells = []
-        for metric in ["ttft", "tpot"]:
-            for p in [50, 90]:
-                mv, pv = percentile(m[metric], p), percentile(s[metric], p)
-                av = percentile(adj[metric], p)
-                xv = percentile(apart[metric], p)
-                e = err(pv, mv)
-                cells.append((metric.upper(), p, mv, pv, e, av, err(av, mv), factor, xv,
-                              err(xv, mv)))
-                if not abs(e) <= TOLERANCE:
-                    misses.append(f"{metric.upper()} p{p} at {rate} req/s: predicted {pv:.1f} ms, "
-                                  f"measured {mv:.1f} ms ({100 * e:+.0f}%)")
-        rows.append((rate, n, m, s, cells, before, after))
-        errors = ", ".join(f"{k} {v}" for k, v in sorted(m["errors"].items())) or "none"
+        s = p["sims"]["corrected"]
+        errs = ", ".join(f"{k} {v}" for k, v in sorted(m["errors"].items())) or "none"
+        mpf = statistics.median(m["prefill"]) if m["prefill"] else float("nan")
         detail.append(
-            f"| {rate}/s | {m['issued']} | {m['ok']} / {s['ok']} | "
-            f"{statistics.median(m['prefill']) if m['prefill'] else float('nan'):.1f} | "
+            f"| {run} | {load_label(p)} | {m['issued']} | {m['ok']} / {s['ok']} | "
+            f"{mpf:.1f} / {statistics.median(s['prefill']):.1f} | "
             f"{percentile(m['queue'], 50):.1f} / {percentile(m['queue'], 90):.1f} | "
-            f"{m['replays_on_decode']} | {dcell} | {errors} | {before} -> {after} |")
-        b = breakdown(mpath, spath, request_s)
+            f"{m['replays_on_decode']} | {dcell} | {p['batch']:.2f} | {errs} | "
+            f"{before} -> {after} |")
+        b = breakdown(mpath, p["csv"], request_s)
         pp = lambda k: f"{percentile(b[k], 50):.1f} / {percentile(b[k], 90):.1f}"
         mean = lambda k: statistics.mean(b[k]) if b[k] else float("nan")
         where.append(
-            f"| {rate}/s | {pp('wait')} | {pp('busy')} | {pp('other')} | {pp('swait')} | "
-            f"{pp('compute')} | {pp('scompute')} | {pp('after')} | "
+            f"| {run} | {load_label(p)} | {pp('wait')} | {pp('busy')} | {pp('other')} | "
+            f"{pp('swait')} | {pp('compute')} | {pp('scompute')} | {pp('after')} | "
             f"{mean('dttft'):+.1f} = {mean('dwait'):+.1f} {mean('dcompute'):+.1f} "
             f"{mean('dafter'):+.1f} | {b['stalls']} of {b['n']} ({b['at_idle']}) |")
 
-    out = []
+    def med(d):
+        v = [d[r] for r in runs if r in d]
+        return statistics.median(v) if len(v) == len(runs) else float("nan")
+
+    def pct(e, bold=False):
+        mark = "**" if bold and not abs(e) <= TOLERANCE else ""
+        return f"{mark}{100 * e:+.1f}%{mark}"
+
+    out = [header(a), "", open(a.predictions).read().rstrip(), ""]
     w = out.append
-    w("# Simulator fidelity: ced-sim vs the real cluster (CPU)")
+    w(f"## Measured: every run, and the median over the {a.runs} runs")
     w("")
-    w(f"Generated by `bench/sim/fidelity.sh` on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC. "
-      f"Model preset `{a.preset}`; prompts lognormal mean {a.input_mean}, outputs mean "
-      f"{a.output_mean} (cv 0.5), Poisson arrivals, seed {a.seed}: the load generator and the "
-      "simulator draw the same trace (same arrival times and lengths).")
+    w(f"Load average (1/5/15 min) at the start of the script: {a.load_start}; at the end: "
+      f"{a.load_end} (this machine's 2 cores are shared with other work).")
     w("")
-    w(f"Cluster: `ced cluster` with 1 prefill and 1 decode worker on this machine ({a.cores} "
-      f"cores, {a.threads} OpenMP thread(s) per worker, passive waits), router `--replay-on "
-      "auto`, K/V over UCX on loopback. Simulator: the same topology (two 1-\"GPU\" "
-      "instances) on the measured device profile below, the router's policy library, the "
-      "engine's block allocator for decode admission, 1 s load reports (the router's "
-      "heartbeat), max batch 64, the decode worker's start-then-join iteration, and the two "
-      "instances colocated (`--colocated`): while the prefill instance computes, the decode "
-      "instance's step runs slower by the profile's measured `decode_colocated_slowdown`, and "
-      "while the decode instance steps, the prefill runs slower by "
-      "`prefill_colocated_slowdown` (applied to the overlapping part of each step).")
+    verdict = {}
+    for kind, title in KINDS:
+        within = sum(1 for k in errors[kind] if abs(med(errors[kind][k])) <= TOLERANCE)
+        verdict[kind] = (within, len(errors[kind]))
+    cw, ct = verdict["corrected"]
+    w(f"**Target (median error within {100 * TOLERANCE:.0f}% on every metric): "
+      f"{'met' if cw == ct else 'not met'}** for the prediction judged ({cw} of {ct} median "
+      f"errors within {100 * TOLERANCE:.0f}%). Calibrated only, no probe correction: "
+      f"{verdict['calibrated'][0]} of {verdict['calibrated'][1]}. Not colocated: "
+      f"{verdict['apart'][0]} of {verdict['apart'][1]}.")
     w("")
-    w(f"Load average (1/5/15 min) at the start: {a.load_start}; at the end: {a.load_end}.")
-    w("")
-    w("## Predicted vs measured")
-    w("")
-    w("| load | requests | metric | measured (ms) | predicted (ms) | error | "
-      "predicted, slowed by f (ms) | error | f | predicted apart (ms) | error |")
-    w("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for rate, n, m, s, cells, _, _ in rows:
-        for name, p, mv, pv, e, av, ae, factor, xv, xe in cells:
-            mark = "" if abs(e) <= TOLERANCE else "**"
-            amark = "" if abs(ae) <= TOLERANCE else "**"
-            xmark = "" if abs(xe) <= TOLERANCE else "**"
-            w(f"| {rate} req/s | {n} | {name} p{p} | {mv:.1f} | {pv:.1f} | "
-              f"{mark}{100 * e:+.1f}%{mark} | {av:.1f} | {amark}{100 * ae:+.1f}%{amark} | "
-              f"{float(factor):.2f} | {xv:.1f} | {xmark}{100 * xe:+.1f}%{xmark} |")
-    w("")
-    within = sum(1 for r in rows for c in r[4] if abs(c[4]) <= TOLERANCE)
-    total = sum(len(r[4]) for r in rows)
-    awithin = sum(1 for r in rows for c in r[4] if abs(c[6]) <= TOLERANCE)
-    xwithin = sum(1 for r in rows for c in r[4] if abs(c[9]) <= TOLERANCE)
-    w(f"Calibrated profile: {within} of {total} figures within {100 * TOLERANCE:.0f}%. "
-      f"With the run's slowdown f: {awithin} of {total}. Without colocation: {xwithin} of "
-      f"{total}.")
-    if misses:
+    if rejected:
+        w("Requests that did not complete on the cluster (see the errors in the detail "
+          "below): " + "; ".join(rejected) + ". The simulator completed every request; the "
+          "measured percentiles are over the completed requests only, which understates the "
+          "measured side, so those errors flatter the prediction.")
         w("")
-        w("Outside the tolerance (calibrated profile): " + "; ".join(misses) + ".")
+    w("### The prediction judged: calibrated + probe, colocated")
     w("")
-    w("*Predicted* uses the profile as calibrated before the cluster started. *Slowed by f* "
-      "is a diagnostic: f is the median, over the run's requests, of the prefill worker's "
-      "measured compute time over the simulator's prefill step for the same request; the "
-      "profile's rates are divided by f and its per-step costs multiplied by f, and the "
-      "simulation is run again. f near 1 means the workers ran as fast as calibrated; well "
-      "above 1, that other processes took the cores during the run (the load average "
-      "below), which no model of this cluster alone can predict. *Predicted apart* is the "
-      "calibrated profile without `--colocated` (the two instances as if on separate "
-      "machines): what the colocation model changes on the same run.")
+    w("Per run: measured / predicted (ms), error = (predicted - measured) / measured.")
+    w("")
+    w("| load | metric | " + " | ".join(f"run {r}" for r in runs) + " | median error |")
+    w("|---|---|" + "---|" * len(runs) + "---:|")
+    for li in loads:
+        p = by_key[(1, li)]
+        for j, (metric, q) in enumerate(METRICS):
+            cells = []
+            for r in runs:
+                if (li, j, r) in values:
+                    mv, pv = values[(li, j, r)]
+                    cells.append(f"{mv:.1f} / {pv:.1f} ({pct(errors['corrected'][(li, j)][r])})")
+                else:
+                    cells.append("n/a")
+            w(f"| {100 * p['frac']:.0f}% | {metric.upper()} p{q} | " + " | ".join(cells) +
+              f" | {pct(med(errors['corrected'][(li, j)]), True)} |")
+    for kind, title in KINDS[1:]:
+        w("")
+        w(f"### Errors of the other predictions: {title}")
+        w("")
+        w("| load | metric | " + " | ".join(f"run {r}" for r in runs) + " | median error |")
+        w("|---|---|" + "---:|" * len(runs) + "---:|")
+        for li in loads:
+            p = by_key[(1, li)]
+            for j, (metric, q) in enumerate(METRICS):
+                e = errors[kind][(li, j)]
+                w(f"| {100 * p['frac']:.0f}% | {metric.upper()} p{q} | " +
+                  " | ".join(pct(e[r]) if r in e else "n/a" for r in runs) +
+                  f" | {pct(med(e), True)} |")
     w("")
     w("## Measured detail")
     w("")
-    w("Per load: requests issued, completed (measured / simulated), the prefill worker's "
-      "compute per request (median, ms; the simulator's is the profile's prefill step), "
-      "the wait before compute p50 / p90 (ms: gateway receipt to prefill start), replays placed on the decode worker, the "
-      "decode worker's steps / mean step time (ms) / mean batch over the run (its "
-      "`ced_decode_step_seconds` and `ced_decode_batch_size` histograms), errors, "
-      "and the load average before -> after the run.")
+    w("Per run and load: requests issued, completed (measured / predicted), the prefill "
+      "worker's compute per request p50 (measured / predicted, ms), the wait before compute "
+      "p50 / p90 (ms: gateway receipt to prefill start), replays placed on the decode worker, "
+      "the decode worker's steps / mean step time (ms) / mean batch over the run (its "
+      "`ced_decode_step_seconds` and `ced_decode_batch_size` histograms), the predicted mean "
+      "batch, request errors, and the load average before -> after the run.")
     w("")
-    w("| load | issued | completed (meas. / sim.) | prefill compute p50 | wait p50 / p90 | "
-      "replays on decode | decode steps / step ms / batch | errors | load average |")
-    w("|---|---:|---|---:|---|---:|---|---|---|")
-    for d in detail:
-        w(d)
+    w("| run | load | issued | completed | prefill compute p50 | wait p50 / p90 | replays on "
+      "decode | decode steps / step ms / batch | predicted batch | errors | load average |")
+    w("|---:|---|---:|---|---|---|---:|---|---:|---|---|")
+    out.extend(detail)
     w("")
     w("## Where the TTFT goes")
     w("")
-    w("Per request, then p50 / p90 over the requests (ms). Measured: *wait* from the "
-      "gateway's receipt until the prefill compute starts (routing, the decode worker's "
-      "`Reserve`, the prefill worker's queue: the final response's `queue_ms`), split into "
-      "the part while the prefill worker was computing other prompts (their measured compute "
-      "intervals) and the *rest*; *compute*, the prefill worker's; *after*, TTFT minus both "
-      "(the first token's way to the client; the simulator's is the probe's path latency "
-      "`request_s`). Simulated: wait = TTFT - prefill step - `request_s`. *Excess*: the mean "
-      "over requests of measured minus simulated TTFT, = wait + compute + after excesses. "
+    w("Per request, then p50 / p90 over the requests (ms), against the prediction judged. "
+      "Measured: *wait* from the gateway's receipt until the prefill compute starts (the final "
+      "response's `queue_ms`), split into the part while the prefill worker was computing "
+      "other prompts and the *rest*; *compute*, the prefill worker's; *after*, TTFT minus "
+      "both. Simulated: wait = TTFT - prefill step - `request_s`. *Excess*: the mean over "
+      "requests of measured minus predicted TTFT, = wait + compute + after excesses. "
       "*Stalls*: requests whose wait outside the prefill compute exceeded 10 ms (in "
-      "parentheses, those whose stall ended within 5 ms of the decode worker going idle, "
-      "i.e. the last running sequence finishing).")
+      "parentheses, those whose stall ended within 5 ms of the decode worker going idle).")
     w("")
-    w("| load | wait | of it, prefill busy | rest | simulated wait | compute | simulated "
+    w("| run | load | wait | of it, prefill busy | rest | simulated wait | compute | simulated "
       "compute | after | excess: TTFT = wait + compute + after | stalls (at decode idle) |")
-    w("|---|---|---|---|---|---|---|---|---|---|")
-    for d in where:
-        w(d)
+    w("|---:|---|---|---|---|---|---|---|---|---|---|")
+    out.extend(where)
     w("")
-    w("## Device profile")
+    w("## Device profile (frozen before the predictions)")
     w("")
-    w("Measured by `ced-sim-calibrate` (GEMM rate of the engine's GEMM over one layer's "
-      "shapes and memory read bandwidth, each raised to what the engine's own prefill of the "
-      "longest prompt / decode of the smallest batch reaches when that is higher, and the "
-      "engine's real prefill and decode steps, whose "
-      "excess over the roofline of those two rates is fitted as fixed + per-token and fixed + "
-      "per-sequence costs; and the colocation slowdowns: the decode step of one sequence "
-      "while a second engine with its own weights prefills on another thread, and that "
-      "prefill while the second engine decodes, each over the same measurement alone; "
-      "the prefill's raised to the same measured in the running cluster when that is "
-      "higher: prefill compute of six mean-length prompts beside a 300-token decode stream "
-      "over alone, medians of three rounds — in the cluster the workers also share the "
-      "cores with the K/V transfer and the token relays; the stream's TPOT beside them is "
-      "recorded, not used: its estimate is within this machine's noise), "
-      f"plus `request_s`: the median of TTFT minus the prefill worker's "
-      f"compute over a probe of 16-token prompts sent one at a time ({float(a.request_ms):.2f} ms), "
-      "and an addition to `decode_step_s`: the TPOT of a second probe, 10 prompts of the mean "
-      "length (16 output tokens each, one at a time, so the workers never overlap), minus the "
-      "simulator's for the same probe: the real decode loop's cost per step beyond the "
-      "engine's step as calibrated in-process. That probe runs right before each load (this "
-      "shared machine's speed drifts by 10-20% over minutes), and each load is simulated with "
-      "its own correction (the lines at the end of the profile, with the decode worker's own "
-      "mean step over that probe): the profile's prefill rates scaled by the probe's prefill "
-      "compute over the profile's for the same prompts; and when the probe's TPOT is below "
-      "the simulator's (the machine runs faster than when calibrated: the real decode loop "
-      "cannot beat the engine step it runs), its decode rates scaled by that ratio instead of "
-      "an addition to `decode_step_s`.")
+    w("Measured by `ced-sim-calibrate` before the cluster started (the engine's GEMM rate and "
+      "memory read bandwidth, each raised to what the engine's own prefill / decode reaches "
+      "when higher; the excess of the engine's real prefill and decode steps over that "
+      "roofline fitted as fixed + per-token and fixed + per-sequence costs; the colocation "
+      "slowdowns of two engines on two threads of one process). The lines marked `probe:` "
+      "come from the one probe phase on the idle cluster before any load: `request_s`, the "
+      "median TTFT minus prefill compute of 16-token prompts sent one at a time; "
+      "`prefill_colocated_slowdown` raised to the prefill worker's compute beside a decode "
+      "stream over alone when higher (medians of three rounds); `decode_step_s` plus the "
+      "TPOT of ten mean-length prompts sent one at a time minus the simulator's for them "
+      "(when positive). *Calibrated only* uses the file as `ced-sim-calibrate` wrote it "
+      f"(sha256 {hashlib.sha256(open(a.calibrated, 'rb').read()).hexdigest()[:16]}); the "
+      f"file below has sha256 {hashlib.sha256(open(a.profile, 'rb').read()).hexdigest()[:16]}. "
+      "WORK is the run's temporary folder.")
     w("")
     w("```")
     w(profile.rstrip())
     w("```")
     w("")
-    w("Simulator command per load (PROFILE = the file above, with its load's `decode_step_s`):")
+    w("Simulator command (PROFILE = the file above; the capacity run: `--colocated --seed 1 "
+      "--rate 100 --requests 400`):")
     w("")
     w("```")
-    w(a.sim_command + " --rate RATE --requests N")
+    w(f"ced-sim --preset {a.preset} --device-profile PROFILE --instances 2 --prefill-instances 1 "
+      "--prefill-gpus 1 --decode-gpus 1 --ced-replay-on auto --heartbeat-ms 1000 "
+      f"--max-batch 64 --input-mean {a.input_mean} --output-mean {a.output_mean} "
+      "--ttft-slo-ms 1000 --tpot-slo-ms 50 --colocated --seed SEED --rate RATE --requests N")
     w("```")
-    open(a.out, "w").write("\n".join(out) + "\n")
-    print("\n".join(out))
+    text = scrub("\n".join(out) + "\n", a.work)
+    open(a.out, "w").write(text)
+    print(text)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "capacity":
+        print(f"{capacity(sys.argv[2]):.4f}")
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["predict", "report"])
+    for flag in ["out", "work", "command", "preset", "input-mean", "output-mean", "cores",
+                 "threads", "capacity", "profile", "calibrated", "predictions", "probe-done"]:
+        ap.add_argument("--" + flag, required=True)
+    ap.add_argument("--runs", type=int, required=True)
+    ap.add_argument("--load-start", default="")
+    ap.add_argument("--load-end", default="")
+    ap.add_argument("--pred", action="append", default=[])
+    ap.add_argument("--meas", action="append", default=[])
+    a = ap.parse_args()
+    preds = parse_preds(a.pred)
+    if a.mode == "predict":
+        predict(a, preds)
+    else:
+        report(a, preds, a.meas)
 
 
 if __name__ == "__main__":
