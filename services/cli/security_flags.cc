@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/host_port.h"
 
 namespace ced::cli {
 namespace {
@@ -151,10 +152,9 @@ std::string FlagValue(const std::vector<std::string>& args, const std::string& n
 
 std::string ConfineUcxToInterfaceOf(const std::string& listen_address) {
   if (std::getenv("UCX_NET_DEVICES") != nullptr) return "";
-  std::string host = listen_address.substr(0, listen_address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  absl::StatusOr<services::HostPort> hp = services::ParseHostPort(listen_address);
+  if (!hp.ok()) return "";  // the listener itself reports a bad address
+  std::string host = hp->host;
   if (host == "localhost") host = "127.0.0.1";
   in_addr v4{};
   in6_addr v6{};

@@ -1,5 +1,7 @@
 #include "services/common/grpc_util.h"
 
+#include "services/common/host_port.h"
+
 #include <csignal>
 #include <cstdio>
 #include <semaphore.h>
@@ -54,8 +56,9 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen for gRPC health checks on ", security.health_address));
   }
-  const std::string host = options.grpc_address.substr(0, options.grpc_address.rfind(':'));
-  rs->grpc_address_ = absl::StrCat(host, ":", port);
+  absl::StatusOr<HostPort> bound = ParseHostPort(options.grpc_address);
+  if (!bound.ok()) return bound.status();  // unreachable: the server bound it
+  rs->grpc_address_ = FormatHostPort(bound->host, static_cast<uint16_t>(port));
   rs->health_name_ = options.health_service_name;
   rs->SetServing(true);
   if (!options.metrics_address.empty()) {
@@ -70,8 +73,10 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(
     auto m = metrics::MetricsHttpServer::Create(mo);
     if (!m.ok()) return m.status();
     rs->metrics_ = std::move(*m);
-    const std::string mhost = options.metrics_address.substr(0, options.metrics_address.rfind(':'));
-    rs->metrics_address_ = absl::StrCat(mhost.empty() ? "0.0.0.0" : mhost, ":", rs->metrics_->port());
+    absl::StatusOr<HostPort> mbound = ParseHostPort(options.metrics_address);
+    if (!mbound.ok()) return mbound.status();  // unreachable: the server bound it
+    rs->metrics_address_ = FormatHostPort(mbound->host.empty() ? "0.0.0.0" : mbound->host,
+                                          static_cast<uint16_t>(rs->metrics_->port()));
   }
   return rs;
 }

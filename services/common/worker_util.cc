@@ -2,15 +2,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/common/host_port.h"
 
 namespace ced::services {
 
 absl::Status CheckAdvertisable(const std::string& bound, const std::string& advertised,
                                const std::string& flag) {
   if (!advertised.empty()) return absl::OkStatus();
-  const size_t colon = bound.rfind(':');
-  const std::string host = colon == std::string::npos ? bound : bound.substr(0, colon);
-  if (host == "0.0.0.0" || host == "::" || host == "[::]" || host.empty()) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(bound);
+  const std::string host = hp.ok() ? hp->host : bound;
+  if (host == "0.0.0.0" || host == "::" || host.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--", flag, " is required when listening on the wildcard address '", bound,
         "': the router would hand that address to peers, which cannot reach it"));

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
+#include "services/common/host_port.h"
 #include "services/metrics/text_format.h"
 
 namespace ced::metrics {
@@ -23,28 +24,18 @@ namespace {
 
 // Translates "host:port" into civetweb's listening_ports syntax.
 absl::StatusOr<std::string> ToCivetwebPorts(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen_address '", address, "' is not of the form host:port"));
+  absl::StatusOr<services::HostPort> hp = services::ParseHostPort(address);
+  if (!hp.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("listen_address: ", hp.status().message()));
   }
-  std::string host = address.substr(0, colon);
-  const std::string port_text = address.substr(colon + 1);
-  uint32_t port = 0;
-  if (port_text.empty() || !absl::SimpleAtoi(port_text, &port) || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("listen_address '", address, "' has an invalid port '", port_text, "'"));
-  }
-  if (host.empty() || host == "*") return absl::StrCat(port);
+  std::string host = hp->host;
+  if (host.empty() || host == "*") return absl::StrCat(hp->port);
   if (absl::AsciiStrToLower(host) == "localhost") host = "127.0.0.1";
-  if (host.front() == '[' && host.back() == ']' && host.size() > 2) {
-    return absl::StrCat(host, ":", port);
-  }
-  if (host.find(':') != std::string::npos) {
+  if (host.find(':') != std::string::npos && address.front() != '[') {
     return absl::InvalidArgumentError(absl::StrCat(
         "listen_address '", address, "': IPv6 hosts must be bracketed, e.g. [::1]:9090"));
   }
-  return absl::StrCat(host, ":", port);
+  return services::FormatHostPort(host, hp->port);
 }
 
 // The IPv4 address a local client can reach a listener on, or "" (IPv6).
