@@ -1,0 +1,162 @@
+// Issue 16: a migrated request reuses the prefix that is already stored.
+// 1 prefill + 2 decode workers, prefix cache on, a shared Redis tier (a
+// private redis-server). The decode worker running a stream is SIGKILLed
+// mid-stream; the gateway re-issues prompt + streamed tokens to the other
+// decode worker (tests/fault/migration_test.cc). What is reused then:
+// - the survivor decode worker, which never saw the prompt, loads the
+//   prompt's full blocks from Redis (the prefill worker wrote them behind the
+//   request when it released its sequence), so the prefill worker skips them;
+// - the prefill worker finds them in its own prefix cache and computes only
+//   the rest (usage.cached_prompt_tokens = the prompt's full blocks).
+// The tokens streamed before the kill are not stored anywhere: the dead
+// worker would have written its blocks only when the sequence finished
+// (DESIGN.md §2 "KV tiers"), so they are recomputed. Greedy with the
+// router's replay placement, and sampled with the replay on the decode worker.
+// Deterministic: the decode workers sleep before every step, and the victim
+// is SIGSTOPped while the test waits for the prompt's blocks to be in Redis,
+// so the stream cannot end before the kill.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/kv/block_store.h"
+#include "engine/runtime/engine.h"
+#include "services/kv_store/local_redis.h"
+#include "tests/common/missing_tool.h"
+#include "tests/fault/fault_cluster.h"
+
+namespace ced::testing {
+namespace {
+
+constexpr int kStepDelayMs = 10;
+constexpr int kPromptTokens = 64;
+constexpr int kTokens = 300;
+constexpr int kKillAfterTokens = 40;
+
+double Metric(Proc& p, const std::string& series) {
+  return ScrapeMetric(p.metrics(), series).value_or(-1);
+}
+
+struct Case {
+  const char* name;
+  float temperature;
+  ced::v1::ReplayOn replay_on;
+};
+
+class FaultMigrationTierTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FaultMigrationTierTest, MigratedRequestReusesStoredPrefix) {
+  const Case& param = GetParam();
+  if (services::FindRedisServer().empty()) {
+    CED_SKIP_OR_FAIL_WHEN_MISSING("redis-server");
+  }
+  auto redis = services::LocalRedis::Start(64);
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  const std::string model = MakeModelDir("tiny");
+  ColocatedEngine ref(model);
+  ASSERT_TRUE(ref.ok());
+  const int bs = ref.engine().cache_stats().block_size;
+  ASSERT_EQ(kPromptTokens % bs, 0) << "the prompt is whole blocks";
+  const int prompt_blocks = kPromptTokens / bs;
+  const double block_bytes = static_cast<double>(
+      kKvBlockHeaderBytes + Engine::GlobalRangeBytes(ref.engine().config(), 0, bs));
+
+  FaultClusterOptions o = Topology(model, 1, 2);
+  const std::vector<std::string> tiers = {"--prefix-cache", "true", "--kv-store", (*redis)->url()};
+  o.prefill_flags = tiers;
+  o.decode_flags = tiers;
+  o.decode_flags.insert(o.decode_flags.end(),
+                        {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)});
+  FaultCluster c(o);
+  ASSERT_TRUE(c.ok());
+  const auto prompt = Prompt(kPromptTokens, 16);
+  ced::v1::GenerateRequest req = FaultRequest(prompt, kTokens, "tier-migrate-1", param.replay_on);
+  SamplingParams sampling;
+  if (param.temperature > 0) {
+    req.set_temperature(param.temperature);
+    req.set_seed(4321);
+    sampling.temperature = param.temperature;
+    sampling.seed = 4321;
+  }
+  const std::vector<int32_t> want = ref.Run(prompt, kTokens, ReplayMode::kBounded, sampling);
+
+  Stream stream(c.gateway().grpc(), req, Ms(120000));
+  ASSERT_TRUE(stream.ReadTokens(kKillAfterTokens));
+  const double r0 =
+      ScrapeMetric(c.decode(0).metrics(), "ced_decode_running_sequences").value_or(-1);
+  const double r1 =
+      ScrapeMetric(c.decode(1).metrics(), "ced_decode_running_sequences").value_or(-1);
+  ASSERT_EQ(r0 + r1, 1) << "the stream is running on exactly one decode worker";
+  const int victim = r0 == 1 ? 0 : 1, survivor = 1 - victim;
+  c.decode(victim).Signal(SIGSTOP);
+
+  // The prefill worker released its sequence once the K/V was sent, and wrote
+  // the prompt's full blocks to Redis behind the request.
+  Proc& prefill = c.prefill(0);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Metric(prefill, "ced_kv_tier_written_bytes_total{tier=\"redis\"}") >=
+               block_bytes * prompt_blocks;
+      },
+      Ms(30000)))
+      << prefill.Log();
+  EXPECT_EQ(Metric(prefill, "ced_kv_tier_written_bytes_total{tier=\"redis\"}"),
+            block_bytes * prompt_blocks);
+  const double prefill_hits_before = Metric(prefill, "ced_prefix_cache_hit_tokens_total");
+  EXPECT_EQ(prefill_hits_before, 0) << "the first prefill found nothing cached";
+  EXPECT_EQ(Metric(c.decode(survivor), "ced_prefix_cache_query_tokens_total"), 0)
+      << "the survivor has not seen the request yet";
+  const size_t before_kill = stream.tokens().size();
+  ASSERT_LT(before_kill, static_cast<size_t>(kTokens)) << "the stream finished before the kill";
+  c.decode(victim).Kill();
+
+  const grpc::Status s = stream.Finish();
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_EQ(stream.tokens(), want) << "the migrated stream differs from the colocated engine";
+  EXPECT_EQ(stream.last().usage().completion_tokens(), kTokens);
+  const ced::v1::Placement& placement = stream.last().placement();
+  EXPECT_EQ(placement.migrations(), 1);
+  EXPECT_EQ(placement.decode_worker_id(), c.decode_id(survivor));
+  EXPECT_FALSE(placement.local_prefill());
+
+  // The prompt was not recomputed: the prefill worker's prefix cache held its
+  // full blocks (usage counts what the worker that ran the prefill skipped).
+  EXPECT_EQ(stream.last().usage().cached_prompt_tokens(), kPromptTokens);
+  EXPECT_EQ(Metric(prefill, "ced_prefix_cache_hit_tokens_total") - prefill_hits_before,
+            kPromptTokens);
+  // ... and were not sent again: the survivor loaded them from Redis.
+  Proc& d = c.decode(survivor);
+  EXPECT_EQ(Metric(d, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"), prompt_blocks);
+  EXPECT_EQ(Metric(d, "ced_prefix_cache_hit_tokens_total"), kPromptTokens);
+  EXPECT_EQ(Metric(d, "ced_kv_tier_errors_total{tier=\"redis\"}"), 0);
+  // The tokens streamed before the kill were only on the dead worker (a
+  // sequence's blocks are written when it finishes): nothing more in Redis.
+  EXPECT_EQ(Metric(prefill, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"), 0);
+
+  const std::string scenario = std::string("migration_tier_") + param.name;
+  Figure(scenario, "tokens_before_kill", static_cast<double>(before_kill));
+  Figure(scenario, "cached_prompt_tokens", stream.last().usage().cached_prompt_tokens());
+  Figure(scenario, "survivor_redis_hit_blocks",
+         Metric(d, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"));
+  Figure(scenario, "survivor_redis_miss_blocks",
+         Metric(d, "ced_kv_tier_miss_blocks_total{tier=\"redis\"}"));
+  Figure(scenario, "survivor_kv_in_bytes",
+         Metric(d, "ced_kv_transfer_bytes_total{direction=\"in\"}"));
+  Figure(scenario, "prefill_kv_out_bytes",
+         Metric(prefill, "ced_kv_transfer_bytes_total{direction=\"out\"}"));
+  Figure(scenario, "prefill_redis_miss_blocks",
+         Metric(prefill, "ced_kv_tier_miss_blocks_total{tier=\"redis\"}"));
+  std::string why;
+  EXPECT_TRUE(c.WaitNoKvInUse(Ms(10000), nullptr, &why)) << why;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Placement, FaultMigrationTierTest,
+    ::testing::Values(Case{"greedy", 0.0f, ced::v1::REPLAY_ON_AUTO},
+                      Case{"sampled_replay_on_decode", 0.8f, ced::v1::REPLAY_ON_DECODE}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace ced::testing
