@@ -5,7 +5,9 @@
 #include <deque>
 #include <memory>
 #include <queue>
+#include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
@@ -14,6 +16,7 @@
 #include "bench/sim/decode_instance.h"
 #include "bench/sim/prefix_cache_model.h"
 #include "engine/common/status.h"
+#include "services/router_policy/block_index.h"
 #include "services/router_policy/worker_table.h"
 
 namespace ced::sim {
@@ -40,9 +43,47 @@ struct Turn {
   int64_t blocks = 0;  // reserved on the decode instance
 };
 
+// The synthetic chain: block j of session s's conversation.
+constexpr router::BlockKey kChainRoot{0xCED0000000000000ULL, 0x5e55105ULL};
+router::BlockKey ChainKey(int session, int64_t block) {
+  return router::BlockKey{static_cast<uint64_t>(session) + 1, static_cast<uint64_t>(block) + 1};
+}
+
+// An instance's cache events since the router's view of it (the worker's
+// event log and router client): reported on each heartbeat.
+struct CacheLog {
+  uint64_t next_seq = 1;  // the number of the next event
+  uint64_t acked = 0;     // where the router's view ends (0: send everything)
+  std::vector<std::pair<router::BlockKey, bool>> events;  // (key, stored), oldest first
+  void Hook(PrefixCacheModel* cache) {
+    cache->set_block_listener([this](int session, int64_t begin, int64_t end, bool stored) {
+      for (int64_t j = begin; j < end; ++j) events.emplace_back(ChainKey(session, j), stored);
+      next_seq += static_cast<uint64_t>(end - begin);
+    });
+  }
+  // The net effect of the events since `acked` (a key's last event decides).
+  router::BlockReport Report() const {
+    router::BlockReport r;
+    r.base_seq = acked;
+    r.end_seq = next_seq;
+    r.full = acked == 0;  // then `events` is everything since the start
+    absl::flat_hash_set<router::BlockKey> seen;
+    for (auto it = events.rbegin(); it != events.rend(); ++it) {
+      if (!seen.insert(it->first).second) continue;
+      if (it->second) {
+        r.added.push_back(it->first);
+      } else if (!r.full) {
+        r.evicted.push_back(it->first);
+      }
+    }
+    return r;
+  }
+};
+
 struct PrefillInst {
   std::string id;
   std::unique_ptr<PrefixCacheModel> cache;
+  std::unique_ptr<CacheLog> log;  // stable address: the cache's listener holds it
   std::deque<int> queue;
   int64_t queued_tokens = 0;
   int current = -1;
@@ -52,6 +93,7 @@ struct PrefillInst {
 struct DecodeInst {
   std::string id;
   std::unique_ptr<PrefixCacheModel> cache;
+  std::unique_ptr<CacheLog> log;
   std::unique_ptr<SimDecodeInstance> exec;  // the worker's scheduler + the cost model
   int reserved = 0;
   bool busy = false;  // a step is under way (its kDecodeDone is pending)
@@ -69,8 +111,11 @@ class AgentSim {
  public:
   AgentSim(const AgentSimOptions& o, std::unique_ptr<CostModel> cost,
            std::vector<AgentSessionSpec> sessions)
-      : o_(o), cost_(std::move(cost)), sessions_(std::move(sessions)),
-        table_(router::WorkerTable::Options{}) {}
+      : o_(o),
+        cost_(std::move(cost)),
+        sessions_(std::move(sessions)),
+        table_(router::WorkerTable::Options{}),
+        index_(router::BlockIndex::Options{}) {}
 
   absl::Status Init();
   AgentSimSummary Run();
@@ -88,11 +133,13 @@ class AgentSim {
   void OnDecodeDone(int d);
   void Finish(int t);
   void Heartbeat();
+  void Report(const std::string& id, CacheLog& log);
 
   const AgentSimOptions& o_;
   std::unique_ptr<CostModel> cost_;
   const std::vector<AgentSessionSpec> sessions_;
   router::WorkerTable table_;
+  router::BlockIndex index_;
   std::unique_ptr<router::CedRoutingPolicy> policy_;
   std::vector<Turn> turns_;
   std::vector<PrefillInst> prefill_;
@@ -125,6 +172,8 @@ absl::Status AgentSim::Init() {
   router::CedRoutingPolicy::Options policy;
   policy.decoder_only = cost_->decoder_only();
   policy.replay_on = o_.replay_on;
+  policy.routing = o_.routing;
+  policy.block_index = &index_;
   policy.clock = [this] { return ToTime(now_); };
   ASSIGN_OR_RETURN(policy_, router::CedRoutingPolicy::Create(&table_, policy));
   router::WeightsHeld held = router::WeightsHeld::kFull;
@@ -139,6 +188,10 @@ absl::Status AgentSim::Init() {
     info.role = router::Role::kPrefill;
     info.weights = held;
     RETURN_IF_ERROR(table_.Register(info, ToTime(0)));
+    // Like the router on registration: an empty view until the first report.
+    index_.ResetWorker(p.id, kChainRoot, o_.prefix_cache ? o_.block_size : 0);
+    p.log = std::make_unique<CacheLog>();
+    p.log->Hook(p.cache.get());
     prefill_.push_back(std::move(p));
   }
   for (int i = 0; i < o_.decode_instances; ++i) {
@@ -158,6 +211,9 @@ absl::Status AgentSim::Init() {
     info.total_kv_blocks = decode_blocks_;
     info.block_size = o_.block_size;
     RETURN_IF_ERROR(table_.Register(info, ToTime(0)));
+    index_.ResetWorker(d.id, kChainRoot, o_.prefix_cache ? o_.block_size : 0);
+    d.log = std::make_unique<CacheLog>();
+    d.log->Hook(d.cache.get());
     decode_.push_back(std::move(d));
   }
   turns_.resize(sessions_.size() * static_cast<size_t>(o_.trace.turns));
@@ -195,6 +251,13 @@ bool AgentSim::Route(int t) {
   router::RouteRequest route;
   route.prompt_tokens = q.r.prompt_tokens;
   route.max_tokens = q.r.output_tokens;
+  // What the gateway sends: the session and the prompt's full blocks' chain.
+  route.session_id = absl::StrCat("s", q.r.session);
+  route.hash_root = kChainRoot;
+  route.hash_block_size = o_.block_size;
+  const int64_t full_blocks = q.r.prompt_tokens / o_.block_size;
+  route.block_hashes.reserve(static_cast<size_t>(full_blocks));
+  for (int64_t j = 0; j < full_blocks; ++j) route.block_hashes.push_back(ChainKey(q.r.session, j));
   absl::StatusOr<router::Decision> decision = policy_->Select(route);
   if (!decision.ok()) {
     if (absl::IsResourceExhausted(decision.status())) return false;
@@ -343,6 +406,7 @@ void AgentSim::Heartbeat() {
         p.current >= 0 ? turns_[static_cast<size_t>(p.current)].r.prompt_tokens : 0;
     load.last_heartbeat = at;
     (void)table_.Update(p.id, load);  // registered in Init: cannot be NOT_FOUND
+    Report(p.id, *p.log);
   }
   for (const DecodeInst& d : decode_) {
     router::WorkerLoad load;
@@ -351,9 +415,19 @@ void AgentSim::Heartbeat() {
     load.free_kv_blocks = d.cache->capacity_blocks() - d.cache->reserved_blocks();
     load.last_heartbeat = at;
     (void)table_.Update(d.id, load);
+    Report(d.id, *d.log);
   }
   while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
   if (open_sessions_ > 0) Push(now_ + o_.heartbeat_s, Ev::kHeartbeat, 0);
+}
+
+void AgentSim::Report(const std::string& id, CacheLog& log) {
+  absl::StatusOr<uint64_t> seq = index_.Apply(id, log.Report());
+  // Always current here (no report is lost); 0 would ask for a full one.
+  if (seq.ok() && *seq == log.next_seq) {
+    log.acked = *seq;
+    log.events.clear();
+  }
 }
 
 AgentSimSummary AgentSim::Run() {

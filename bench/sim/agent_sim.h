@@ -15,6 +15,17 @@
 // one of its steps, priced as a resumed prefill. The decode instance caches
 // prompt + answer when the turn ends.
 //
+// Cache-aware routing as in the router (DESIGN.md §1.6): a session's
+// conversation is one synthetic block hash chain under one root (block j of
+// session s has the key (s + 1, j + 1)), so turn k's prompt chain extends
+// turn k-1's prompt + answer. Each route carries the prompt's full blocks'
+// keys, the root, the block size and the session id ("s<index>"); the policy
+// matches them against a BlockIndex and predicts the chosen instances' keys.
+// The instances' caches log their stored and evicted blocks, and each
+// heartbeat reports the net effect since the last one (a delta; the first
+// one full), as the workers' router client does. Without prefix caches the
+// instances register as not cache-aware (block size 0).
+//
 // Deterministic; thread-compatible (each call owns its state).
 #pragma once
 
@@ -39,6 +50,9 @@ struct AgentSimOptions {
   int decode_gpus = 1;
   double link_bytes_per_s = 50e9;
   router::ReplayOnChoice replay_on = router::ReplayOnChoice::kPrefill;
+  // The router's --routing: kCacheAware (its default) or kLoad (caches and
+  // session hints ignored, for comparison).
+  router::Routing routing = router::Routing::kCacheAware;
   double heartbeat_s = 0.05;
   int block_size = 16;
   // The decode worker's scheduler: sequences per decode instance, and the

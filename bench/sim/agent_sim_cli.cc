@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/sim/agent_sim.h"
 #include "engine/common/status.h"
@@ -24,6 +25,9 @@ void AddAgentSimFlags(bench::FlagSet* f, AgentSimArgs* a) {
             "agent: global K/V budget per instance, MiB (0: the device's KV room)");
   f->Bool("compare-no-cache", &a->compare_no_cache,
           "agent: run the same trace again without prefix caches and print both");
+  f->String("routing", &a->routing,
+            "agent: the router's placement, as its --routing: cache_aware (block hash chains, "
+            "the workers' cache reports and session hints, plus load) or load (load alone)");
 }
 
 absl::Status RunAgentSim(const AgentSimArgs& a, const SimOptions& base, int seed) {
@@ -36,6 +40,14 @@ absl::Status RunAgentSim(const AgentSimArgs& a, const SimOptions& base, int seed
   o.decode_gpus = base.decode_gpus;
   o.link_bytes_per_s = base.link_bytes_per_s;
   o.replay_on = base.replay_on;
+  if (a.routing == "cache_aware") {
+    o.routing = router::Routing::kCacheAware;
+  } else if (a.routing == "load") {
+    o.routing = router::Routing::kLoad;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--routing: expected cache_aware or load, got '", a.routing, "'"));
+  }
   o.heartbeat_s = base.heartbeat_s;
   o.block_size = base.block_size;
   o.max_batch = base.max_batch;
@@ -51,8 +63,9 @@ absl::Status RunAgentSim(const AgentSimArgs& a, const SimOptions& base, int seed
   o.trace.think_time_s = a.think_time_ms / 1e3;
   o.trace.stagger_s = a.stagger_ms / 1e3;
   o.trace.seed = static_cast<uint64_t>(seed);
-  std::printf("Agent trace: %s; %d prefill + %d decode instances\n\n",
-              DescribeAgentTrace(o.trace).c_str(), o.prefill_instances, o.decode_instances);
+  std::printf("Agent trace: %s; %d prefill + %d decode instances; %s routing\n\n",
+              DescribeAgentTrace(o.trace).c_str(), o.prefill_instances, o.decode_instances,
+              a.routing.c_str());
   ASSIGN_OR_RETURN(AgentSimSummary with, RunAgentSimulation(o));
   std::printf("### %s\n\n%s", o.prefix_cache ? "With prefix caches" : "Without prefix caches",
               AgentSimTable(with).c_str());

@@ -2,6 +2,8 @@
 // ced-loadgen's) and the run. Use from main() only.
 #pragma once
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "bench/common/flags.h"
 #include "bench/sim/simulator.h"
@@ -15,6 +17,7 @@ struct AgentSimArgs {
   bool prefix_cache = true;
   double kv_cache_mb = 0;
   bool compare_no_cache = false;
+  std::string routing = "cache_aware";  // the router's --routing: cache_aware or load
 };
 
 void AddAgentSimFlags(bench::FlagSet* flags, AgentSimArgs* args);

@@ -30,6 +30,7 @@ void PrefixCacheModel::EvictFor(int64_t need) {
     e.blocks -= take;
     cached_ -= take;
     evicted_ += take;
+    if (listener_ && take > 0) listener_(victim, e.blocks, e.blocks + take, false);
     if (e.blocks == 0) {
       lru_.pop_back();
       sessions_.erase(victim);
@@ -68,6 +69,7 @@ void PrefixCacheModel::Store(int session, int64_t tokens) {
     lru_.push_front(session);
     it = sessions_.emplace(session, Entry{0, lru_.begin()}).first;
   }
+  if (listener_) listener_(session, it->second.blocks, it->second.blocks + add, true);
   it->second.blocks += add;
   cached_ += add;
 }

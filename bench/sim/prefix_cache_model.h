@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <unordered_map>
 
@@ -49,6 +50,13 @@ class PrefixCacheModel {
   int64_t evicted_blocks() const { return evicted_; }
   int block_size() const { return block_size_; }
 
+  // Cache events, as the engine's prefix cache logs them for the router's
+  // block index: blocks [begin, end) of `session`'s chain were stored
+  // (`stored`) or evicted. Called synchronously from Reserve / Store; empty:
+  // no events.
+  using BlockListener = std::function<void(int session, int64_t begin, int64_t end, bool stored)>;
+  void set_block_listener(BlockListener listener) { listener_ = std::move(listener); }
+
  private:
   // Evicts until free_blocks() >= need or nothing is cached.
   void EvictFor(int64_t need);
@@ -62,6 +70,7 @@ class PrefixCacheModel {
   int64_t reserved_ = 0, cached_ = 0, evicted_ = 0;
   std::list<int> lru_;
   std::unordered_map<int, Entry> sessions_;
+  BlockListener listener_;
 };
 
 // a: the first position a resumed prefill runs the encoder from (bounded

@@ -133,6 +133,38 @@ TEST(AgentSimTest, OneTokenAnswersEndWhenTheirKvLands) {
   EXPECT_GT(s->hit_rate_later, 0.9);
 }
 
+// Two prefill and two decode instances, interleaved sessions: cache-aware
+// routing (the router's default) sends each turn where the session's prefix
+// is (the instances' block reports and the policy's predictions in the
+// BlockIndex); load routing spreads turns by load alone and often lands on
+// the instance that lacks the prefix.
+TEST(AgentSimTest, CacheAwareRoutingFindsTheSessionsPrefixOnAFleet) {
+  AgentSimOptions o = Fleet("llama3-70b-ced", 2, 2);
+  o.trace.sessions = 8;
+  o.trace.turns = 6;
+  o.trace.think_time_s = 0.3;  // busy enough that load routing spreads the turns
+  ASSERT_EQ(o.routing, router::Routing::kCacheAware) << "the router's default";
+  auto aware = RunAgentSimulation(o);
+  auto again = RunAgentSimulation(o);
+  o.routing = router::Routing::kLoad;
+  auto load = RunAgentSimulation(o);
+  ASSERT_TRUE(aware.ok() && again.ok() && load.ok()) << aware.status() << load.status();
+  EXPECT_EQ(aware->ToString(), again->ToString());
+  EXPECT_EQ(aware->failed, 0);
+  EXPECT_EQ(load->failed, 0);
+  EXPECT_EQ(aware->evicted_blocks, 0) << "misses come from placement alone";
+  EXPECT_GE(aware->hit_rate_later, 0.95);
+  EXPECT_LT(load->hit_rate_later, aware->hit_rate_later - 0.1);
+  EXPECT_LT(aware->ttft_later_p50_s, load->ttft_later_p50_s);
+  EXPECT_LT(aware->ttft_later_p90_s, load->ttft_later_p90_s);
+  // Both placements saw both instances of each pool.
+  for (const auto* s : {&*aware, &*load}) {
+    int local = 0;
+    for (const AgentTurnResult& t : s->turns) local += t.local_prefill ? 1 : 0;
+    EXPECT_EQ(local, 0) << "replay on prefill: the pool prefills";
+  }
+}
+
 TEST(AgentSimTest, RejectsBadOptions) {
   AgentSimOptions o = Fleet("small", 1, 1);
   o.trace.turns = 20;  // past small's 8192 positions

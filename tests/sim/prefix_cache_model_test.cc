@@ -1,6 +1,10 @@
 #include "bench/sim/prefix_cache_model.h"
 
 #include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "bench/sim/cost_model.h"
 #include "engine/model/presets.h"
@@ -48,6 +52,26 @@ TEST(PrefixCacheModelTest, ReservationsEvictAndFailOnlyWhenTooBig) {
   c.Store(2, 20 * 16);  // larger than the pool: keeps what fits
   EXPECT_LE(c.cached_blocks(), 10);
   EXPECT_GE(c.free_blocks(), 0);
+}
+
+// The events the agent simulator reports to the router's block index:
+// stored blocks extend a session's chain, evictions take its tail.
+TEST(PrefixCacheModelTest, ListenerSeesStoredAndEvictedBlockRanges) {
+  PrefixCacheModel c(10, 16);
+  std::vector<std::string> events;
+  c.set_block_listener([&](int session, int64_t begin, int64_t end, bool stored) {
+    events.push_back(absl::StrCat(stored ? "+" : "-", session, ":", begin, "-", end));
+  });
+  c.Store(1, 4 * 16 + 5);  // 4 full blocks
+  c.Store(1, 6 * 16);      // 2 more
+  c.Store(1, 3 * 16);      // shorter: nothing
+  c.Store(2, 3 * 16);
+  c.Touch(1);                 // 2 is the least recently used
+  ASSERT_TRUE(c.Reserve(3));  // 1 free: evicts 2 of session 2's blocks
+  c.Store(3, 16);             // evicts session 2's last block
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"+1:0-4", "+1:4-6", "+2:0-3", "-2:1-3", "-2:0-1", "+3:0-1"}));
+  EXPECT_EQ(c.evicted_blocks(), 3);
 }
 
 TEST(ResumeCostTest, EncoderStartFollowsSection16) {
