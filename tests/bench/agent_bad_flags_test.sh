@@ -36,6 +36,7 @@ expect 2 "--workload: expected poisson or agent" -- "$sim" --workload chat
 expect 2 "over max_position 8192" -- "$sim" --workload agent --preset small --turns 20 \
   --first-prompt-tokens 1000 --tool-result-mean 1000 --tool-result-cv 0
 expect 2 "agent trace: sessions must be >= 1" -- "$sim" --workload agent --sessions 0
+expect 2 "--routing: expected cache_aware or load, got 'bogus'" -- "$sim" --workload agent --routing=bogus
 expect 1 "--resume_cached: '2' is not a fraction in (0, 1]" -- \
   "$engine" --sections=resume --resume_cached=2
 expect 1 "--resume_steps must be positive" -- "$engine" --sections=resume --resume_steps=0
