@@ -144,7 +144,12 @@ absl::Status PrefixCache::Release(absl::Span<const int> blocks) {
       return absl::InternalError(absl::StrCat("releasing block ", b, " that is not referenced"));
     }
   }
-  for (int b : blocks) {
+  // Last block first: of one release (a sequence's blocks in order), the
+  // head ends most recently used, so eviction takes a chain from its tail.
+  // A match always starts at block 0: evicting the head first would make
+  // every block behind it unreachable while it still fills the pool.
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    const int b = *it;
     Entry& e = entries_[b];
     if (--e.refs > 0) continue;
     --referenced_;

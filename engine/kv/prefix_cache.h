@@ -91,7 +91,9 @@ class PrefixCache {
   // this hash (the caller's block stays private and is freed on release).
   void Publish(int block, const BlockHash& hash);
   // Drops one reference from each block: unreferenced published blocks stay
-  // cached (most recently used), unreferenced private blocks are freed.
+  // cached (most recently used, the first of `blocks` most of all: pass a
+  // sequence's blocks in order and eviction takes its chain from the tail),
+  // unreferenced private blocks are freed.
   absl::Status Release(absl::Span<const int> blocks);
   // Evicts every unreferenced published block (tests, memory pressure).
   int EvictAll();

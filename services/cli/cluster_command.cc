@@ -172,6 +172,8 @@ int RunCluster(const std::vector<std::string>& args) {
       {"kv-store-tls-cert", "", "rediss:// --kv-store: PEM client certificate (mutual TLS)"},
       {"kv-store-tls-key", "", "rediss:// --kv-store: PEM key of --kv-store-tls-cert"},
       {"kv-store-mb", "256", "--kv-store local: the redis-server's maxmemory, MiB (LRU past it)"},
+      {"kv-store-timeout-ms", "250",
+       "every worker's Redis connect and per-command timeout; past it the request recomputes"},
       {"ready-file", "", "write the addresses of every service here once ready"},
       {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
       {"public-bind", "127.0.0.1", "interface of the gateway's public gRPC listener"},
@@ -269,6 +271,9 @@ int RunCluster(const std::vector<std::string>& args) {
     }
     kv_tls.insert(kv_tls.end(), {absl::StrCat("--", name), f->Get(name)});
   }
+  if (auto ms = f->GetInt("kv-store-timeout-ms"); !ms.ok() || *ms < 1 || *ms > 60000) {
+    return Fail(kWords, "--kv-store-timeout-ms must be in [1, 60000]", 2);
+  }
   if (kv_store == "local") {
     auto mb = f->GetInt("kv-store-mb");
     if (!mb.ok() || *mb < 1 || *mb > (1 << 20)) {
@@ -287,7 +292,10 @@ int RunCluster(const std::vector<std::string>& args) {
     if (!f->Get("kv-disk-dir").empty()) {
       a.insert(a.end(), {"--kv-disk-dir", f->Get("kv-disk-dir") + "/" + worker});
     }
-    if (!kv_store.empty()) a.insert(a.end(), {"--kv-store", kv_store});
+    if (!kv_store.empty()) {
+      a.insert(a.end(), {"--kv-store", kv_store, "--kv-store-timeout-ms",
+                         f->Get("kv-store-timeout-ms")});
+    }
     a.insert(a.end(), kv_tls.begin(), kv_tls.end());
     return a;
   };

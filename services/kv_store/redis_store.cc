@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <vector>
@@ -151,7 +152,8 @@ absl::StatusOr<std::shared_ptr<RedisBlockStore>> RedisBlockStore::Create(
     return absl::InvalidArgumentError("redis store: bad address");
   }
   if (options.connect_timeout_ms <= 0 || options.io_timeout_ms <= 0 ||
-      options.retry_after_ms < 0 || options.ttl_s < 0 || options.max_keys_per_read <= 0) {
+      options.retry_after_ms < 0 || options.ttl_s < 0 || options.max_keys_per_read <= 0 ||
+      options.keys_per_command <= 0) {
     return absl::InvalidArgumentError("redis store: timeouts must be positive");
   }
   for (const auto& [flag, file] :
@@ -265,24 +267,33 @@ std::vector<std::string> RedisBlockStore::GetPrefix(const BlockHash& root,
   std::vector<std::string> out;
   if (hashes.empty()) return out;
   hashes = hashes.first(std::min<size_t>(hashes.size(), options_.max_keys_per_read));
-  std::vector<std::string> args = {"MGET"};
-  for (const BlockHash& h : hashes) args.push_back(RedisBlockKey(options_.key_prefix, root, h));
   std::lock_guard<std::mutex> lock(read_.mu);
   redisContext* ctx = Connected(read_);
   if (ctx == nullptr) return out;
-  Reply r = Command(ctx, args);
-  if (r == nullptr) {
-    Broken(read_);
-    return out;
-  }
-  if (r->type != REDIS_REPLY_ARRAY) {
-    counters_.errors.fetch_add(1);
-    return out;
-  }
-  for (size_t i = 0; i < r->elements; ++i) {
-    const redisReply* e = r->element[i];
-    if (e->type != REDIS_REPLY_STRING) break;
-    out.emplace_back(e->str, e->len);
+  // One MGET per keys_per_command blocks, in order, until a block is
+  // missing: each reply is small enough to arrive within the I/O timeout
+  // (one MGET of a long prefix is hundreds of MiB that Redis assembles
+  // before the first byte), and nothing past the prefix's end is read.
+  const size_t step = static_cast<size_t>(std::max(1, options_.keys_per_command));
+  for (size_t first = 0; first < hashes.size(); first += step) {
+    const absl::Span<const BlockHash> part = hashes.subspan(first, step);
+    std::vector<std::string> args = {"MGET"};
+    for (const BlockHash& h : part) args.push_back(RedisBlockKey(options_.key_prefix, root, h));
+    Reply r = Command(ctx, args);
+    if (r == nullptr) {
+      Broken(read_);
+      return out;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) {
+      counters_.errors.fetch_add(1);
+      return out;
+    }
+    for (size_t i = 0; i < r->elements; ++i) {
+      const redisReply* e = r->element[i];
+      if (e->type != REDIS_REPLY_STRING) return out;
+      out.emplace_back(e->str, e->len);
+    }
+    if (r->elements < part.size()) return out;
   }
   return out;
 }

@@ -51,6 +51,9 @@ struct RedisStoreOptions {
   int retry_after_ms = 1000;
   int ttl_s = 0;  // 0: no expiry
   int max_keys_per_read = 4096;
+  // Blocks per MGET of a prefix read (its MGETs run one after the other,
+  // each within io_timeout_ms, stopping at the first missing block).
+  int keys_per_command = 32;
   std::string key_prefix = "ced:kv:";
   // TLS (rediss://). The files are PEM, read at Create (errors name the
   // --kv-store-tls-* flag) and again at each connect (rotated Secrets).

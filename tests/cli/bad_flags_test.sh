@@ -43,5 +43,9 @@ expect 2 "--kv-store-tls-ca: no PEM CA certificate in $pem" -- \
   "${serve[@]}" --kv-store rediss://127.0.0.1:1 --kv-store-tls-ca "$pem"
 expect 2 "ced cluster: --kv-store-tls-ca needs a rediss:// --kv-store" -- \
   "$ced" cluster --model "$model" --kv-store local --kv-store-tls-ca "$pem"
+for bad in 0 60001 x; do
+  expect 2 "ced cluster: --kv-store-timeout-ms must be in [1, 60000]" -- \
+    "$ced" cluster --model "$model" --kv-store local --kv-store-timeout-ms "$bad"
+done
 rm -f "$pem"
 exit $fail

@@ -78,6 +78,26 @@ TEST(PrefixCacheUnitTest, AllocationEvictsLeastRecentlyUsedFirst) {
   EXPECT_EQ(cache.Lookup(std::vector<BlockHash>{H(13)}), 1);  // a failed allocation evicts nothing
 }
 
+// A released sequence is evicted from its tail: the blocks left still match
+// from block 0 (a match cannot start past an evicted head).
+TEST(PrefixCacheUnitTest, EvictionTakesAReleasedChainFromItsTail) {
+  BlockAllocator alloc(4);
+  PrefixCache cache(&alloc);
+  auto a = cache.Allocate(4);
+  ASSERT_TRUE(a.ok());
+  const std::vector<BlockHash> chain = {H(20), H(21), H(22), H(23)};
+  for (int i = 0; i < 4; ++i) cache.Publish((*a)[i], chain[i]);
+  ASSERT_TRUE(cache.Release(*a).ok());
+  EXPECT_EQ(cache.Lookup(chain), 4);
+  auto b = cache.Allocate(1);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(cache.Lookup(chain), 3);  // block 3 went, 0..2 still match
+  auto c = cache.Allocate(2);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(cache.Lookup(chain), 1);
+  EXPECT_EQ(cache.stats().evicted_total, 3);
+}
+
 TEST(PrefixCacheUnitTest, ADuplicateHashLeavesTheSecondBlockPrivate) {
   BlockAllocator alloc(4);
   PrefixCache cache(&alloc);

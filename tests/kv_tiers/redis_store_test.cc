@@ -103,6 +103,31 @@ TEST_F(RedisTest, StoresAndFetchesTheLongestPrefix) {
   EXPECT_EQ(store->stats().written_bytes, 4 * static_cast<int64_t>(kKvBlockHeaderBytes + 5000));
 }
 
+// A long prefix is read in MGETs of keys_per_command blocks, one after the
+// other, up to the first missing block: the same blocks as one MGET.
+TEST_F(RedisTest, LongPrefixesAreReadInBatchesUpToTheFirstMissingBlock) {
+  RedisStoreOptions o;
+  o.keys_per_command = 3;
+  auto store = Store(o);
+  const KvBlockLayout l = TestLayout(4096);
+  const auto hs = Chain(l, 12, 1);
+  std::vector<KvStoredBlock> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(Stored(l, hs[i], i));
+  ASSERT_TRUE(store->Put(l.root, blocks).ok());
+  auto got = store->GetPrefix(l.root, hs);  // 10 stored of 12: batches 3 + 3 + 3 + 1(of 3)
+  ASSERT_EQ(got.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(got[i], *blocks[i].bytes) << i;
+  store->Erase(l.root, hs[4]);  // a gap in the second batch ends the prefix there
+  got = store->GetPrefix(l.root, hs);
+  EXPECT_EQ(got.size(), 4u);
+  EXPECT_EQ(store->GetPrefix(l.root, absl::MakeConstSpan(hs).first(3)).size(), 3u);
+  EXPECT_EQ(store->stats().errors, 0);
+  o.keys_per_command = 0;
+  o.host = "127.0.0.1";
+  o.port = redis_->port();
+  EXPECT_EQ(RedisBlockStore::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(RedisTest, BadValuesAreDroppedCountedAndDeleted) {
   auto store = Store();
   KvTiersOptions o;
