@@ -165,6 +165,7 @@ int RunCluster(const std::vector<std::string>& args) {
       {"kv-host-mb", "0", "every worker's host memory KV tier, MiB (0: off)"},
       {"kv-disk-dir", "", "local disk KV tier: worker W uses DIR/W (empty: off)"},
       {"kv-disk-mb", "1024", "local disk KV tier per worker, MiB"},
+      {"kv-tier-queue-mb", "256", "every worker's tier write queue, MiB (past it writes are dropped)"},
       {"kv-store", "",
        "shared KV tier of every worker: local (a private redis-server on a free port, stopped "
        "with the cluster), redis[s]://[user:password@]host[:port][/db], or empty (off)"},
@@ -288,7 +289,8 @@ int RunCluster(const std::vector<std::string>& args) {
   }
   auto tier_flags = [&](const std::string& worker) {
     std::vector<std::string> a = {"--kv-host-mb", f->Get("kv-host-mb"), "--kv-disk-mb",
-                                  f->Get("kv-disk-mb")};
+                                  f->Get("kv-disk-mb"), "--kv-tier-queue-mb",
+                                  f->Get("kv-tier-queue-mb")};
     if (!f->Get("kv-disk-dir").empty()) {
       a.insert(a.end(), {"--kv-disk-dir", f->Get("kv-disk-dir") + "/" + worker});
     }

@@ -37,6 +37,9 @@ std::vector<FlagSpec> EngineFlags() {
       {"kv-host-mb", "0", "host memory tier under the prefix cache, MiB (0: off)"},
       {"kv-disk-dir", "", "local disk tier under the host tier: this worker's own directory (empty: off)"},
       {"kv-disk-mb", "1024", "local disk tier capacity, MiB"},
+      {"kv-tier-queue-mb", "256",
+       "KV blocks waiting for the tier writer (host, disk, Redis), MiB; past it writes are dropped "
+       "and counted (hold at least one long sequence's blocks)"},
       {"kv-store", "", "shared tier: redis[s]://[user:password@]host[:port][/db] (rediss: TLS; empty: off)"},
       {"kv-store-user", "", "Redis ACL user (env CED_KV_STORE_USER)"},
       {"kv-store-password-file", "", "file holding the Redis password, e.g. a mounted Secret (env CED_KV_STORE_PASSWORD)"},
@@ -53,10 +56,15 @@ std::vector<FlagSpec> EngineFlags() {
 // files (rediss://) from flags only.
 absl::Status FillKvTiers(const Flags& f, EngineOptions* e) {
   auto host = f.GetInt("kv-host-mb"), disk = f.GetInt("kv-disk-mb"),
-       timeout = f.GetInt("kv-store-timeout-ms"), ttl = f.GetInt("kv-store-ttl-s");
+       timeout = f.GetInt("kv-store-timeout-ms"), ttl = f.GetInt("kv-store-ttl-s"),
+       queue = f.GetInt("kv-tier-queue-mb");
   for (const absl::Status& s : {host.status(), disk.status(), timeout.status(), ttl.status()}) {
     if (!s.ok()) return s;
   }
+  if (!queue.ok() || *queue < 1 || *queue > (1 << 20)) {
+    return absl::InvalidArgumentError("--kv-tier-queue-mb must be in [1, 2^20]");
+  }
+  e->kv_tier_queue_bytes = *queue << 20;
   if (*host < 0 || *host > (1 << 24)) return absl::InvalidArgumentError("--kv-host-mb must be in [0, 2^24]");
   if (*disk < 1 || *disk > (1ll << 32)) return absl::InvalidArgumentError("--kv-disk-mb must be in [1, 2^32]");
   if (*timeout < 1 || *timeout > 60000) {

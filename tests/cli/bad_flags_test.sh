@@ -47,5 +47,8 @@ for bad in 0 60001 x; do
   expect 2 "ced cluster: --kv-store-timeout-ms must be in [1, 60000]" -- \
     "$ced" cluster --model "$model" --kv-store local --kv-store-timeout-ms "$bad"
 done
+for bad in 0 1048577 x; do
+  expect 2 "--kv-tier-queue-mb must be in [1, 2^20]" -- "${serve[@]}" --kv-tier-queue-mb "$bad"
+done
 rm -f "$pem"
 exit $fail
