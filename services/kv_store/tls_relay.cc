@@ -98,6 +98,19 @@ int MsLeft(Clock::time_point deadline) {
 }
 
 // Waits for `events` on fd until the deadline; false on timeout or error.
+// What an SSL call that returned `rc` (<= 0) waits for on the socket:
+// POLLIN or POLLOUT, or 0 when it failed for good (closed or broken).
+short SslWaitEvents(SSL* ssl, int rc) {
+  switch (SSL_get_error(ssl, rc)) {
+    case SSL_ERROR_WANT_READ:
+      return POLLIN;
+    case SSL_ERROR_WANT_WRITE:
+      return POLLOUT;
+    default:
+      return 0;
+  }
+}
+
 bool WaitFor(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
@@ -221,9 +234,8 @@ absl::Status TlsRelay::Handshake(const TlsClientOptions& o) {
   for (;;) {
     const int rc = SSL_connect(ssl);
     if (rc == 1) return absl::OkStatus();
-    const int e = SSL_get_error(ssl, rc);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      if (!WaitFor(tcp_, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+    if (const short wait = SslWaitEvents(ssl, rc); wait != 0) {
+      if (!WaitFor(tcp_, wait, deadline)) {
         return absl::DeadlineExceededError("redis TLS: handshake timed out");
       }
       continue;
@@ -263,15 +275,10 @@ void TlsRelay::Pump() {
         if (n > 0) {
           up.erase(0, static_cast<size_t>(n));
           progress = true;
+        } else if (const short wait = SslWaitEvents(ssl, n); wait != 0) {
+          tcp_events |= wait;
         } else {
-          const int e = SSL_get_error(ssl, n);
-          if (e == SSL_ERROR_WANT_READ) {
-            tcp_events |= POLLIN;
-          } else if (e == SSL_ERROR_WANT_WRITE) {
-            tcp_events |= POLLOUT;
-          } else {
-            return;  // the server or the network failed
-          }
+          return;  // the server or the network failed
         }
       }
       if (down.size() < kMaxBuffered) {
@@ -279,15 +286,10 @@ void TlsRelay::Pump() {
         if (n > 0) {
           down.append(buf, static_cast<size_t>(n));
           progress = true;
+        } else if (const short wait = SslWaitEvents(ssl, n); wait != 0) {
+          tcp_events |= wait;
         } else {
-          const int e = SSL_get_error(ssl, n);
-          if (e == SSL_ERROR_WANT_READ) {
-            tcp_events |= POLLIN;
-          } else if (e == SSL_ERROR_WANT_WRITE) {
-            tcp_events |= POLLOUT;
-          } else {
-            return;  // closed (close_notify or not) or broken
-          }
+          return;  // closed (close_notify or not) or broken
         }
       }
       if (!down.empty()) {
