@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Bad input to the CPU-variant benches is refused with the flag or variable
 # named, before anything is measured.
-# Usage: bad_flags_test.sh ENGINE_BENCH BLAS_COMPARE|"" GATEWAY_TTFT_SCRIPT
+# Usage: bad_flags_test.sh ENGINE_BENCH BLAS_COMPARE|"" GATEWAY_TTFT_SCRIPT TOKENIZER_BENCH|""
 set -u
-engine=$1 blas=$2 gateway=$3
+engine=$1 blas=$2 gateway=$3 tokenizer=${4:-}
 fail=0
 # expect CODE PATTERN -- COMMAND...
 expect() {
@@ -27,6 +27,18 @@ expect 2 "CED_CPU_ISA=avx512: this CPU cannot run the avx512 kernels" -- \
   env CED_CPU_HIDE=avx512 CED_CPU_ISA=avx512 "$engine"
 if [[ -n $blas ]]; then
   expect 2 "CED_CPU_ISA=avx3: unknown kernel variant" -- env CED_CPU_ISA=avx3 "$blas"
+  expect 2 "--variants=avx3: expected a comma list of variants this CPU supports" -- \
+    "$blas" --variants=avx3
+  expect 2 "--shapes=1x2: expected NxINxOUT[,NxINxOUT...]" -- "$blas" --shapes=1x2
+  expect 2 "--shapes=0x2x2: expected NxINxOUT[,NxINxOUT...]" -- "$blas" --shapes=0x2x2
+  expect 2 "unknown flag --bogus" -- "$blas" --bogus
+fi
+if [[ -n $tokenizer ]]; then
+  expect 2 "--corpus and --tokenizer are required" -- "$tokenizer" --corpus x
+  expect 2 "--passes and --reference-passes at least 1" -- \
+    "$tokenizer" --corpus x --tokenizer y --passes=0
+  expect 2 "--passes: bad value 'x' (expected an integer)" -- "$tokenizer" --passes=x
+  expect 2 "unexpected argument 'stray'" -- "$tokenizer" stray
 fi
 expect 2 "unknown argument --bogus" -- bash "$gateway" --bogus
 exit $fail
