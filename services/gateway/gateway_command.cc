@@ -35,6 +35,10 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"migration-limit", "3",
        "times a request may move to another decode worker when its own dies mid-stream "
        "(0: off, the client gets UNAVAILABLE)"},
+      {"reserve-retries", "2",
+       "times a request is placed on another decode worker when one refuses its reservation "
+       "with RESOURCE_EXHAUSTED (K/V cache full); then the client gets RESOURCE_EXHAUSTED "
+       "naming the workers tried (0: off, the first refusal ends it)"},
       {"http-listen", "",
        "OpenAI-compatible HTTP API address (host:port; port 0 picks one; empty: off)"},
       {"chat-template", "", "Jinja chat template file for /v1/chat/completions "
@@ -96,6 +100,11 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
     return Fail("--migration-limit must be in [0, 16]", 2);
   }
   options.migration_limit = static_cast<int>(*migration_limit);
+  auto reserve_retries = flags->GetInt("reserve-retries");
+  if (!reserve_retries.ok() || *reserve_retries < 0 || *reserve_retries > 16) {
+    return Fail("--reserve-retries must be in [0, 16]", 2);
+  }
+  options.reserve_retries = static_cast<int>(*reserve_retries);
   options.http_address = flags->Get("http-listen");
   options.chat_template_file = flags->Get("chat-template");
   options.http_force_usage = flags->GetBool("http-include-usage");

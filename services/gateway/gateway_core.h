@@ -45,6 +45,12 @@ struct GatewaySettings {
   // With a limit > 0 a prefill worker that dies before the request's first
   // decoded token is also replaced, once. 0 = off: UNAVAILABLE at once.
   int migration_limit = 3;
+  // A decode worker that refuses the Reserve with RESOURCE_EXHAUSTED (its
+  // K/V cache cannot hold prompt + max_tokens now, or its queue is full)
+  // holds nothing of the request: it is routed again away from every worker
+  // that refused it, at most this many times; then the client gets
+  // RESOURCE_EXHAUSTED naming them. 0 = off: the first refusal ends it.
+  int reserve_retries = 2;
 };
 
 // What a request costs against --max-inflight-tokens: its prompt plus the

@@ -67,6 +67,13 @@ absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registr
                                         "before the first token, by outcome (ok, failed).",
                                         {"outcome"}));
   for (const char* outcome : {"ok", "failed"}) m.prefill_retries->WithLabelValues({outcome});
+  ASSIGN_OR_RETURN(m.reserve_retries,
+                   registry->AddCounter("ced_gateway_reserve_retries_total",
+                                        "Requests placed on another decode worker after one "
+                                        "refused their reservation with RESOURCE_EXHAUSTED (no "
+                                        "K/V room), by outcome (ok, failed).",
+                                        {"outcome"}));
+  for (const char* outcome : {"ok", "failed"}) m.reserve_retries->WithLabelValues({outcome});
   m.inflight_tokens = &inflight_tokens->WithLabels({});
   m.inflight_requests = &inflight->WithLabels({});
   return m;

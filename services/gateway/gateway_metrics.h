@@ -45,6 +45,10 @@ struct GatewayMetrics {
   // A request's prefill worker died before its first token: outcome "ok"
   // (the prefill was placed again) or "failed".
   metrics::Family<metrics::Counter>* prefill_retries = nullptr;
+  // A decode worker refused a request's Reserve with RESOURCE_EXHAUSTED (no
+  // K/V room) and the request was routed again: outcome "ok" (the next
+  // worker reserved it) or "failed" (refused too, or no other worker).
+  metrics::Family<metrics::Counter>* reserve_retries = nullptr;
 };
 
 }  // namespace ced::gateway

@@ -46,6 +46,8 @@ struct GatewayServerOptions {
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
   // Request migration (GatewaySettings::migration_limit); 0 = off.
   int migration_limit = 3;
+  // Re-placements after a Reserve refused for room (GatewaySettings::reserve_retries); 0 = off.
+  int reserve_retries = 2;
   // The OpenAI-compatible HTTP API (openai/openai_server.h): host:port, empty
   // for none. TLS and bearer tokens as the process's SecurityConfig says.
   std::string http_address;

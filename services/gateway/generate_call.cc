@@ -6,6 +6,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "services/common/worker_util.h"
 
@@ -220,6 +221,8 @@ grpc::Status GenerateCall::Execute() {
       metrics.migrations->WithLabelValues({outcome}).Increment();
     } else if (cause == Attempt::Cause::kPrefillRetry) {
       metrics.prefill_retries->WithLabelValues({outcome}).Increment();
+    } else if (cause == Attempt::Cause::kReserveRetry) {
+      metrics.reserve_retries->WithLabelValues({outcome}).Increment();
     }
     if (status.ok() || !PlanNext(&status, &cause, &exclude)) return status;
   }
@@ -228,11 +231,14 @@ grpc::Status GenerateCall::Execute() {
 bool GenerateCall::PlanNext(grpc::Status* status, Attempt::Cause* cause,
                             std::vector<std::string>* exclude) {
   Attempt* a = current();
-  if (!a->worker_unavailable) return false;
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return false;
   }
+  if (a->reserve_exhausted || (a->cause == Attempt::Cause::kReserveRetry && !a->reserve_sent)) {
+    return PlanReserveRetry(status, cause, exclude);
+  }
+  if (!a->worker_unavailable) return false;
   const GatewaySettings& settings = core_->settings();
   // The Cancel of what is left of the attempt tells which worker is gone.
   Gone gone = CleanUp(a);
@@ -279,6 +285,41 @@ bool GenerateCall::PlanNext(grpc::Status* status, Attempt::Cause* cause,
                  request_.request_id.c_str(), prefill_id.c_str());
     return true;
   }
+  return false;
+}
+
+bool GenerateCall::PlanReserveRetry(grpc::Status* status, Attempt::Cause* cause,
+                                    std::vector<std::string>* exclude) {
+  Attempt* a = current();
+  const int limit = core_->settings().reserve_retries;
+  // Off: the worker's refusal reaches the client as it is (it names the worker).
+  if (limit == 0) return false;
+  if (a->reserve_exhausted) {
+    const std::string decode_id = a->route.decode().worker_id();
+    refused_by_.push_back(decode_id);
+    last_refusal_ = status->error_message();
+    if (reserve_retries_ < limit) {
+      ++reserve_retries_;
+      exclude->push_back(decode_id);
+      *cause = Attempt::Cause::kReserveRetry;
+      std::fprintf(stderr,
+                   "gateway: request %s: decode worker %s refused the reservation (%s); placing "
+                   "it elsewhere (%d of at most %d)\n",
+                   request_.request_id.c_str(), decode_id.c_str(), status->error_message().c_str(),
+                   reserve_retries_, limit);
+      return true;
+    }
+  }
+  // Every decode worker tried refused, or routing it again failed (the router
+  // has no other decode worker with room): no room for the request now.
+  *status = grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat(
+          "no decode worker could take the request: ",
+          refused_by_.size() == 1 ? "decode worker " : "decode workers ",
+          absl::StrJoin(refused_by_, ", "), " refused the reservation (last: ", last_refusal_, ")",
+          a->reserve_exhausted ? absl::StrCat("; --reserve-retries ", limit, " reached")
+                               : absl::StrCat("; routing it again: ", status->error_message())));
   return false;
 }
 
@@ -389,6 +430,11 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   // The id is another request's on that worker (another gateway's client
   // chose it too): nothing of ours landed there, and a Cancel would end theirs.
   if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) a->reserve_refused = true;
+  // No room (K/V blocks, queue bounds): the worker took nothing of the request.
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    a->reserve_refused = true;
+    a->reserve_exhausted = true;
+  }
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
     a->worker_unavailable = true;
     a->reserve_unavailable = true;

@@ -10,6 +10,12 @@
 // tokens; at most GatewaySettings::migration_limit times. A prefill worker
 // that dies before the decode worker streamed a token is replaced once.
 //
+// Reserve retries: a decode worker that refuses the Reserve with
+// RESOURCE_EXHAUSTED (no K/V room for prompt + max_tokens, or a full queue)
+// holds nothing of the request; the call routes it again away from every
+// decode worker that refused it, at most GatewaySettings::reserve_retries
+// times. When none takes it the client gets RESOURCE_EXHAUSTED naming them.
+//
 // Threads: Run() executes on a thread of its own: the unary calls (Route,
 // Reserve, Cancel) are synchronous, and the decisions between attempts are
 // its own. The decode and prefill streams complete on the gateway's shared
@@ -89,11 +95,11 @@ class GenerateCall final : public StreamRelay::Handler {
     Op start, read, finish;
   };
   // One placement of the request's remaining tokens and the calls on its
-  // workers: the first attempt serves the request as sent, each migration or
-  // prefill retry starts the next. Filled by the Run thread; the contexts may
-  // be cancelled from any thread.
+  // workers: the first attempt serves the request as sent, each migration,
+  // prefill retry or reserve retry starts the next. Filled by the Run thread;
+  // the contexts may be cancelled from any thread.
   struct Attempt {
-    enum class Cause { kNew, kMigration, kPrefillRetry };
+    enum class Cause { kNew, kMigration, kPrefillRetry, kReserveRetry };
     int index = 0;
     Cause cause = Cause::kNew;
     std::string worker_request_id;  // the request's id on the workers
@@ -116,7 +122,8 @@ class GenerateCall final : public StreamRelay::Handler {
     bool prefill_started = false;
     bool decode_complete = false;      // final chunk and OK status received
     bool reserve_unavailable = false;  // Reserve: UNAVAILABLE (draining, or gone)
-    bool reserve_refused = false;      // Reserve: ALREADY_EXISTS (another request's id there)
+    bool reserve_refused = false;      // ALREADY_EXISTS or RESOURCE_EXHAUSTED: nothing landed
+    bool reserve_exhausted = false;    // Reserve: RESOURCE_EXHAUSTED (no room there)
     bool prefill_complete = false;     // OK status received
     bool worker_unavailable = false;   // Reserve or a worker stream ended UNAVAILABLE
     bool cleaned_up = false;           // CleanUp ran
@@ -139,6 +146,11 @@ class GenerateCall final : public StreamRelay::Handler {
   // Decides, after an attempt that failed with `status`, whether and how to
   // go on: false to end the request with *status (possibly reworded).
   bool PlanNext(grpc::Status* status, Attempt::Cause* cause, std::vector<std::string>* exclude);
+  // PlanNext's part for a Reserve refused with RESOURCE_EXHAUSTED, or for a
+  // re-placement that found no decode worker: false ends the request with
+  // RESOURCE_EXHAUSTED naming the workers that refused it.
+  bool PlanReserveRetry(grpc::Status* status, Attempt::Cause* cause,
+                        std::vector<std::string>* exclude);
   // The request finished before its decode worker died (every token or a
   // stop token streamed): sets up the final chunk; false otherwise.
   bool FinishedBeforeLoss(Attempt* a);
@@ -228,6 +240,9 @@ class GenerateCall final : public StreamRelay::Handler {
   int prefill_retries_ = 0;
   std::vector<std::string> migrated_from_;  // decode workers that died under the request
   std::vector<std::string> retried_from_;   // prefill workers that died before its first token
+  int reserve_retries_ = 0;
+  std::vector<std::string> refused_by_;  // decode workers that refused its Reserve for room
+  std::string last_refusal_;             // the last one's message
 
   // The relay's side. While relay_attempt_ is set, the relay threads own the
   // call's output (assembler_, the sink, the attempt's flags); the Run thread
