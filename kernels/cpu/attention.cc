@@ -58,14 +58,14 @@ inline float MaxOf(const float* x, int n, float m) {
 // x[i] = exp(x[i] - m); returns the sum, accumulated in double: the
 // normalizer then hardly depends on the order of the terms, so the decode
 // and prefill paths (different splits of the same keys) agree closely.
-inline float ExpInPlace(float* x, int n, float m) {
+inline double ExpInPlace(float* x, int n, float m) {
   int i = 0;
   for (; i + kLanes <= n; i += kLanes) StoreVF(x + i, ExpVF(LoadVF(x + i) - m));
   if (i < n) StorePartialVF(x + i, ExpVF(LoadPartialVF(x + i, n - i) - m), n - i);
   double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; ++j) sum += x[j];
-  return static_cast<float>(sum);
+  return sum;
 }
 
 inline void Scale(float* x, int n, float s) {
@@ -133,41 +133,67 @@ inline VF SumLanes(VF* m) {
   return m[0];
 }
 
-// scores[r] = scale * q . k[r * stride, + D) for rows r < rows <= kLanes;
-// D % kLanes == 0. One register per key row, one horizontal reduction for all.
-inline void ScoreRows(const float* q, const float* k, size_t stride, int rows, int D, float scale,
-                      float* scores) {
+// Lane r: q . k[r * stride, + D) for rows r < rows <= kLanes (other lanes
+// 0). One register per key row, one horizontal reduction for all.
+// kD > 0: D is kD (loops unrolled at compile time).
+template <int kD>
+inline VF ScoreVF(const float* q, const float* k, size_t stride, int rows, int D) {
+  if constexpr (kD > 0) D = kD;
+  if (D % kLanes != 0) {
+    VF out = {};
+    for (int r = 0; r < rows; ++r) out[r] = Dot(q, k + r * stride, D);
+    return out;
+  }
   VF m[kLanes];
 #pragma GCC unroll 16
   for (int r = 0; r < kLanes; ++r) {
     VF acc = {};
     if (r < rows) {
       const float* kr = k + r * stride;
+#pragma GCC unroll 8
       for (int c = 0; c < D; c += kLanes) acc += LoadVF(q + c) * LoadVF(kr + c);
     }
     m[r] = acc;
   }
-  float out[kLanes];
-  StoreVF(out, SumLanes(m));
-  for (int r = 0; r < rows; ++r) scores[r] = out[r] * scale;
+  return SumLanes(m);
 }
 
-// out[0, kValueChunk) += sum over r < rows of (w[r] * scale) * v[r * stride, + kValueChunk):
-// four registers of outputs stay in registers across the rows.
+inline float MaxLanes(VF v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
+  return m;
+}
+
+// Doubles, one per float lane: the softmax normalizer, summed lane by lane.
+typedef double VD __attribute__((vector_size(8 * CED_VEC_FLOATS)));
+
+// out[0, kValueChunk) += sum over r < rows of w[r] * v[r * stride, + kValueChunk):
+// the outputs stay in registers across the rows, in two sets (even and odd
+// rows) so that two FMA chains per register run at once.
 constexpr int kValueChunk = 4 * kLanes;
-inline void AccumulateRows(float* out, const float* v, size_t stride, const float* w, int rows,
-                           float scale) {
-  VF acc[4];
+inline void AccumulateRows(float* out, const float* v, size_t stride, const float* w, int rows) {
+  VF a[4], b[4] = {};
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) acc[j] = LoadVF(out + j * kLanes);
-  for (int r = 0; r < rows; ++r) {
-    const float wv = w[r] * scale;
-    const float* vr = v + r * stride;
+  for (int j = 0; j < 4; ++j) a[j] = LoadVF(out + j * kLanes);
+  int r = 0;
+  for (; r + 2 <= rows; r += 2) {
+    const float w0 = w[r], w1 = w[r + 1];
+    const float* v0 = v + r * stride;
+    const float* v1 = v0 + stride;
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) acc[j] += wv * LoadVF(vr + j * kLanes);
+    for (int j = 0; j < 4; ++j) {
+      a[j] += w0 * LoadVF(v0 + j * kLanes);
+      b[j] += w1 * LoadVF(v1 + j * kLanes);
+    }
+  }
+  if (r < rows) {
+    const float w0 = w[r];
+    const float* v0 = v + r * stride;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) a[j] += w0 * LoadVF(v0 + j * kLanes);
   }
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) StoreVF(out + j * kLanes, acc[j]);
+  for (int j = 0; j < 4; ++j) StoreVF(out + j * kLanes, a[j] + b[j]);
 }
 
 // out[0, D) += w * v[0, D); D % kLanes == 0.
@@ -237,19 +263,18 @@ const float* GlobalHeadsTile(const AttentionParams& p, const uint8_t* block, int
 
 // Consecutive keys of one query row whose K and V rows lie at a fixed
 // spacing: a global block, a stretch of the local ring between wrap-arounds,
-// or the segment's own f32 rows. Its scores sit at columns [key0, key0 + rows)
-// of each head's score row (global keys first, then local ones).
+// or the segment's own f32 rows. The rows of a run are contiguous, K and V
+// each.
 struct KeyRun {
   const uint8_t* k = nullptr;
   const uint8_t* v = nullptr;
   size_t row_bytes = 0;
   bool f32 = false;  // rows of f32 values (read in place)
   int rows = 0;
-  int key0 = 0;
 };
 
-// The runs of keys of the query at position t: global positions [0, gkeys)
-// block by block, then local positions [lb, t].
+// The runs of keys of the query at position t, in the order of one softmax:
+// global positions [0, gkeys) block by block, then local positions [lb, t].
 void KeyRuns(const AttentionParams& p, const AttentionSegment& s, int t, int gkeys, int lb,
              std::vector<KeyRun>* runs) {
   runs->clear();
@@ -257,13 +282,12 @@ void KeyRuns(const AttentionParams& p, const AttentionSegment& s, int t, int gke
   const bool f32 = p.format == KvFormat::kF32;
   const int bs = p.block_size;
   for (int b = 0; b * bs < gkeys; ++b) {
-    runs->push_back({s.global_k_host[b], s.global_v_host[b], row_bytes, f32,
-                     std::min(bs, gkeys - b * bs), b * bs});
+    runs->push_back(
+        {s.global_k_host[b], s.global_v_host[b], row_bytes, f32, std::min(bs, gkeys - b * bs)});
   }
   const size_t f32_row = static_cast<size_t>(p.num_kv_heads) * p.head_dim * sizeof(float);
   for (int pos = lb; pos <= t;) {
     KeyRun r;
-    r.key0 = gkeys + pos - lb;
     if (pos >= s.q_begin) {  // the segment's own rows, f32
       const size_t off = static_cast<size_t>(pos - s.q_begin) * f32_row;
       r.k = reinterpret_cast<const uint8_t*>(s.chunk_local_k) + off;
@@ -284,149 +308,139 @@ void KeyRuns(const AttentionParams& p, const AttentionSegment& s, int t, int gke
   }
 }
 
-// Software prefetch of the K (or V) rows of a list of runs, kv heads
-// [g0, g0 + ng), a few cache lines per call, in the order they will be read:
-// a sequence's blocks and its ring lie far apart, so hardware prefetchers
-// lose the stream at every run. Spreading the lines over the work keeps the
-// miss queue from overflowing.
+// Keys [k0, k1) of a list of runs (in order), as runs: the ends cut.
+void CutRuns(const std::vector<KeyRun>& runs, int k0, int k1, std::vector<KeyRun>* out) {
+  out->clear();
+  int first = 0;  // key index of the run's first row
+  for (const KeyRun& r : runs) {
+    const int a = std::max(k0, first), b = std::min(k1, first + r.rows);
+    if (a < b) {
+      KeyRun c = r;
+      c.k += static_cast<size_t>(a - first) * r.row_bytes;
+      c.v += static_cast<size_t>(a - first) * r.row_bytes;
+      c.rows = b - a;
+      out->push_back(c);
+    }
+    first += r.rows;
+  }
+}
+
+// Software prefetch of one run's K rows, then its V rows, a few cache lines
+// per call, while the run before it is computed: a sequence's blocks and its
+// ring lie far apart, so hardware prefetchers lose the stream at every run.
 class RunPrefetcher {
  public:
-  RunPrefetcher(const AttentionParams& p, const std::vector<KeyRun>& runs, bool value, int g0,
-                int ng)
-      : runs_(runs), value_(value), g0_(g0), ng_(ng), heads_(p.num_kv_heads) {
-    Start(0);
+  explicit RunPrefetcher(const KeyRun* run) {
+    if (run == nullptr) return;
+    k_ = run->k;
+    v_ = run->v;
+    bytes_ = static_cast<size_t>(run->rows) * run->row_bytes;
   }
-  // Issues up to `lines` prefetches.
+  int lines() const { return static_cast<int>(2 * ((bytes_ + 63) / 64)); }
   void Step(int lines) {
-    for (; lines > 0 && run_ < static_cast<int>(runs_.size()); --lines) {
-      __builtin_prefetch(row_ + off_, 0, 3);
-      off_ += 64;
-      if (off_ < end_) continue;
-      off_ = begin_;
-      row_ += runs_[run_].row_bytes;
-      if (++row_index_ == runs_[run_].rows) Start(run_ + 1);
+    for (; lines > 0 && off_ < 2 * bytes_; --lines, off_ += 64) {
+      __builtin_prefetch(off_ < bytes_ ? k_ + off_ : v_ + (off_ - bytes_), 0, 0);
     }
-  }
-  // Cache lines of one run's rows.
-  int LinesOf(const KeyRun& r) const {
-    return r.rows * static_cast<int>((Range(r).second - Range(r).first + 63) / 64);
   }
 
  private:
-  std::pair<size_t, size_t> Range(const KeyRun& r) const {
-    return {r.row_bytes * g0_ / heads_, r.row_bytes * (g0_ + ng_) / heads_};
-  }
-  void Start(int run) {
-    run_ = run;
-    if (run_ >= static_cast<int>(runs_.size())) return;
-    const KeyRun& r = runs_[run_];
-    std::tie(begin_, end_) = Range(r);
-    off_ = begin_;
-    row_ = value_ ? r.v : r.k;
-    row_index_ = 0;
-  }
-  const std::vector<KeyRun>& runs_;
-  const bool value_;
-  const int g0_, ng_, heads_;
-  int run_ = 0, row_index_ = 0;
-  const uint8_t* row_ = nullptr;
-  size_t begin_ = 0, end_ = 0, off_ = 0;
+  const uint8_t* k_ = nullptr;
+  const uint8_t* v_ = nullptr;
+  size_t bytes_ = 0, off_ = 0;
 };
 
-// Small segments (decode steps, short tails): one task per (segment, range
-// of kv heads [g0, g1)); query heads of a kv head share every K/V row read,
-// f32 rows are read in place (no gather). Global and local keys are the same
-// kind of work (runs of rows), scored into one row per head for one softmax.
-void SmallSegmentHeads(const AttentionParams& p, const AttentionSegment& s, int g0, int g1) {
-  const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads, bs = p.block_size;
-  const int W = p.window, ng = g1 - g0, nh = ng * group;
+// Online-softmax state of one query row over some of its keys, every head:
+// the running maximum m[h], the normalizer l[h] (summed in double, lane by
+// lane: it then hardly depends on how the keys were split) and acc[h][D], the
+// weighted sum of values not yet divided by l[h].
+struct RowState {
+  float* m;
+  double* l;  // [H][kLanes]
+  float* acc;
+};
+
+// Small segments (decode steps, short tails): one query row `q` [H*D] over
+// the keys of `runs`, one pass. Run by run, kLanes keys at a time: every
+// head's scores against the keys' K rows (a register), then their V rows
+// weighted into acc, which is rescaled when the maximum grows. Full K/V rows
+// are read (every kv head), so each run is one contiguous stream.
+template <int kD>
+void AttendRunsD(const AttentionParams& p, const float* q, const std::vector<KeyRun>& runs,
+                 RowState st) {
+  const int D = kD > 0 ? kD : p.head_dim, H = p.num_heads, G = p.num_kv_heads, group = H / G;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int T = s.q_begin + s.n;
-  const int width = T + std::max(0, W);  // score columns per head, at most
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  VI lane;
+  for (int i = 0; i < kLanes; ++i) lane[i] = i;
+  int max_rows = 0;
+  for (const KeyRun& r : runs) max_rows = std::max(max_rows, r.rows);
   Scratch& sc = ThreadScratch();
-  Grow(&sc.scores, static_cast<size_t>(nh) * width);
-  Grow(&sc.ktile, static_cast<size_t>(std::max(bs, W)) * ng * D);
-  Grow(&sc.vtile, static_cast<size_t>(std::max(bs, W)) * ng * D);
-  Grow(&sc.inv, nh);
-  thread_local std::vector<KeyRun> runs;
-  for (int i = 0; i < s.n; ++i) {
-    // keys: positions [0, t]; gkeys of them global (none on a window-only
-    // layer), then the local ones [lb, t].
-    const int t = s.q_begin + i, keys = t + 1, gkeys = p.global ? keys : 0;
-    const int lb = W > 0 ? std::max(s.lo, t - W + 1) : keys;
-    const int cols = gkeys + keys - lb;
-    KeyRuns(p, s, t, gkeys, lb, &runs);
-    // Query heads [g0 * group, g1 * group), contiguous in q and out.
-    const float* q = s.q + (static_cast<size_t>(i) * H + g0 * group) * D;
-    float* out = s.out + (static_cast<size_t>(i) * H + g0 * group) * D;
-    float* scores = sc.scores.data();  // [nh][cols]
-    {
-      RunPrefetcher pf(p, runs, false, g0, ng);
-      if (!runs.empty()) pf.Step(pf.LinesOf(runs[0]));
-      for (const KeyRun& run : runs) {
-        size_t stride = 0;
-        const float* k = HeadsTile(p, run.k, run.row_bytes, run.f32, g0, ng, run.rows,
-                                   sc.ktile.data(), &stride);
-        // The next run's lines, spread over this run's score products.
-        const int steps = nh * ((run.rows + kLanes - 1) / kLanes);
-        const int per_step = (pf.LinesOf(run) + steps - 1) / steps;
-        for (int r0 = 0; r0 < run.rows; r0 += kLanes) {
-          for (int hh = 0; hh < nh; ++hh) {
-            pf.Step(per_step);
-            float* row = scores + static_cast<size_t>(hh) * cols + run.key0 + r0;
-            const float* kh = k + r0 * stride + (hh / group) * D;
-            const float* qh = q + hh * D;
-            const int rows = std::min(kLanes, run.rows - r0);
-            if (D % kLanes == 0) {
-              ScoreRows(qh, kh, stride, rows, D, scale, row);
-            } else {
-              for (int r = 0; r < rows; ++r) row[r] = Dot(qh, kh + r * stride, D) * scale;
-            }
+  Grow(&sc.ktile, static_cast<size_t>(max_rows) * G * D);
+  Grow(&sc.vtile, static_cast<size_t>(max_rows) * G * D);
+  if (!runs.empty()) {
+    RunPrefetcher first(&runs[0]);
+    first.Step(first.lines());
+  }
+  for (size_t ri = 0; ri < runs.size(); ++ri) {
+    const KeyRun& run = runs[ri];
+    RunPrefetcher pf(ri + 1 < runs.size() ? &runs[ri + 1] : nullptr);
+    const int steps = H * ((run.rows + kLanes - 1) / kLanes);
+    const int per_step = (pf.lines() + steps - 1) / steps;
+    size_t stride = 0;
+    const float* k =
+        HeadsTile(p, run.k, run.row_bytes, run.f32, 0, G, run.rows, sc.ktile.data(), &stride);
+    const float* v =
+        HeadsTile(p, run.v, run.row_bytes, run.f32, 0, G, run.rows, sc.vtile.data(), &stride);
+    for (int r0 = 0; r0 < run.rows; r0 += kLanes) {
+      const int rows = std::min(kLanes, run.rows - r0);
+      const auto valid = lane < rows;
+      for (int h = 0; h < H; ++h) {
+        pf.Step(per_step);
+        const size_t off = r0 * stride + (h / group) * D;
+        VF sv = ScoreVF<kD>(q + h * D, k + off, stride, rows, D) * scale;
+        sv = valid ? sv : neg_inf;
+        float* acc = st.acc + static_cast<size_t>(h) * D;
+        const float m = std::max(st.m[h], MaxLanes(sv));
+        if (m > st.m[h]) {
+          if (st.m[h] != neg_inf) {  // earlier keys were weighed against a smaller maximum
+            const float f = ExpSimd(st.m[h] - m);
+            Scale(acc, D, f);
+            double* l = st.l + h * kLanes;
+            for (int j = 0; j < kLanes; ++j) l[j] *= f;
           }
+          st.m[h] = m;
         }
-      }
-    }
-    float* inv = sc.inv.data();
-    for (int hh = 0; hh < nh; ++hh) {
-      float* row = scores + static_cast<size_t>(hh) * cols;
-      const float m = MaxOf(row, cols, -std::numeric_limits<float>::infinity());
-      inv[hh] = 1.0f / ExpInPlace(row, cols, m);
-      std::fill(out + hh * D, out + (hh + 1) * D, 0.0f);
-    }
-    RunPrefetcher pf(p, runs, true, g0, ng);
-    if (!runs.empty()) pf.Step(pf.LinesOf(runs[0]));
-    for (const KeyRun& run : runs) {
-      size_t stride = 0;
-      const float* v = HeadsTile(p, run.v, run.row_bytes, run.f32, g0, ng, run.rows,
-                                 sc.vtile.data(), &stride);
-      if (D % kValueChunk == 0) {
-        // Per head, kValueChunk output dims in registers across the run's
-        // rows (one load and store of the output per run, not per row).
-        const int steps = nh * (D / kValueChunk);
-        const int per_step = (pf.LinesOf(run) + steps - 1) / steps;
-        for (int hh = 0; hh < nh; ++hh) {
-          const float* w = scores + static_cast<size_t>(hh) * cols + run.key0;
-          const float* vh = v + (hh / group) * D;
+        VF e = ExpVF(sv - m);
+        e = valid ? e : VF{};
+        VD l;
+        std::memcpy(&l, st.l + h * kLanes, sizeof(l));
+        l += __builtin_convertvector(e, VD);
+        std::memcpy(st.l + h * kLanes, &l, sizeof(l));
+        float w[kLanes];
+        StoreVF(w, e);
+        const float* vh = v + off;
+        if (D % kValueChunk == 0) {
+#pragma GCC unroll 4
           for (int c0 = 0; c0 < D; c0 += kValueChunk) {
-            pf.Step(per_step);
-            AccumulateRows(out + hh * D + c0, vh + c0, stride, w, run.rows, inv[hh]);
+            AccumulateRows(acc + c0, vh + c0, stride, w, rows);
           }
-        }
-        continue;
-      }
-      pf.Step(pf.LinesOf(run));
-      for (int r = 0; r < run.rows; ++r) {
-        for (int hh = 0; hh < nh; ++hh) {
-          const float w = scores[static_cast<size_t>(hh) * cols + run.key0 + r] * inv[hh];
-          const float* vr = v + r * stride + (hh / group) * D;
-          if (D % kLanes == 0) {
-            AxpyV(out + hh * D, vr, D, w);
-          } else {
-            Axpy(out + hh * D, vr, D, w);
-          }
+        } else {
+          for (int r = 0; r < rows; ++r) Axpy(acc, vh + r * stride, D, w[r]);
         }
       }
     }
+  }
+}
+
+void AttendRuns(const AttentionParams& p, const float* q, const std::vector<KeyRun>& runs,
+                RowState st) {
+  switch (p.head_dim) {  // the common head sizes, unrolled
+    case 64:
+      return AttendRunsD<64>(p, q, runs, st);
+    case 128:
+      return AttendRunsD<128>(p, q, runs, st);
+    default:
+      return AttendRunsD<0>(p, q, runs, st);
   }
 }
 
@@ -625,28 +639,100 @@ void Attention(const AttentionParams& p, const std::vector<AttentionSegment>& se
     }
   }
   if (small.empty()) return;
-  // Tasks: each small segment split into `split` ranges of kv heads, just
-  // enough for one task per thread; whole rows (contiguous memory) are read
-  // when split is 1.
-  const int threads = PoolThreads();
-  const int G = p.num_kv_heads;
-  const int nsmall = static_cast<int>(small.size());
-  const int want = (threads + nsmall - 1) / nsmall;
-  int split = std::min(G, std::max(1, want));
-  while (G % split != 0) ++split;
-  const int per = G / split;
-  // Only fan out when there is enough work to pay for waking the team.
+  // Tasks: each query row of the small segments, its keys split into parts
+  // when there are fewer rows than threads (a decode batch of 1), each part
+  // at least kMinPartKeys keys; every task keeps an online-softmax state,
+  // and the parts of a row are merged at the end.
+  constexpr int kMinPartKeys = 128;
+  const int H = p.num_heads, D = p.head_dim, W = p.window;
+  struct Row {
+    int si, i, keys, gkeys, lb;
+  };
+  std::vector<Row> rows;
   size_t work = 0;
-  for (int si : small) work += static_cast<size_t>(segments[si].q_begin + segments[si].n);
-  const bool parallel = work * p.num_heads * p.head_dim > (1u << 16);
-  const int tasks = static_cast<int>(small.size()) * split;
+  for (int si : small) {
+    const AttentionSegment& s = segments[si];
+    for (int i = 0; i < s.n; ++i) {
+      const int t = s.q_begin + i, gkeys = p.global ? t + 1 : 0;
+      const int lb = W > 0 ? std::max(s.lo, t - W + 1) : t + 1;
+      rows.push_back({si, i, gkeys + t + 1 - lb, gkeys, lb});
+      work += rows.back().keys;
+    }
+  }
+  const int threads = PoolThreads();
+  const int nrows = static_cast<int>(rows.size());
+  const int want = (threads + nrows - 1) / nrows;
+  struct Task {
+    int row, k0, k1;
+  };
+  std::vector<Task> tasks;
+  std::vector<int> first_task(nrows + 1);
+  for (int r = 0; r < nrows; ++r) {
+    first_task[r] = static_cast<int>(tasks.size());
+    const int parts = std::max(1, std::min(want, rows[r].keys / kMinPartKeys));
+    for (int j = 0; j < parts; ++j) {
+      tasks.push_back({r, static_cast<int>(static_cast<int64_t>(rows[r].keys) * j / parts),
+                       static_cast<int>(static_cast<int64_t>(rows[r].keys) * (j + 1) / parts)});
+    }
+  }
+  first_task[nrows] = static_cast<int>(tasks.size());
+  const size_t ntasks = tasks.size();
+  std::vector<float> m(ntasks * H, -std::numeric_limits<float>::infinity());
+  std::vector<double> l(ntasks * H, 0.0);  // the normalizers, lanes summed
+  std::vector<float> acc(ntasks * H * D, 0.0f);
+  // Only fan out when there is enough work to pay for waking the team.
+  const bool parallel = work * H * D > (1u << 16);
   ParallelFor(
-      tasks,
+      static_cast<int>(ntasks),
       [&](int k) {
-        const int g0 = (k % split) * per;
-        SmallSegmentHeads(p, segments[small[k / split]], g0, g0 + per);
+        const Task& task = tasks[k];
+        const Row& row = rows[task.row];
+        const AttentionSegment& s = segments[row.si];
+        thread_local std::vector<KeyRun> all, part;
+        KeyRuns(p, s, s.q_begin + row.i, row.gkeys, row.lb, &all);
+        const std::vector<KeyRun>* runs = &all;
+        if (task.k0 > 0 || task.k1 < row.keys) {
+          CutRuns(all, task.k0, task.k1, &part);
+          runs = &part;
+        }
+        // The state lives in this thread's memory while it changes (the
+        // tasks' slots share cache lines), then is copied to the task's slot.
+        thread_local std::vector<float> tm, tacc;
+        thread_local std::vector<double> tl;
+        tm.assign(H, -std::numeric_limits<float>::infinity());
+        tl.assign(static_cast<size_t>(H) * kLanes, 0.0);
+        tacc.assign(static_cast<size_t>(H) * D, 0.0f);
+        AttendRuns(p, s.q + static_cast<size_t>(row.i) * H * D, *runs,
+                   {tm.data(), tl.data(), tacc.data()});
+        std::copy(tm.begin(), tm.end(), m.begin() + k * H);
+        for (int h = 0; h < H; ++h) {
+          double sum = 0.0;
+          for (int j = 0; j < kLanes; ++j) sum += tl[h * kLanes + j];
+          l[k * H + h] = sum;
+        }
+        std::copy(tacc.begin(), tacc.end(), acc.begin() + static_cast<size_t>(k) * H * D);
       },
       parallel);
+  // out = sum over parts of e^(m_j - M) acc_j / sum of e^(m_j - M) l_j.
+  for (int r = 0; r < nrows; ++r) {
+    const AttentionSegment& s = segments[rows[r].si];
+    float* out = s.out + static_cast<size_t>(rows[r].i) * H * D;
+    const int t0 = first_task[r], t1 = first_task[r + 1];
+    for (int h = 0; h < H; ++h) {
+      float M = -std::numeric_limits<float>::infinity();
+      for (int k = t0; k < t1; ++k) M = std::max(M, m[k * H + h]);
+      double norm = 0.0;
+      float* o = out + h * D;
+      std::fill(o, o + D, 0.0f);
+      for (int k = t0; k < t1; ++k) {
+        if (l[k * H + h] == 0.0) continue;  // a part without keys
+        const float f = t1 - t0 == 1 ? 1.0f : ExpSimd(m[k * H + h] - M);
+        norm += f * l[k * H + h];
+        Axpy(o, acc.data() + (static_cast<size_t>(k) * H + h) * D, D, f);
+      }
+      Scale(o, D, static_cast<float>(1.0 / norm));
+    }
+  }
 }
 
 }  // namespace ced::kernels::CED_VARIANT_NS

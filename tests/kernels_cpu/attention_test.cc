@@ -264,6 +264,15 @@ TEST_P(AttentionCpuTest, DecodeNoWindow) {
   EXPECT_LE(Check(0, {{3, 1, 0}, {64, 1, 0}, {130, 1, 0}}, 7), kTolerance);
 }
 
+TEST_P(AttentionCpuTest, DecodeAloneSplitsItsKeys) {
+  // One decode row and more threads than rows: its keys are split into parts
+  // (cut inside blocks and inside the ring) whose softmax states are merged.
+  EXPECT_LE(Check(32, {{600, 1, 0}}, 10), kTolerance);
+  EXPECT_LE(Check(0, {{300, 1, 0}}, 11), kTolerance);
+  EXPECT_LE(Check(200, {{1000, 1, 700}}, 12), kTolerance);
+  EXPECT_LE(Check(200, {{333, 1, 0}}, 13, /*global=*/false), kTolerance);
+}
+
 TEST_P(AttentionCpuTest, MixedPrefillShortAndDecode) {
   // A long segment, a short multi-row segment (below the BLAS path) and decodes.
   std::vector<SegmentSpec> specs = {{20, 72, 10}, {35, 7, 0}, {90, 1, 40}, {9, 1, 0}};
