@@ -169,14 +169,23 @@ void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int cou
     for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
     bytes += 4.0 * targets[i].w->panels() * kPanel * in;
   }
-  ParallelFor(
-      static_cast<int>(tasks.size()),
-      [&](int k) {
-        const PackedGemmTarget& t = targets[tasks[k].first];
-        const int p = tasks[k].second, c0 = p * kPanel;
-        PanelGemv(x, in, t.w->panel(p), std::min(kPanel, t.w->out() - c0), t.y + c0, t.accumulate);
-      },
-      bytes >= 4e5);
+  auto one = [&](int k) {
+    const PackedGemmTarget& t = targets[tasks[k].first];
+    const int p = tasks[k].second, c0 = p * kPanel;
+    PanelGemv(x, in, t.w->panel(p), std::min(kPanel, t.w->out() - c0), t.y + c0, t.accumulate);
+  };
+  const int n = static_cast<int>(tasks.size());
+  if (bytes < 4e5) {
+    for (int k = 0; k < n; ++k) one(k);
+    return;
+  }
+  // Static shares of consecutive panels: each thread reads one contiguous
+  // stream (a target's panels lie back to back). Handing out panels one at a
+  // time interleaves the threads over the same memory, which the hardware
+  // prefetchers follow worse (about 20% slower over a decode step's weights).
+  ParallelRun([&](int t, int threads) {
+    for (int k = n * t / threads; k < n * (t + 1) / threads; ++k) one(k);
+  });
 }
 
 void GemmPacked(const float* x, int n, int in, const PackedGemmTarget* targets, int count) {
