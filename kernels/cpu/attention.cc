@@ -158,10 +158,17 @@ inline VF ScoreVF(const float* q, const float* k, size_t stride, int rows, int D
   return SumLanes(m);
 }
 
+// The largest lane: log2(kLanes) rotations and maxima (not a chain of
+// kLanes scalar maxima).
 inline float MaxLanes(VF v) {
-  float m = v[0];
-  for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
-  return m;
+  VI rot;
+#pragma GCC unroll 4
+  for (int h = kLanes / 2; h >= 1; h /= 2) {
+    for (int i = 0; i < kLanes; ++i) rot[i] = (i + h) % kLanes;
+    const VF r = __builtin_shuffle(v, rot);
+    v = v > r ? v : r;
+  }
+  return v[0];
 }
 
 // Doubles, one per float lane: the softmax normalizer, summed lane by lane.
