@@ -1,5 +1,9 @@
 // Packed-panel GEMM and GEMV of one kernel variant (compiled once per variant).
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -183,9 +187,42 @@ void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int cou
   // stream (a target's panels lie back to back). Handing out panels one at a
   // time interleaves the threads over the same memory, which the hardware
   // prefetchers follow worse (about 20% slower over a decode step's weights).
-  ParallelRun([&](int t, int threads) {
-    for (int k = n * t / threads; k < n * (t + 1) / threads; ++k) one(k);
-  });
+  // A thread done with its share takes the panels left at the end of the
+  // others' (a worker that started late, or a slower core).
+  struct Share {
+    std::atomic<uint64_t> range;  // first << 32 | end of the panels not taken
+    char pad[64 - sizeof(std::atomic<uint64_t>)];
+  };
+  const int team = std::min(PoolThreads(), std::max(1, omp_get_max_threads()));
+  std::vector<Share> shares(team);
+  for (int t = 0; t < team; ++t) {
+    shares[t].range.store(static_cast<uint64_t>(n * t / team) << 32 |
+                          static_cast<uint64_t>(n * (t + 1) / team));
+  }
+  // The first (front) or the last (!front) panel not taken of a share; -1 if none.
+  auto take = [](Share& sh, bool front) -> int {
+    uint64_t w = sh.range.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t lo = w >> 32, hi = w & 0xffffffffu;
+      if (lo >= hi) return -1;
+      const uint64_t next = front ? (lo + 1) << 32 | hi : lo << 32 | (hi - 1);
+      if (sh.range.compare_exchange_weak(w, next, std::memory_order_relaxed)) {
+        return static_cast<int>(front ? lo : hi - 1);
+      }
+    }
+  };
+  ParallelRun(
+      [&](int t, int threads) {
+        if (threads != team) {  // the pool was busy: this thread does it all
+          for (int k = 0; k < n; ++k) one(k);
+          return;
+        }
+        for (int k; (k = take(shares[t], true)) >= 0;) one(k);
+        for (int u = 1; u < team; ++u) {
+          for (int k; (k = take(shares[(t + u) % team], false)) >= 0;) one(k);
+        }
+      },
+      team);
 }
 
 void GemmPacked(const float* x, int n, int in, const PackedGemmTarget* targets, int count) {
