@@ -1,5 +1,6 @@
 #include "engine/kv/block_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/kv/crc32c.h"
@@ -81,6 +82,26 @@ KvBlockReject CheckKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
   return KvBlockReject::kNone;
 }
 
+void KvTierLatency::Observe(std::chrono::nanoseconds took) {
+  const double seconds = std::chrono::duration<double>(took).count();
+  const size_t bucket = static_cast<size_t>(
+      std::lower_bound(kKvTierLatencyBounds.begin(), kKvTierLatencyBounds.end(), seconds) -
+      kKvTierLatencyBounds.begin());
+  sum_ns.fetch_add(std::max<int64_t>(0, took.count()));
+  count[bucket].fetch_add(1);
+}
+
+namespace {
+
+KvTierLatencyStats Copy(const KvTierLatency& l) {
+  KvTierLatencyStats s;
+  for (size_t i = 0; i < kKvTierLatencyBuckets; ++i) s.count[i] = l.count[i].load();
+  s.sum_ns = l.sum_ns.load();
+  return s;
+}
+
+}  // namespace
+
 KvTierStats KvBlockStore::stats() const {
   KvTierStats s;
   s.tier = std::string(name());
@@ -95,6 +116,8 @@ KvTierStats KvBlockStore::stats() const {
   for (int r = 1; r < kKvBlockRejectReasons; ++r) {
     s.rejected[KvBlockRejectName(static_cast<KvBlockReject>(r))] = c.rejected[r].load();
   }
+  s.read_latency = Copy(c.read_latency);
+  s.write_latency = Copy(c.write_latency);
   s.resident_blocks = resident_blocks();
   s.resident_bytes = resident_bytes();
   return s;

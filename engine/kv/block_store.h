@@ -25,6 +25,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -71,6 +72,29 @@ std::string EncodeKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
 KvBlockReject CheckKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
                            std::string_view stored);
 
+// Bucket upper bounds, in seconds, of the tiers' call durations
+// (ced_kv_tier_read_seconds, ced_kv_tier_write_seconds): 10 us .. 10 s in a
+// 1-2.5-5 series; one more bucket (+Inf) holds the rest.
+inline constexpr std::array<double, 19> kKvTierLatencyBounds = {
+    1e-5,  2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01,
+    0.025, 0.05,   0.1,  0.25, 0.5,    1,    2.5,  5,      10};
+inline constexpr size_t kKvTierLatencyBuckets = kKvTierLatencyBounds.size() + 1;
+
+// Durations of one kind of tier call, bucketed by kKvTierLatencyBounds
+// (a duration lands in the first bucket whose bound is >= it). Lock-free.
+struct KvTierLatency {
+  std::array<std::atomic<int64_t>, kKvTierLatencyBuckets> count{};  // per bucket, not cumulative
+  std::atomic<int64_t> sum_ns{0};
+  void Observe(std::chrono::nanoseconds took);
+};
+
+// A copy of a KvTierLatency: every observation counted in `count` is in
+// `sum_ns` (the sum is added first and read last).
+struct KvTierLatencyStats {
+  std::array<int64_t, kKvTierLatencyBuckets> count{};
+  int64_t sum_ns = 0;
+};
+
 // Counters of one tier; the tiers (kv_tiers.h) and the store both update
 // them. Lock-free, monotonic.
 struct KvTierCounters {
@@ -82,6 +106,9 @@ struct KvTierCounters {
   std::atomic<int64_t> errors{0};          // I/O or store failures (each degraded to a miss)
   std::atomic<int64_t> dropped_writes{0};  // writes dropped: queue full, or no room
   std::array<std::atomic<int64_t>, kKvBlockRejectReasons> rejected{};
+  // Timed by the tiers (kv_tiers.h), failed calls included: one read per
+  // GetPrefix call, one write per Put call.
+  KvTierLatency read_latency, write_latency;
 };
 
 // A copy of the counters, plus what the tier holds now.
@@ -91,6 +118,7 @@ struct KvTierStats {
           written_blocks = 0, errors = 0, dropped_writes = 0;
   std::map<std::string, int64_t> rejected;  // by KvBlockRejectName
   int64_t resident_blocks = -1, resident_bytes = -1;  // -1: unknown (a shared store)
+  KvTierLatencyStats read_latency, write_latency;
 };
 
 // An encoded block (header + payload) under its hash.

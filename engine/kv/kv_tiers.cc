@@ -10,6 +10,14 @@ namespace {
 // dropped (at worst a block is written twice).
 constexpr size_t kKnownSharedLimit = 1 << 20;
 
+std::vector<std::string> TimedGet(KvBlockStore* tier, const BlockHash& root,
+                                  absl::Span<const BlockHash> hashes) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> got = tier->GetPrefix(root, hashes);
+  tier->counters().read_latency.Observe(std::chrono::steady_clock::now() - start);
+  return got;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const KvTiersOptions& options) {
@@ -31,11 +39,11 @@ absl::StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const KvTiersOptions& o
   if (options.host_bytes > 0) {
     HostBlockStore::Options h;
     h.capacity_bytes = options.host_bytes;
-    KvBlockStore* disk = t->disk_.get();
-    const BlockHash root = options.layout.root;
-    if (disk != nullptr) {
+    if (t->disk_ != nullptr) {
       // Runs on the writer thread (the only caller of the host tier's Put).
-      h.on_evict = [disk, root](const KvStoredBlock& b) { (void)disk->Put(root, {b}); };
+      h.on_evict = [p = t.get()](const KvStoredBlock& b) {
+        (void)p->TimedPut(p->disk_.get(), {b});
+      };
     }
     t->host_ = std::make_unique<HostBlockStore>(std::move(h));
   }
@@ -92,6 +100,17 @@ void KvTiers::MarkShared(const BlockHash& hash) {
   known_shared_.insert(hash);
 }
 
+absl::Status KvTiers::TimedPut(KvBlockStore* tier, absl::Span<const KvStoredBlock> blocks) {
+  const std::chrono::nanoseconds outer = nested_put_;
+  nested_put_ = std::chrono::nanoseconds(0);
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = tier->Put(options_.layout.root, blocks);
+  const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - start;
+  tier->counters().write_latency.Observe(took - nested_put_);
+  nested_put_ = outer + took;
+  return status;
+}
+
 void KvTiers::WriterLoop() {
   const KvBlockLayout& layout = options_.layout;
   for (;;) {
@@ -117,13 +136,13 @@ void KvTiers::WriterLoop() {
       }
       KvBlockStore* target = host_ != nullptr ? host_.get() : disk_.get();
       if (target->Contains(layout.root, {job.hash}) == 0) {
-        (void)target->Put(layout.root, {KvStoredBlock{job.hash, encode()}});
+        (void)TimedPut(target, {KvStoredBlock{job.hash, encode()}});
       }
       std::lock_guard<std::mutex> lock(mu_);
       auto it = pending_.find(job.hash);
       if (it != pending_.end() && it->second == job.payload) pending_.erase(it);
     }
-    if (!shared.empty() && shared_->Put(layout.root, shared).ok()) {
+    if (!shared.empty() && TimedPut(shared_.get(), shared).ok()) {
       for (const KvStoredBlock& b : shared) MarkShared(b.hash);
     }
     {
@@ -172,7 +191,7 @@ std::vector<std::string> KvTiers::FetchPrefix(absl::Span<const BlockHash> hashes
     bool found = false;
     for (KvBlockStore* tier : {host_.get(), disk_.get()}) {
       if (tier == nullptr) continue;
-      std::vector<std::string> got = tier->GetPrefix(root, hashes.subspan(i, 1));
+      std::vector<std::string> got = TimedGet(tier, root, hashes.subspan(i, 1));
       if (got.empty() || !Accept(tier, h, &got[0])) {
         tier->counters().miss_blocks.fetch_add(1);
         continue;
@@ -186,7 +205,7 @@ std::vector<std::string> KvTiers::FetchPrefix(absl::Span<const BlockHash> hashes
   }
   if (i < hashes.size() && shared_ != nullptr) {
     const absl::Span<const BlockHash> rest = hashes.subspan(i);
-    std::vector<std::string> got = shared_->GetPrefix(root, rest);
+    std::vector<std::string> got = TimedGet(shared_.get(), root, rest);
     size_t j = 0;
     for (; j < got.size() && Accept(shared_.get(), rest[j], &got[j]); ++j) {
       out.push_back(std::move(got[j]));

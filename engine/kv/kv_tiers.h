@@ -16,8 +16,16 @@
 // block the caller: host and disk on memory and file I/O, the shared store up
 // to its own timeouts (an unreachable store reads as empty and counts an
 // error). Thread-safe.
+//
+// Each call to a tier is timed into its counters (block_store.h): a read is
+// one GetPrefix (host and disk: one block, as the run is walked block by
+// block; the shared store: the rest of the run, in its own batches), a write
+// one Put (host and disk: one block; the shared store: the blocks the writer
+// took from the queue at once). A host put's time leaves out the disk writes
+// of the blocks it evicts, which count as disk writes.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -89,6 +97,8 @@ class KvTiers {
   // Checks a block read from `tier`; on failure drops it there and counts.
   bool Accept(KvBlockStore* tier, const BlockHash& hash, std::string* stored);
   void MarkShared(const BlockHash& hash);
+  // tier->Put, timed. Writer thread only.
+  absl::Status TimedPut(KvBlockStore* tier, absl::Span<const KvStoredBlock> blocks);
 
   KvTiersOptions options_;
   std::unique_ptr<KvBlockStore> host_, disk_;
@@ -104,6 +114,9 @@ class KvTiers {
   // Blocks this process stored in or read from the shared store (bounded).
   std::unordered_set<BlockHash, Hasher> known_shared_;
   std::thread writer_;
+  // Writer thread only: time spent in puts made inside the current one (a
+  // host put's evictions written to disk).
+  std::chrono::nanoseconds nested_put_{0};
 };
 
 }  // namespace ced

@@ -16,13 +16,31 @@ struct State {
                                     *written = nullptr, *rejected = nullptr, *errors = nullptr,
                                     *dropped = nullptr;
   metrics::Family<metrics::Gauge> *resident_bytes = nullptr, *resident_blocks = nullptr;
+  metrics::Family<metrics::Histogram> *read_seconds = nullptr, *write_seconds = nullptr;
   std::mutex mu;
   std::map<std::string, int64_t> seen;  // series -> the total last exported
+  std::map<std::string, KvTierLatencyStats> seen_latency;
 
   void Add(metrics::Counter& c, const std::string& series, int64_t total) {
     int64_t& last = seen[series];
     if (total > last) c.Increment(static_cast<double>(total - last));
     last = std::max(last, total);
+  }
+
+  void Add(metrics::Histogram& h, const std::string& series, const KvTierLatencyStats& now) {
+    KvTierLatencyStats& last = seen_latency[series];
+    std::vector<uint64_t> more(kKvTierLatencyBuckets, 0);
+    bool any = false;
+    for (size_t i = 0; i < kKvTierLatencyBuckets; ++i) {
+      if (now.count[i] > last.count[i]) {
+        more[i] = static_cast<uint64_t>(now.count[i] - last.count[i]);
+        last.count[i] = now.count[i];
+        any = true;
+      }
+    }
+    const int64_t more_ns = std::max<int64_t>(0, now.sum_ns - last.sum_ns);
+    last.sum_ns = std::max(last.sum_ns, now.sum_ns);
+    if (any || more_ns > 0) (void)h.AddCounts(more, static_cast<double>(more_ns) * 1e-9);
   }
 
   void Collect() {
@@ -36,6 +54,8 @@ struct State {
       Add(written->WithLabelValues({t}), "written/" + t, s.written_bytes);
       Add(errors->WithLabelValues({t}), "errors/" + t, s.errors);
       Add(dropped->WithLabelValues({t}), "dropped/" + t, s.dropped_writes);
+      Add(read_seconds->WithLabelValues({t}), "read_seconds/" + t, s.read_latency);
+      Add(write_seconds->WithLabelValues({t}), "write_seconds/" + t, s.write_latency);
       for (const auto& [reason, n] : s.rejected) {
         Add(rejected->WithLabelValues({t, reason}), "rejected/" + t + "/" + reason, n);
       }
@@ -82,6 +102,24 @@ absl::Status RegisterKvTierMetrics(metrics::Registry* registry,
   ASSIGN_OR_RETURN(s->resident_blocks,
                    registry->AddGauge("ced_kv_tier_resident_blocks",
                                       "KV blocks a local tier holds.", {"tier"}));
+  const std::vector<double> bounds(kKvTierLatencyBounds.begin(), kKvTierLatencyBounds.end());
+  ASSIGN_OR_RETURN(
+      s->read_seconds,
+      registry->AddHistogram(
+          "ced_kv_tier_read_seconds",
+          "Seconds per read call to a KV tier: host and disk one block (the run is walked block "
+          "by block), redis the rest of the run in MGETs of 32 blocks, one after the other, to "
+          "the first missing block. Misses and failed calls (ced_kv_tier_errors_total) count "
+          "too; an unreachable Redis answers at once or at its timeout.",
+          bounds, {"tier"}));
+  ASSIGN_OR_RETURN(
+      s->write_seconds,
+      registry->AddHistogram(
+          "ced_kv_tier_write_seconds",
+          "Seconds per write call to a KV tier, on the tier writer thread: host and disk one "
+          "block (a host write leaves out the disk writes of what it evicts), redis one "
+          "pipeline of SETs of the blocks the writer took at once. Failed calls count too.",
+          bounds, {"tier"}));
   registry->AddCollectHook([s] { s->Collect(); });
   return absl::OkStatus();
 }

@@ -8,7 +8,10 @@
 //   ced_kv_tier_errors_total{tier}            store/I-O failures (degraded to recompute)
 //   ced_kv_tier_dropped_writes_total{tier}    writes dropped (queue full, too big)
 //   ced_kv_tier_resident_bytes{tier}, ced_kv_tier_resident_blocks{tier}  (host, disk)
-// tier = host | disk | redis.
+//   ced_kv_tier_read_seconds{tier}            histogram: one per read call (kv_tiers.h)
+//   ced_kv_tier_write_seconds{tier}           histogram: one per write call
+// tier = host | disk | redis. The histograms' buckets are kKvTierLatencyBounds
+// (10 us .. 10 s); failed calls are observed too.
 #pragma once
 
 #include <functional>

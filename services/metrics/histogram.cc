@@ -73,6 +73,17 @@ void Histogram::Observe(double value) {
   sum_ += value;
 }
 
+absl::Status Histogram::AddCounts(const std::vector<uint64_t>& counts, double sum) {
+  if (counts.size() != counts_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("histogram has ", counts_.size(), " buckets, not ", counts.size()));
+  }
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < counts.size(); ++i) counts_[i] += counts[i];
+  sum_ += sum;
+  return absl::OkStatus();
+}
+
 Histogram::Snapshot Histogram::Collect() const {
   Snapshot snapshot;
   snapshot.bounds = bounds_;

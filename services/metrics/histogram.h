@@ -52,6 +52,11 @@ class Histogram final {
 
   // Counts `value` in the first bucket whose bound is >= value (NaN lands in +Inf only).
   void Observe(double value);
+  // Adds observations bucketed elsewhere (values sampled at scrape time from a
+  // lock-free source): counts[i] more in bucket i, as many entries as bounds
+  // plus one (the last is +Inf; not cumulative), whose values total `sum`.
+  // InvalidArgument, and nothing added, when `counts` has another size.
+  absl::Status AddCounts(const std::vector<uint64_t>& counts, double sum);
   // A consistent copy: count equals the +Inf bucket, sum matches the same observations.
   Snapshot Collect() const;
 

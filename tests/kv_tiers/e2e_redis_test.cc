@@ -124,6 +124,9 @@ TEST(E2eRedisTierTest, SessionResumesOnNewWorkersFromRedis) {
       },
       std::chrono::seconds(20)))
       << w1.decode->Log();
+  // Each write behind (a pipeline of SETs) is timed.
+  EXPECT_GT(Metric(*w1.decode, "ced_kv_tier_write_seconds_count{tier=\"redis\"}"), 0);
+  EXPECT_GT(Metric(*w1.decode, "ced_kv_tier_write_seconds_sum{tier=\"redis\"}"), 0);
 
   // New workers: empty caches, the same Redis.
   w1.prefill->Stop(SIGTERM);
@@ -133,6 +136,12 @@ TEST(E2eRedisTierTest, SessionResumesOnNewWorkersFromRedis) {
   ASSERT_TRUE(WaitUntil([&] { return OnlyLive(router.grpc(), "prefill-g2", "decode-g2"); },
                         std::chrono::seconds(60)));
 
+  // The prefix reads of turn 2 are timed: one observation per prefix read
+  // (its MGETs), on both workers.
+  auto reads = [](const ServiceProcess& p) {
+    return Metric(p, "ced_kv_tier_read_seconds_count{tier=\"redis\"}");
+  };
+  const double prefill_reads = reads(*w2.prefill), decode_reads = reads(*w2.decode);
   const std::vector<int32_t> turn2 = Concat(Concat(turn1, r1.tokens), Prompt(50, 72));
   const GenResult r2 = run(turn2);
   ASSERT_TRUE(r2.status.ok()) << r2.status.error_message() << w2.prefill->Log();
@@ -143,8 +152,18 @@ TEST(E2eRedisTierTest, SessionResumesOnNewWorkersFromRedis) {
   EXPECT_EQ(Metric(*w2.decode, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"), stored_tokens / bs);
   EXPECT_EQ(Metric(*w2.prefill, "ced_prefix_cache_hit_tokens_total"), stored_tokens);
   EXPECT_EQ(Metric(*w2.decode, "ced_kv_tier_errors_total{tier=\"redis\"}"), 0);
+  EXPECT_GT(reads(*w2.prefill), prefill_reads);
+  EXPECT_GT(reads(*w2.decode), decode_reads);
+  EXPECT_GT(Metric(*w2.prefill, "ced_kv_tier_read_seconds_sum{tier=\"redis\"}"), 0);
+  EXPECT_GT(Metric(*w2.decode, "ced_kv_tier_read_seconds_sum{tier=\"redis\"}"), 0);
 
-  // Redis dies: the next turn recomputes, and the workers count errors.
+  // Redis dies: the next turn recomputes, and the workers count errors. The
+  // failed calls are timed too.
+  auto calls = [](const ServiceProcess& p) {
+    return Metric(p, "ced_kv_tier_read_seconds_count{tier=\"redis\"}") +
+           Metric(p, "ced_kv_tier_write_seconds_count{tier=\"redis\"}");
+  };
+  const double prefill_calls = calls(*w2.prefill);
   (*redis)->Stop();
   const std::vector<int32_t> turn3 = Concat(Prompt(90, 73), Prompt(40, 74));
   const GenResult r3 = run(turn3);
@@ -155,6 +174,8 @@ TEST(E2eRedisTierTest, SessionResumesOnNewWorkersFromRedis) {
       [&] { return Metric(*w2.prefill, "ced_kv_tier_errors_total{tier=\"redis\"}") > 0; },
       std::chrono::seconds(10)));
   EXPECT_GT(Metric(*w2.decode, "ced_kv_tier_errors_total{tier=\"redis\"}"), 0);
+  EXPECT_TRUE(
+      WaitUntil([&] { return calls(*w2.prefill) > prefill_calls; }, std::chrono::seconds(10)));
 }
 
 TEST(E2eRedisTierTest, ClusterStartsAndStopsItsOwnRedis) {

@@ -32,6 +32,19 @@ TEST(MetricsHistogramTest, CountsIntoCumulativeBucketsWithInclusiveUpperBounds) 
   EXPECT_DOUBLE_EQ(s.sum, 0.5 + 1 + 1.5 + 2 + 4 + 5 + 7 - 3);
 }
 
+TEST(MetricsHistogramTest, AddCountsAddsBucketedObservations) {
+  Registry registry;
+  Histogram& h = MakeHistogram(&registry, {1, 2});
+  h.Observe(1.5);
+  ASSERT_TRUE(h.AddCounts({2, 0, 1}, 10.0).ok());
+  const Histogram::Snapshot s = h.Collect();
+  EXPECT_EQ(s.cumulative_counts, (std::vector<uint64_t>{2, 3, 4}));
+  EXPECT_EQ(s.count, 4u);
+  EXPECT_DOUBLE_EQ(s.sum, 11.5);
+  EXPECT_FALSE(h.AddCounts({1, 1}, 1.0).ok()) << "one entry per bucket, +Inf included";
+  EXPECT_EQ(h.Collect().count, 4u);
+}
+
 TEST(MetricsHistogramTest, EmptyHistogram) {
   Registry registry;
   Histogram& h = MakeHistogram(&registry, {0.1});
