@@ -179,6 +179,9 @@ int RunCluster(const std::vector<std::string>& args) {
       {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
       {"public-bind", "127.0.0.1", "interface of the gateway's public gRPC listener"},
       {"migration-limit", "3", "gateway: moves of a request off a dead decode worker (0: off)"},
+      {"reserve-retries", "2",
+       "gateway: placements on another decode worker when one refuses a request's K/V "
+       "reservation (cache full) (0: off)"},
       {"http", "true",
        "gateway: also serve the OpenAI-compatible HTTP API, on --public-bind at base-port + 2 "
        "(true/false)"},
@@ -275,6 +278,9 @@ int RunCluster(const std::vector<std::string>& args) {
   if (auto ms = f->GetInt("kv-store-timeout-ms"); !ms.ok() || *ms < 1 || *ms > 60000) {
     return Fail(kWords, "--kv-store-timeout-ms must be in [1, 60000]", 2);
   }
+  if (auto n = f->GetInt("reserve-retries"); !n.ok() || *n < 0 || *n > 16) {
+    return Fail(kWords, "--reserve-retries must be in [0, 16]", 2);
+  }
   if (kv_store == "local") {
     auto mb = f->GetInt("kv-store-mb");
     if (!mb.ok() || *mb < 1 || *mb > (1 << 20)) {
@@ -333,7 +339,8 @@ int RunCluster(const std::vector<std::string>& args) {
     std::vector<std::string> a = {"--role=gateway", "--listen", host_port(public_bind, Port(base, 0)),
                                   "--metrics-listen", host_port(bind, Port(mbase, 0)),
                                   "--router", router, "--model", model,
-                                  "--migration-limit", f->Get("migration-limit")};
+                                  "--migration-limit", f->Get("migration-limit"),
+                                  "--reserve-retries", f->Get("reserve-retries")};
     if (f->Get("http") == "true") {
       a.insert(a.end(), {"--http-listen", host_port(public_bind, Port(base, 2))});
     }

@@ -47,6 +47,13 @@ for bad in 0 60001 x; do
   expect 2 "ced cluster: --kv-store-timeout-ms must be in [1, 60000]" -- \
     "$ced" cluster --model "$model" --kv-store local --kv-store-timeout-ms "$bad"
 done
+# Forwarded to the gateway, checked before anything starts.
+for bad in -1 17 x; do
+  expect 2 "ced cluster: --reserve-retries must be in [0, 16]" -- \
+    "$ced" cluster --model "$model" --reserve-retries "$bad"
+  expect 2 "--reserve-retries must be in [0, 16]" -- \
+    "$ced" up --model "$model" --reserve-retries "$bad"
+done
 for bad in 0 1048577 x; do
   expect 2 "--kv-tier-queue-mb must be in [1, 2^20]" -- "${serve[@]}" --kv-tier-queue-mb "$bad"
 done

@@ -105,6 +105,13 @@ class LocalCluster {
     return child > 0 && kill(child, sig) == 0;
   }
 
+  // The argv of one service process of the cluster (named as for
+  // SignalService), as `ced cluster` started it; empty when it is not running.
+  std::vector<std::string> ServiceArgv(const std::string& name) const {
+    const pid_t child = ChildPid(name);
+    return child > 0 ? Argv(child) : std::vector<std::string>();
+  }
+
   bool ready() const { return ready_; }
   const ClusterAddresses& addresses() const { return addresses_; }
   std::string gateway() const { return addresses_.at("gateway").at("grpc"); }
@@ -138,9 +145,7 @@ class LocalCluster {
       pid_t ppid = -1;
       rest >> state >> ppid;
       if (ppid != parent) continue;
-      std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-      std::vector<std::string> argv;
-      for (std::string arg; std::getline(cmd, arg, '\0');) argv.push_back(arg);
+      const std::vector<std::string> argv = Argv(pid);
       for (size_t i = 0; i < argv.size(); ++i) {
         if (argv[i] == "--role=" + name ||
             (argv[i] == "--worker-id" && i + 1 < argv.size() && argv[i + 1] == name)) {
@@ -151,6 +156,13 @@ class LocalCluster {
     }
     closedir(proc);
     return found;
+  }
+
+  static std::vector<std::string> Argv(pid_t pid) {
+    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+    std::vector<std::string> argv;
+    for (std::string arg; std::getline(cmd, arg, '\0');) argv.push_back(arg);
+    return argv;
   }
 
   static inline int counter_ = 0;

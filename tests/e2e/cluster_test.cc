@@ -33,7 +33,9 @@ class E2eClusterTest : public ::testing::Test {
   void SetUp() override {
     if (cluster_ == nullptr) {
       model_ = new std::string(MakeModelDir("tiny"));
-      cluster_ = new LocalCluster(*model_, {"--prefill", "1", "--decode", "1"});
+      // Gateway flags that are not the defaults, to see them forwarded.
+      cluster_ = new LocalCluster(*model_, {"--prefill", "1", "--decode", "1", "--migration-limit",
+                                            "4", "--reserve-retries", "5"});
     }
   }
   static void TearDownTestSuite() {
@@ -157,6 +159,20 @@ TEST_F(E2eClusterTest, EveryServiceServesPrometheusMetrics) {
   EXPECT_GT(decode, 0);
   // The default cluster's prefill workers may replay, so they hold the decoder too.
   EXPECT_NEAR(prefill / decode, 1.0, 0.01);
+}
+
+TEST_F(E2eClusterTest, ForwardsGatewayFlagsToTheGateway) {
+  ASSERT_TRUE(cluster_->ready());
+  const std::vector<std::string> argv = cluster_->ServiceArgv("gateway");
+  ASSERT_FALSE(argv.empty()) << "no gateway process";
+  auto value = [&](const std::string& flag) {
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      if (argv[i] == flag) return argv[i + 1];
+    }
+    return std::string("(absent)");
+  };
+  EXPECT_EQ(value("--migration-limit"), "4");
+  EXPECT_EQ(value("--reserve-retries"), "5");
 }
 
 // What the same engine holds in this process with `weights`.
