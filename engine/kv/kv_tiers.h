@@ -1,7 +1,7 @@
 // The KV tiers below one engine's prefix cache (DESIGN.md §1.6, §2):
 //
 //   hot cache --evicted--> host memory --evicted--> local disk
-//   finished sequences' blocks ----------------------> shared store (Redis)
+//   sequences' final blocks, as published -----------> shared store (Redis)
 //
 // A prompt whose cached prefix ends in the hot cache continues it here: each
 // next block from the first tier that holds it (queued spills, host, disk),
@@ -70,7 +70,7 @@ class KvTiers {
   // Whether the shared store may lack `hash` (false once this process wrote
   // or read it there), so the caller copies only blocks worth writing.
   bool WantsShared(const BlockHash& hash) const;
-  // A finished sequence's block for the shared store. Never blocks on I/O.
+  // A block whose K/V is final, for the shared store. Never blocks on I/O.
   void WriteShared(const BlockHash& hash, std::string payload);
 
   // The payloads of the longest run hashes[0..k) held below the hot cache,

@@ -272,6 +272,7 @@ void Engine::PublishBlocks(Sequence* seq) {
     seq->hashes.push_back(h);
     prefix_->Publish(seq->blocks[b], h);
   }
+  if (tiers_ != nullptr) WriteBehind(seq);
 }
 
 absl::Status Engine::SetPromptTokens(SeqId id, absl::Span<const int32_t> prompt) {
@@ -294,7 +295,7 @@ int Engine::EvictCachedBlocks() { return prefix_->EvictAll(); }
 absl::Status Engine::ReleaseSequence(SeqId id) {
   std::unique_lock<std::shared_mutex> lock(seq_mu_);
   ASSIGN_OR_RETURN(Sequence * seq, Find(id));
-  if (tiers_ != nullptr) WriteBehind(*seq);
+  if (tiers_ != nullptr) WriteBehind(seq);  // blocks no publish offered yet
   absl::Status s = prefix_->Release(seq->blocks);
   if (seq->local_slot >= 0) s.Update(cache_->local_slots().Free({seq->local_slot}));
   sequences_.erase(id);

@@ -55,8 +55,9 @@ struct EngineOptions {
   std::string model_identity;
   // KV tiers below the prefix cache (engine/kv/kv_tiers.h), all off by
   // default: blocks evicted from the cache go to host memory, from there to
-  // disk; finished sequences' blocks go to the shared store; a prompt's cached
-  // prefix continues in them (loaded, not recomputed).
+  // disk; sequences' blocks go to the shared store once final (as they are
+  // published, while the sequence runs); a prompt's cached prefix continues
+  // in them (loaded, not recomputed).
   int64_t kv_host_bytes = 0;
   std::string kv_disk_dir;  // one directory per engine
   int64_t kv_disk_bytes = 0;
@@ -224,11 +225,13 @@ class Engine {
   void Logits(const float* x, int rows, float* out);
   void StoreGlobal(Batch& batch, int slot, const float* k, const float* v);
   // Publishes the sequence's full blocks whose tokens are known and whose
-  // K/V is final (positions < num_tokens).
+  // K/V is final (positions < num_tokens), and queues them for the shared
+  // store (WriteBehind) while the sequence is still running.
   void PublishBlocks(Sequence* seq);
   // KV tiers (kv_tiers_hooks.cc): creates them; continues `shared` (blocks
   // acquired for hashes[0..]) with blocks loaded from the tiers, published;
-  // queues a released sequence's blocks for the shared store.
+  // queues the sequence's published blocks not offered yet for the shared
+  // store (from PublishBlocks, and at release).
   absl::Status InitKvTiers(const EngineOptions& options);
   void LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>* shared,
                      const TierPrefetch* prefetched);
@@ -236,7 +239,7 @@ class Engine {
   // tokens, at most max_cached_tokens when >= 0).
   std::vector<BlockHash> CacheableHashes(absl::Span<const int32_t> prompt,
                                          int max_cached_tokens) const;
-  void WriteBehind(const Sequence& seq);
+  void WriteBehind(Sequence* seq);
 
   ModelConfig config_;
   WeightSet set_ = WeightSet::kFull;

@@ -43,6 +43,9 @@ struct Engine::Sequence {
   int write_from = 0;
   std::vector<int32_t> tokens;   // token ids of positions [0, tokens.size())
   std::vector<BlockHash> hashes; // hash chain of the full blocks published so far
+  // Blocks [0, shared_from) were offered to the shared store (queued, or
+  // skipped as already there): each is written at most once.
+  size_t shared_from = 0;
   std::vector<float> h_e;  // host f32 [num_tokens - replay_start, d] while a replay is pending
 };
 

@@ -1,6 +1,6 @@
 // The engine's side of the KV tiers (engine/kv/kv_tiers.h): spilling blocks
 // the prefix cache evicts, loading a prompt's prefix back from the tiers, and
-// writing finished sequences' blocks to the shared store.
+// writing sequences' blocks to the shared store as they become final.
 #include <algorithm>
 #include <string>
 
@@ -77,15 +77,19 @@ void Engine::LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>*
   }
 }
 
-void Engine::WriteBehind(const Sequence& seq) {
+void Engine::WriteBehind(Sequence* seq) {
   if (!tiers_->has_shared()) return;
+  // Every hash is a published block: its K/V is final (PublishBlocks), so it
+  // is offered once, as soon as it is published; a running sequence's blocks
+  // reach the store before it ends (a migrated stream, a long turn).
   const size_t bytes = cache_->block_bytes();
-  const size_t n = std::min(seq.hashes.size(), seq.blocks.size());
-  for (size_t b = 0; b < n; ++b) {
-    if (!tiers_->WantsShared(seq.hashes[b])) continue;
+  const size_t n = std::min(seq->hashes.size(), seq->blocks.size());
+  for (; seq->shared_from < n; ++seq->shared_from) {
+    const size_t b = seq->shared_from;
+    if (!tiers_->WantsShared(seq->hashes[b])) continue;
     std::string payload(bytes, '\0');
-    backend_->CopyToHost(payload.data(), cache_->GlobalRow(seq.blocks[b], 0, 0, 0), bytes);
-    tiers_->WriteShared(seq.hashes[b], std::move(payload));
+    backend_->CopyToHost(payload.data(), cache_->GlobalRow(seq->blocks[b], 0, 0, 0), bytes);
+    tiers_->WriteShared(seq->hashes[b], std::move(payload));
   }
 }
 

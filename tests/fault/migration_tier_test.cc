@@ -3,18 +3,19 @@
 // private redis-server). The decode worker running a stream is SIGKILLed
 // mid-stream; the gateway re-issues prompt + streamed tokens to the other
 // decode worker (tests/fault/migration_test.cc). What is reused then:
-// - the survivor decode worker, which never saw the prompt, loads the
-//   prompt's full blocks from Redis (the prefill worker wrote them behind the
-//   request when it released its sequence), so the prefill worker skips them;
-// - the prefill worker finds them in its own prefix cache and computes only
-//   the rest (usage.cached_prompt_tokens = the prompt's full blocks).
-// The tokens streamed before the kill are not stored anywhere: the dead
-// worker would have written its blocks only when the sequence finished
-// (DESIGN.md §2 "KV tiers"), so they are recomputed. Greedy with the
-// router's replay placement, and sampled with the replay on the decode worker.
-// Deterministic: the decode workers sleep before every step, and the victim
-// is SIGSTOPped while the test waits for the prompt's blocks to be in Redis,
-// so the stream cannot end before the kill.
+// - the survivor decode worker, which never saw the request, loads from Redis
+//   the prompt's full blocks (the prefill worker wrote them behind the
+//   request as its chunks finished) and the blocks of tokens the victim
+//   generated (it wrote each block as a decode step filled it, while the
+//   sequence ran: DESIGN.md §2 "KV tiers"), so the prefill worker skips them;
+// - the prefill worker finds the prompt's blocks in its own prefix cache and
+//   the generated ones in Redis, and computes only the rest
+//   (usage.cached_prompt_tokens > the prompt's full blocks).
+// Greedy with the router's replay placement, and sampled with the replay on
+// the decode worker. Deterministic: the decode workers sleep before every
+// step; the victim is SIGSTOPped once it has written two blocks of generated
+// tokens, and stays stopped while the test waits for the prompt's blocks to
+// be in Redis, so the stream cannot end before the kill.
 #include <signal.h>
 
 #include <memory>
@@ -90,7 +91,23 @@ TEST_P(FaultMigrationTierTest, MigratedRequestReusesStoredPrefix) {
       ScrapeMetric(c.decode(1).metrics(), "ced_decode_running_sequences").value_or(-1);
   ASSERT_EQ(r0 + r1, 1) << "the stream is running on exactly one decode worker";
   const int victim = r0 == 1 ? 0 : 1, survivor = 1 - victim;
-  c.decode(victim).Signal(SIGSTOP);
+  // The victim writes the prompt's blocks (it does not know the prefill
+  // worker wrote them) and each block of generated tokens once it is final,
+  // while the sequence still runs (not when it ends).
+  constexpr int kGeneratedBlocks = 2;
+  Proc& v = c.decode(victim);
+  bool running = true;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        running = Metric(v, "ced_decode_running_sequences") == 1;
+        return !running || Metric(v, "ced_kv_tier_written_bytes_total{tier=\"redis\"}") >=
+                               block_bytes * (prompt_blocks + kGeneratedBlocks);
+      },
+      Ms(30000)))
+      << v.Log();
+  ASSERT_TRUE(running) << "the sequence ended before its generated blocks were in Redis\n"
+                       << v.Log();
+  v.Signal(SIGSTOP);
 
   // The prefill worker released its sequence once the K/V was sent, and wrote
   // the prompt's full blocks to Redis behind the request.
@@ -121,19 +138,22 @@ TEST_P(FaultMigrationTierTest, MigratedRequestReusesStoredPrefix) {
   EXPECT_EQ(placement.decode_worker_id(), c.decode_id(survivor));
   EXPECT_FALSE(placement.local_prefill());
 
-  // The prompt was not recomputed: the prefill worker's prefix cache held its
-  // full blocks (usage counts what the worker that ran the prefill skipped).
-  EXPECT_EQ(stream.last().usage().cached_prompt_tokens(), kPromptTokens);
-  EXPECT_EQ(Metric(prefill, "ced_prefix_cache_hit_tokens_total") - prefill_hits_before,
-            kPromptTokens);
-  // ... and were not sent again: the survivor loaded them from Redis.
+  // Neither the prompt nor the victim's generated blocks were recomputed: the
+  // prefill worker's prefix cache held the prompt's full blocks, Redis the
+  // generated ones (usage counts what the worker that ran the prefill
+  // skipped).
+  const int cached = stream.last().usage().cached_prompt_tokens();
+  EXPECT_GE(cached, kPromptTokens + kGeneratedBlocks * bs)
+      << "the migrated request recomputed the blocks the victim had generated";
+  EXPECT_EQ(cached % bs, 0);
+  EXPECT_EQ(Metric(prefill, "ced_prefix_cache_hit_tokens_total") - prefill_hits_before, cached);
+  EXPECT_EQ(Metric(prefill, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"),
+            cached / bs - prompt_blocks);
+  // ... and were not sent again: the survivor loaded them all from Redis.
   Proc& d = c.decode(survivor);
-  EXPECT_EQ(Metric(d, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"), prompt_blocks);
-  EXPECT_EQ(Metric(d, "ced_prefix_cache_hit_tokens_total"), kPromptTokens);
+  EXPECT_EQ(Metric(d, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"), cached / bs);
+  EXPECT_EQ(Metric(d, "ced_prefix_cache_hit_tokens_total"), cached);
   EXPECT_EQ(Metric(d, "ced_kv_tier_errors_total{tier=\"redis\"}"), 0);
-  // The tokens streamed before the kill were only on the dead worker (a
-  // sequence's blocks are written when it finishes): nothing more in Redis.
-  EXPECT_EQ(Metric(prefill, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"), 0);
 
   const std::string scenario = std::string("migration_tier_") + param.name;
   Figure(scenario, "tokens_before_kill", static_cast<double>(before_kill));

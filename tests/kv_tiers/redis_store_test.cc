@@ -157,6 +157,58 @@ TEST_F(RedisTest, BadValuesAreDroppedCountedAndDeleted) {
   EXPECT_EQ(store->stats().rejected.at("length"), 1);
 }
 
+// A running sequence's blocks reach Redis as soon as their K/V is final, not
+// when it ends (what a migrated stream or a long turn resumes from): engine A
+// prefills 2 blocks and decodes past the end of a third, all of generated
+// tokens, and keeps the sequence; engine B finds all three in Redis and
+// resumes from them (equal to the full forward). A's release then writes
+// none of them again.
+TEST_F(RedisTest, RunningSequenceWritesEachFinalBlockOnce) {
+  EngineOptions o;
+  o.kv_shared_store = Store();
+  auto a = Engine::CreateWithWeights(o, LoadTestModel("tiny"));
+  ASSERT_TRUE(a.ok());
+  const int bs = (*a)->cache_stats().block_size;
+  const size_t block_bytes = kKvBlockHeaderBytes + Engine::GlobalRangeBytes((*a)->config(), 0, bs);
+  const auto prompt = RandomPrompt(2 * bs, 53);
+  const int steps = bs + 4;  // K/V of positions [0, 3 bs + 3): block 2 is generated tokens
+  int cached_a = -1;
+  auto seq = (*a)->CreateSequenceForPrompt(prompt, 2 * bs + steps, &cached_a);
+  ASSERT_TRUE(seq.ok());
+  PrefillOptions po;
+  po.replay = ReplayMode::kExact;
+  auto pre = (*a)->Prefill(*seq, prompt, po);
+  ASSERT_TRUE(pre.ok());
+  (*a)->FlushKvTiers();
+  EXPECT_EQ((*a)->kv_tier_stats()[0].written_blocks, 2) << "the prompt's blocks, at prefill";
+  const GreedyRun run = DecodeGreedy(**a, *seq, std::move(pre->logits), steps);
+  ASSERT_EQ(run.tokens.size(), static_cast<size_t>(steps));
+  (*a)->FlushKvTiers();
+  EXPECT_EQ((*a)->kv_tier_stats()[0].written_blocks, 3) << "block 2, the sequence still running";
+  EXPECT_EQ((*a)->kv_tier_stats()[0].written_bytes, static_cast<int64_t>(3 * block_bytes));
+
+  o.kv_shared_store = Store();  // B's own connection
+  auto b = Engine::CreateWithWeights(o, LoadTestModel("tiny"));
+  ASSERT_TRUE(b.ok());
+  std::vector<int32_t> resumed = prompt;
+  resumed.insert(resumed.end(), run.tokens.begin(), run.tokens.end());
+  int cached = -1;
+  auto sb = (*b)->CreateSequenceForPrompt(resumed, static_cast<int>(resumed.size()) + 4, &cached);
+  ASSERT_TRUE(sb.ok());
+  EXPECT_EQ(cached, 3 * bs) << "the prompt's blocks and the generated one, from Redis";
+  EXPECT_EQ((*b)->kv_tier_stats()[0].hit_blocks, 3);
+  auto preb = (*b)->Prefill(*sb, resumed, po);
+  ASSERT_TRUE(preb.ok());
+  const GreedyRun rb = DecodeGreedy(**b, *sb, std::move(preb->logits), 4);
+  ASSERT_TRUE((*b)->ReleaseSequence(*sb).ok());
+  ExpectMatchesFullForward(**b, resumed, rb, 1e-5);
+
+  ASSERT_TRUE((*a)->ReleaseSequence(*seq).ok());
+  (*a)->FlushKvTiers();
+  EXPECT_EQ((*a)->kv_tier_stats()[0].written_blocks, 3) << "the release wrote a block twice";
+  EXPECT_EQ((*a)->kv_tier_stats()[0].written_bytes, static_cast<int64_t>(3 * block_bytes));
+}
+
 TEST(RedisAuthTest, PasswordFromOptionsAndWrongPasswordDegrades) {
   if (services::FindRedisServer().empty()) CED_SKIP_OR_FAIL_WHEN_MISSING("redis-server");
   auto redis = LocalRedis::Start(16, "s3cret");
