@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/cpu/isa.h"
 #include "services/cli/commands.h"
+#include "services/cli/crash_report.h"
 
 namespace ced::cli {
 
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
   // graph under a global lock, ~3x the cost of the lock itself. The unit tests,
   // which run the same services in-process, keep the checker on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // A crash leaves its signal and stack in the log (crash_report.h).
+  InstallCrashReport();
   // A CPU kernel variant this CPU cannot run is refused before anything
   // starts (never an illegal instruction later).
   if (const std::string error = ced::kernels::ValidateCpuIsaEnv(); !error.empty()) {
