@@ -10,6 +10,16 @@
 // variant's cell also gives its share of that variant's FMA peak measured in
 // the same run on the same threads. For n == 1 it also times cblas_sgemv.
 //
+// Fairness between contenders in one process: each library's idle threads
+// must not hold the cores while the next contender runs. OpenBLAS's workers
+// spin about 2^28 cycles after a call and OpenMP's (oneDNN's, with the wait
+// policy unset) spin too; on a machine with as many cores as threads, the
+// contender timed next then shares its cores with them (the engine's pool
+// measured at the speed of one thread). So the program runs itself again
+// with OMP_WAIT_POLICY=passive and OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles)
+// unless they are set, and says so in its header. All buffers are 64-byte
+// aligned, as the engine's are.
+//
 // Usage: blas_compare [--reps=N] [--ms=M] [--threads=T] [--variants=V] [--shapes=S]
 //   N >= 7 repetitions of ~M ms each; T threads for every contender
 //   (default 1: per-core figures); V a comma list of kernel variants (default
@@ -17,8 +27,10 @@
 //   engine's, below).
 #include <cblas.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +53,28 @@ namespace {
 struct Shape {
   int n, in, out;
 };
+
+// 64-byte aligned storage (cache lines; the engine's activations are too),
+// so no contender's rows straddle lines differently from another's.
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+  template <typename U>
+  bool operator!=(const Aligned64<U>&) const { return false; }
+};
+using Floats = std::vector<float, Aligned64<float>>;
 
 // The `small` preset's projections: qkv/attention-out, local/global K or V,
 // FFN up/gate and down, the LM head; prefill chunks (256), decode batches (1, 16).
@@ -119,7 +153,7 @@ Stats ToGflops(const std::vector<double>& seconds, double flops) {
   return {Median(g), *std::min_element(g.begin(), g.end()), *std::max_element(g.begin(), g.end())};
 }
 
-double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+double MaxRelDiff(const Floats& a, const Floats& b) {
   double scale = 0.0, diff = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
     scale = std::max(scale, static_cast<double>(std::abs(a[i])));
@@ -146,6 +180,16 @@ double VariantPeak(ced::kernels::CpuIsa isa) {
 
 int main(int argc, char** argv) {
   namespace k = ced::kernels;
+  // No contender's idle threads spin through the next one's timing (see the
+  // top of this file): set before the libraries start their threads.
+  if (std::getenv("CED_BLAS_COMPARE_ENV") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+    setenv("CED_BLAS_COMPARE_ENV", "1", 1);
+    execv("/proc/self/exe", argv);
+    std::fprintf(stderr, "blas_compare: cannot run itself again (%s); idle library threads may spin\n",
+                 std::strerror(errno));
+  }
   if (const std::string err = k::ValidateCpuIsaEnv(); !err.empty()) {
     std::fprintf(stderr, "error: %s\n", err.c_str());
     return 2;
@@ -198,6 +242,10 @@ int main(int argc, char** argv) {
   std::printf("# CPU: %s\n# OpenBLAS: %s\n# oneDNN: %d.%d.%d\n# %d thread(s) each, %d reps of ~%.0f ms\n",
               m.cpu_model.c_str(), openblas_get_config(), v->major, v->minor, v->patch, threads,
               reps, target_s * 1e3);
+  std::printf("# Idle threads: OMP_WAIT_POLICY=%s OPENBLAS_THREAD_TIMEOUT=%s (no contender's idle "
+              "threads spin while another runs)\n",
+              std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset",
+              std::getenv("OPENBLAS_THREAD_TIMEOUT") ? std::getenv("OPENBLAS_THREAD_TIMEOUT") : "unset");
   std::printf("# FMA peak on %d thread(s):", threads);
   for (size_t i = 0; i < isas.size(); ++i) {
     if (peaks[i] > 0) std::printf(" %s %.1f GFLOP/s", std::string(k::CpuIsaName(isas[i])).c_str(), peaks[i]);
@@ -211,10 +259,10 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   bool all_match = true;
   for (const Shape& s : shapes) {
-    std::vector<float> x(static_cast<size_t>(s.n) * s.in), w(static_cast<size_t>(s.out) * s.in);
+    Floats x(static_cast<size_t>(s.n) * s.in), w(static_cast<size_t>(s.out) * s.in);
     for (float& e : x) e = normal(rng);
     for (float& e : w) e = normal(rng);
-    std::vector<float> y_blas(static_cast<size_t>(s.n) * s.out), y_dnnl(y_blas.size()),
+    Floats y_blas(static_cast<size_t>(s.n) * s.out), y_dnnl(y_blas.size()),
         y_gemv(y_blas.size());
     auto blas = [&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.n, s.out, s.in, 1.0f, x.data(), s.in,
@@ -231,7 +279,7 @@ int main(int argc, char** argv) {
     };
     // The engine, one packed copy per variant (made under that variant).
     std::vector<std::unique_ptr<k::PackedMatrix>> packed;
-    std::vector<std::vector<float>> y_ced(isas.size(), std::vector<float>(y_blas.size()));
+    std::vector<Floats> y_ced(isas.size(), Floats(y_blas.size()));
     for (k::CpuIsa isa : isas) {
       k::SetActiveCpuIsa(isa);
       packed.push_back(std::make_unique<k::PackedMatrix>(w.data(), s.out, s.in));
