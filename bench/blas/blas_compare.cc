@@ -17,8 +17,9 @@
 // contender timed next then shares its cores with them (the engine's pool
 // measured at the speed of one thread). So the program runs itself again
 // with OMP_WAIT_POLICY=passive and OPENBLAS_THREAD_TIMEOUT=4 (2^4 cycles)
-// unless they are set, and says so in its header. All buffers are 64-byte
-// aligned, as the engine's are.
+// unless they are set (set them to time the libraries' defaults: e.g.
+// OMP_WAIT_POLICY=active OPENBLAS_THREAD_TIMEOUT=28), and says so in its
+// header. All buffers are 64-byte aligned, as the engine's are.
 //
 // Usage: blas_compare [--reps=N] [--ms=M] [--threads=T] [--variants=V] [--shapes=S]
 //   N >= 7 repetitions of ~M ms each; T threads for every contender
