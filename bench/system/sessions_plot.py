@@ -207,7 +207,8 @@ def server(run, first_turn, key):
 
 def summary_tiers_server(runs):
     print("TTFT split by the gateway's timings, turns >= 2 (p50 over the requests, ms): queue "
-          "(waiting behind other sessions' turns: 1 session for recompute, 6 for the others) and "
+          "(before the prefill starts: behind other sessions' turns and waiting for room in the decode "
+          "worker's KV cache) and "
           "prefill (reservation + tier reads + compute); recompute / target on prefill p50.\n")
     print("| run | target | queue p50 | prefill p50 / p90 | recompute / target (prefill p50) |")
     print("|---|---|---:|---:|---:|")

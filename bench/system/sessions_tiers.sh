@@ -20,7 +20,8 @@
 #             --targets recompute,hot,hostdisk,redis;
 #             routing: --sessions 4 --think-ms 500 (stagger think / S)
 # tiers: four `ced cluster`s (1 prefill + 1 decode worker each) on small:
-#   recompute  --prefix-cache=false
+#   recompute  --prefix-cache=false (with --recompute-sessions = --sessions:
+#              the hot cache of hostdisk / redis, see below)
 #   hot        a KV cache that holds every session (the reference)
 #   hostdisk   a hot cache of --hot-mb (default: 2.1 x the longest request)
 #              + --kv-host-mb HOST-MB + --kv-disk-dir (tmp) --kv-disk-mb DISK-MB
@@ -37,7 +38,10 @@
 #   below it. recompute runs only the first --recompute-sessions sessions
 #   with a 500 ms think time (the same token ids and lengths: the trace
 #   depends on the seed, the session and the turn only) in a call of its own,
-#   so that its long prefills do not queue behind one another.
+#   so that its long prefills do not queue behind one another; with
+#   --recompute-sessions equal to --sessions it runs the very same trace as
+#   the other targets (same concurrency, think time and stagger), which is
+#   the like-for-like comparison: every target then queues the same way.
 # routing: two `ced cluster --prefill 2 --decode 2`, --routing cache_aware and
 #   --routing load, each worker's KV cache large enough for every session.
 # Each repetition runs `ced-loadgen --workload agent` over the targets (one
@@ -94,6 +98,11 @@ PY=/usr/bin/python3
 longest=$(( FIRST + (TURNS - 1) * (OUTPUT + TOOL) + OUTPUT ))
 [[ $HOTMB == 0 ]] && HOTMB=$(( (longest * 24 * 21 / 10 + 1023) / 1024 ))
 ALLMB=$(( (2 * SESSIONS * longest * 24 + 1023) / 1024 + 64 ))  # every session, twice over
+# recompute: the KV cache of the tier targets when it runs their trace (the
+# same memory, no prefix cache and no tiers: a worker holds as many requests
+# at once as theirs); the all-sessions cache for its single-session run.
+RECMB=$ALLMB
+[[ $RECSESS == "$SESSIONS" ]] && RECMB=$HOTMB
 threads=${OMP_NUM_THREADS:-$(nproc)}
 work=$(mktemp -d)
 pids=()
@@ -110,7 +119,7 @@ if [[ $PART == tiers ]]; then
   for t in ${TARGETS//,/ }; do
     names+=("$t")
     case $t in
-      recompute) args+=("--prefill 1 --decode 1 --kv-cache-mb $ALLMB --prefix-cache=false") ;;
+      recompute) args+=("--prefill 1 --decode 1 --kv-cache-mb $RECMB --prefix-cache=false") ;;
       hot) args+=("--prefill 1 --decode 1 --kv-cache-mb $ALLMB") ;;
       hostdisk) args+=("--prefill 1 --decode 1 --kv-cache-mb $HOTMB --kv-host-mb $HOSTMB --kv-disk-dir $work/disk --kv-disk-mb $DISKMB") ;;
       redis) args+=("--prefill 1 --decode 1 --kv-cache-mb $HOTMB --kv-store local --kv-store-mb $(( 2 * ALLMB ))") ;;
@@ -234,7 +243,9 @@ for r in $(seq "$REPS"); do
   # tiers: recompute in a call of its own with fewer sessions; first or last.
   rest=$(printf '%s\n' "${order[@]}" | { grep -v '^recompute=' || true; } | paste -sd,)
   rec=$(printf '%s\n' "${order[@]}" | { grep '^recompute=' || true; })
-  if [[ $PART == tiers && -n $rec && -n $rest ]]; then
+  # With --recompute-sessions = --sessions, recompute runs the same trace as
+  # the others (same sessions, think time and stagger) in the same call.
+  if [[ $PART == tiers && -n $rec && -n $rest && $RECSESS != "$SESSIONS" ]]; then
     if [[ ${order[0]} == recompute=* ]]; then
       agent "$rec" "$RECSESS" "$work/a" 500; agent "$rest" "$SESSIONS" "$work/b"
     else

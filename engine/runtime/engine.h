@@ -143,9 +143,10 @@ class Engine {
   // at most N - 1 tokens, at most `max_cached_tokens` when >= 0) is shared by
   // reference, and Prefill then computes only what DESIGN.md §1.6 says.
   // *cached_tokens (may be null) receives P.
-  // `prefetched` (may be null): blocks PrefetchFromTiers read beforehand;
-  // without it the blocks below the hot cache are read here, blocking on the
-  // tiers' I/O (a Redis round trip) under whatever lock the caller holds.
+  // `prefetched` (may be null): blocks PrefetchFromTiers read beforehand (an
+  // empty one: the hot cache only, no tier is read); without it the blocks
+  // below the hot cache are read here, blocking on the tiers' I/O (a Redis
+  // round trip) under whatever lock the caller holds.
   absl::StatusOr<SeqId> CreateSequenceForPrompt(absl::Span<const int32_t> prompt,
                                                 int capacity_tokens, int* cached_tokens,
                                                 int max_cached_tokens = -1,

@@ -289,10 +289,16 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
       w->cv_.notify_all();  // the loop may wait for admissions to finish
     }
   } admitting{this, r->id};
-  // What the KV tiers hold of the prompt's prefix is read first, without the
-  // engine's lock: a disk read or a Redis round trip must not hold up the
-  // decode steps of every running sequence.
-  const TierPrefetch prefetched = engine_->PrefetchFromTiers(r->prompt);
+  // A local prefill reads what the KV tiers hold of the prompt's prefix
+  // first, without the engine's lock: a disk read or a Redis round trip must
+  // not hold up the decode steps of every running sequence. A remote prefill
+  // reads no tier here: the prefill worker reads the prefix from its own
+  // cache and tiers anyway (it computes the suffix from it) and sends every
+  // block this hot cache lacks over the K/V transport while it computes, so
+  // a second read of the same prefix, in front of the prefill, would only
+  // delay the first token (an empty prefetch: only the hot cache is used).
+  const TierPrefetch prefetched =
+      r->local_prefill ? engine_->PrefetchFromTiers(r->prompt) : TierPrefetch{};
   {
     std::lock_guard<std::mutex> lock(engine_mu_);
     // The prefix cache may already hold the prompt's first blocks (an earlier

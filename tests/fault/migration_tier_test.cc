@@ -3,14 +3,15 @@
 // private redis-server). The decode worker running a stream is SIGKILLed
 // mid-stream; the gateway re-issues prompt + streamed tokens to the other
 // decode worker (tests/fault/migration_test.cc). What is reused then:
-// - the survivor decode worker, which never saw the request, loads from Redis
-//   the prompt's full blocks (the prefill worker wrote them behind the
-//   request as its chunks finished) and the blocks of tokens the victim
-//   generated (it wrote each block as a decode step filled it, while the
-//   sequence ran: DESIGN.md §2 "KV tiers"), so the prefill worker skips them;
 // - the prefill worker finds the prompt's blocks in its own prefix cache and
-//   the generated ones in Redis, and computes only the rest
-//   (usage.cached_prompt_tokens > the prompt's full blocks).
+//   the blocks of tokens the victim generated in Redis (the victim wrote
+//   each block as a decode step filled it, while the sequence ran: DESIGN.md
+//   §2 "KV tiers"), and computes only the rest (usage.cached_prompt_tokens >
+//   the prompt's full blocks);
+// - the survivor decode worker, which never saw the request, reads nothing
+//   from Redis at its reservation (a remote prefill follows): the prefill
+//   worker sends it every block over the K/V transport, the reused ones
+//   with the computed ones, so the prefix is read once, not twice in a row.
 // Greedy with the router's replay placement, and sampled with the replay on
 // the decode worker. Deterministic: the decode workers sleep before every
 // step; the victim is SIGSTOPped once it has written two blocks of generated
@@ -149,10 +150,17 @@ TEST_P(FaultMigrationTierTest, MigratedRequestReusesStoredPrefix) {
   EXPECT_EQ(Metric(prefill, "ced_prefix_cache_hit_tokens_total") - prefill_hits_before, cached);
   EXPECT_EQ(Metric(prefill, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"),
             cached / bs - prompt_blocks);
-  // ... and were not sent again: the survivor loaded them all from Redis.
+  // ... and the survivor got them from the prefill worker, not from Redis:
+  // every token of its prompt came over the K/V transport.
   Proc& d = c.decode(survivor);
-  EXPECT_EQ(Metric(d, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"), cached / bs);
-  EXPECT_EQ(Metric(d, "ced_prefix_cache_hit_tokens_total"), cached);
+  EXPECT_EQ(Metric(d, "ced_kv_tier_hit_blocks_total{tier=\"redis\"}"), 0);
+  EXPECT_EQ(Metric(d, "ced_kv_tier_read_seconds_count{tier=\"redis\"}"), 0)
+      << "a reservation with a remote prefill reads no tier";
+  EXPECT_EQ(Metric(d, "ced_prefix_cache_hit_tokens_total"), 0);
+  EXPECT_GE(Metric(d, "ced_kv_transfer_bytes_total{direction=\"in\"}"),
+            static_cast<double>(Engine::GlobalRangeBytes(
+                ref.engine().config(), 0, kPromptTokens + static_cast<int>(before_kill))))
+      << "the reused blocks were not sent to the survivor";
   EXPECT_EQ(Metric(d, "ced_kv_tier_errors_total{tier=\"redis\"}"), 0);
 
   const std::string scenario = std::string("migration_tier_") + param.name;
