@@ -211,6 +211,10 @@ redisContext* RedisBlockStore::Connected(Conn& c) {
     Broken(c);
     return nullptr;
   }
+  // Keep the reply buffer between replies (hiredis frees it past 16 KiB
+  // when a reply is consumed): every MGET of blocks would otherwise grow a
+  // new one from nothing, in fresh pages.
+  c.ctx->reader->maxbuf = 0;
   auto ok = [](const Reply& r) { return r != nullptr && r->type != REDIS_REPLY_ERROR; };
   if (!options_.password.empty()) {
     std::vector<std::string> auth = {"AUTH"};

@@ -52,8 +52,11 @@ struct RedisStoreOptions {
   int ttl_s = 0;  // 0: no expiry
   int max_keys_per_read = 4096;
   // Blocks per MGET of a prefix read (its MGETs run one after the other,
-  // each within io_timeout_ms, stopping at the first missing block).
-  int keys_per_command = 32;
+  // each within io_timeout_ms, stopping at the first missing block). Small:
+  // hiredis grows its reply buffer 1 MiB at a time past 1 MiB, copying it
+  // whole at each step, so a 12 MiB reply (32 blocks of `small`) was copied
+  // about six times over; a round trip costs far less than that.
+  int keys_per_command = 4;
   std::string key_prefix = "ced:kv:";
   // TLS (rediss://). The files are PEM, read at Create (errors name the
   // --kv-store-tls-* flag) and again at each connect (rotated Secrets).
