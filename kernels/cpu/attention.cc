@@ -335,6 +335,8 @@ void CutRuns(const std::vector<KeyRun>& runs, int k0, int k1, std::vector<KeyRun
 // Software prefetch of one run's K rows, then its V rows, a few cache lines
 // per call, while the run before it is computed: a sequence's blocks and its
 // ring lie far apart, so hardware prefetchers lose the stream at every run.
+// Into every cache level (T0, not non-temporal): each line of a run is read
+// again at once by the other query heads of its kv head.
 class RunPrefetcher {
  public:
   explicit RunPrefetcher(const KeyRun* run) {
@@ -346,7 +348,7 @@ class RunPrefetcher {
   int lines() const { return static_cast<int>(2 * ((bytes_ + 63) / 64)); }
   void Step(int lines) {
     for (; lines > 0 && off_ < 2 * bytes_; --lines, off_ += 64) {
-      __builtin_prefetch(off_ < bytes_ ? k_ + off_ : v_ + (off_ - bytes_), 0, 0);
+      __builtin_prefetch(off_ < bytes_ ? k_ + off_ : v_ + (off_ - bytes_), 0, 3);
     }
   }
 
