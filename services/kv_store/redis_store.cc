@@ -238,30 +238,38 @@ absl::Status RedisBlockStore::Put(const BlockHash& root, absl::Span<const KvStor
   redisContext* ctx = Connected(write_);
   if (ctx == nullptr) return absl::UnavailableError("redis: not connected");
   const std::string ttl = std::to_string(options_.ttl_s);
-  for (const KvStoredBlock& b : blocks) {
-    const std::string key = RedisBlockKey(options_.key_prefix, root, b.hash);
-    const char* argv[5] = {"SET", key.data(), b.bytes->data(), "EX", ttl.data()};
-    const size_t lens[5] = {3, key.size(), b.bytes->size(), 2, ttl.size()};
-    if (redisAppendCommandArgv(ctx, options_.ttl_s > 0 ? 5 : 3, argv, lens) != REDIS_OK) {
-      Broken(write_);
-      return absl::UnavailableError("redis: pipeline failed");
-    }
-  }
   absl::Status status;
-  for (const KvStoredBlock& b : blocks) {
-    void* raw = nullptr;
-    if (redisGetReply(ctx, &raw) != REDIS_OK) {
-      Broken(write_);
-      return absl::UnavailableError("redis: connection lost");
+  // Pipelined SETs, keys_per_command at a time: each round's bytes leave
+  // and its replies come back within the I/O timeout, and hiredis's output
+  // buffer stays a few blocks long (it grows 1 MiB at a time past 1 MiB).
+  const size_t step = static_cast<size_t>(std::max(1, options_.keys_per_command));
+  for (size_t first = 0; first < blocks.size(); first += step) {
+    const absl::Span<const KvStoredBlock> part = blocks.subspan(first, step);
+    for (const KvStoredBlock& b : part) {
+      const std::string key = RedisBlockKey(options_.key_prefix, root, b.hash);
+      const char* argv[5] = {"SET", key.data(), b.bytes->data(), "EX", ttl.data()};
+      const size_t lens[5] = {3, key.size(), b.bytes->size(), 2, ttl.size()};
+      if (redisAppendCommandArgv(ctx, options_.ttl_s > 0 ? 5 : 3, argv, lens) != REDIS_OK) {
+        Broken(write_);
+        return absl::UnavailableError("redis: pipeline failed");
+      }
     }
-    Reply r(static_cast<redisReply*>(raw));
-    if (r->type == REDIS_REPLY_ERROR) {  // e.g. OOM: Redis is full
-      counters_.errors.fetch_add(1);
-      status = absl::ResourceExhaustedError(absl::StrCat("redis: ", std::string(r->str, r->len)));
-      continue;
+    for (const KvStoredBlock& b : part) {
+      void* raw = nullptr;
+      if (redisGetReply(ctx, &raw) != REDIS_OK) {
+        Broken(write_);
+        return absl::UnavailableError("redis: connection lost");
+      }
+      Reply r(static_cast<redisReply*>(raw));
+      if (r->type == REDIS_REPLY_ERROR) {  // e.g. OOM: Redis is full
+        counters_.errors.fetch_add(1);
+        status =
+            absl::ResourceExhaustedError(absl::StrCat("redis: ", std::string(r->str, r->len)));
+        continue;
+      }
+      counters_.written_bytes.fetch_add(static_cast<int64_t>(b.bytes->size()));
+      counters_.written_blocks.fetch_add(1);
     }
-    counters_.written_bytes.fetch_add(static_cast<int64_t>(b.bytes->size()));
-    counters_.written_blocks.fetch_add(1);
   }
   return status;
 }

@@ -3,7 +3,8 @@
 //
 // Blocks (engine/kv/block_store.h: header + payload) are plain string values
 // under `ced:kv:<model root hex>:<block hash hex>`; a prompt's longest stored
-// prefix is one MGET, a sequence's blocks one pipeline of SETs. Redis's own
+// prefix is read in MGETs and a sequence's blocks written in pipelined SETs,
+// `keys_per_command` blocks per round trip. Redis's own
 // eviction (maxmemory-policy allkeys-lru, set in deploy/) or an optional TTL
 // bounds the memory; a full Redis answers SET with an error, counted.
 //
@@ -52,7 +53,9 @@ struct RedisStoreOptions {
   int ttl_s = 0;  // 0: no expiry
   int max_keys_per_read = 4096;
   // Blocks per MGET of a prefix read (its MGETs run one after the other,
-  // each within io_timeout_ms, stopping at the first missing block). Small:
+  // each within io_timeout_ms, stopping at the first missing block), and per
+  // round of a write's pipelined SETs (its replies read before the next
+  // round). Small:
   // hiredis grows its reply buffer 1 MiB at a time past 1 MiB, copying it
   // whole at each step, so a 12 MiB reply (32 blocks of `small`) was copied
   // about six times over; a round trip costs far less than that.

@@ -108,7 +108,7 @@ absl::Status RegisterKvTierMetrics(metrics::Registry* registry,
       registry->AddHistogram(
           "ced_kv_tier_read_seconds",
           "Seconds per read call to a KV tier: host and disk one block (the run is walked block "
-          "by block), redis the rest of the run in MGETs of 32 blocks, one after the other, to "
+          "by block), redis the rest of the run in MGETs of 4 blocks, one after the other, to "
           "the first missing block. Misses and failed calls (ced_kv_tier_errors_total) count "
           "too; an unreachable Redis answers at once or at its timeout.",
           bounds, {"tier"}));
@@ -117,8 +117,9 @@ absl::Status RegisterKvTierMetrics(metrics::Registry* registry,
       registry->AddHistogram(
           "ced_kv_tier_write_seconds",
           "Seconds per write call to a KV tier, on the tier writer thread: host and disk one "
-          "block (a host write leaves out the disk writes of what it evicts), redis one "
-          "pipeline of SETs of the blocks the writer took at once. Failed calls count too.",
+          "block (a host write leaves out the disk writes of what it evicts), redis the blocks "
+          "the writer took at once, in pipelined SETs of 4 per round trip. Failed calls count "
+          "too.",
           bounds, {"tier"}));
   registry->AddCollectHook([s] { s->Collect(); });
   return absl::OkStatus();

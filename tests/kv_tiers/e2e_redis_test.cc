@@ -124,7 +124,7 @@ TEST(E2eRedisTierTest, SessionResumesOnNewWorkersFromRedis) {
       },
       std::chrono::seconds(20)))
       << w1.decode->Log();
-  // Each write behind (a pipeline of SETs) is timed.
+  // Each write behind (pipelined SETs) is timed.
   EXPECT_GT(Metric(*w1.decode, "ced_kv_tier_write_seconds_count{tier=\"redis\"}"), 0);
   EXPECT_GT(Metric(*w1.decode, "ced_kv_tier_write_seconds_sum{tier=\"redis\"}"), 0);
 

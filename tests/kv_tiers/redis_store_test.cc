@@ -104,7 +104,8 @@ TEST_F(RedisTest, StoresAndFetchesTheLongestPrefix) {
 }
 
 // A long prefix is read in MGETs of keys_per_command blocks, one after the
-// other, up to the first missing block: the same blocks as one MGET.
+// other, up to the first missing block: the same blocks as one MGET. A write
+// of many blocks goes in rounds of keys_per_command SETs: all of them land.
 TEST_F(RedisTest, LongPrefixesAreReadInBatchesUpToTheFirstMissingBlock) {
   RedisStoreOptions o;
   o.keys_per_command = 3;
@@ -112,8 +113,14 @@ TEST_F(RedisTest, LongPrefixesAreReadInBatchesUpToTheFirstMissingBlock) {
   const KvBlockLayout l = TestLayout(4096);
   const auto hs = Chain(l, 12, 1);
   std::vector<KvStoredBlock> blocks;
-  for (int i = 0; i < 10; ++i) blocks.push_back(Stored(l, hs[i], i));
-  ASSERT_TRUE(store->Put(l.root, blocks).ok());
+  int64_t bytes = 0;
+  for (int i = 0; i < 10; ++i) {
+    blocks.push_back(Stored(l, hs[i], i));
+    bytes += static_cast<int64_t>(blocks.back().bytes->size());
+  }
+  ASSERT_TRUE(store->Put(l.root, blocks).ok());  // rounds of 3 + 3 + 3 + 1
+  EXPECT_EQ(store->stats().written_bytes, bytes);
+  EXPECT_EQ(store->Contains(l.root, hs), 10);
   auto got = store->GetPrefix(l.root, hs);  // 10 stored of 12: batches 3 + 3 + 3 + 1(of 3)
   ASSERT_EQ(got.size(), 10u);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(got[i], *blocks[i].bytes) << i;
