@@ -20,12 +20,29 @@ void WriteAll(const char* s, size_t n) {
   }
 }
 
+// The handled signals' names (strsignal may translate, i.e. lock and allocate).
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGSEGV:
+      return "Segmentation fault";
+    case SIGBUS:
+      return "Bus error";
+    case SIGILL:
+      return "Illegal instruction";
+    case SIGFPE:
+      return "Floating point exception";
+    case SIGABRT:
+      return "Aborted";
+  }
+  return "Signal";
+}
+
 void OnCrash(int sig, siginfo_t* info, void*) {
   char line[160];
-  // snprintf of integers and pointers takes no lock and allocates nothing in
-  // glibc; the handler runs once (SA_RESETHAND).
+  // snprintf of strings, integers and pointers takes no lock and allocates
+  // nothing in glibc; the handler runs once (SA_RESETHAND).
   const int n = std::snprintf(line, sizeof line, "*** ced: %s (signal %d) at address %p, pid %d; stack:\n",
-                              strsignal(sig), sig, info != nullptr ? info->si_addr : nullptr,
+                              SignalName(sig), sig, info != nullptr ? info->si_addr : nullptr,
                               static_cast<int>(getpid()));
   if (n > 0) WriteAll(line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
   void* frames[64];

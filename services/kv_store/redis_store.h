@@ -55,10 +55,9 @@ struct RedisStoreOptions {
   // Blocks per MGET of a prefix read (its MGETs run one after the other,
   // each within io_timeout_ms, stopping at the first missing block), and per
   // round of a write's pipelined SETs (its replies read before the next
-  // round). Small:
-  // hiredis grows its reply buffer 1 MiB at a time past 1 MiB, copying it
-  // whole at each step, so a 12 MiB reply (32 blocks of `small`) was copied
-  // about six times over; a round trip costs far less than that.
+  // round). Small: hiredis grows its buffers 1 MiB at a time past 1 MiB,
+  // copying them whole at each step, so a 12 MiB reply (32 blocks of
+  // `small`) was copied about six times over; a round trip costs far less.
   int keys_per_command = 4;
   std::string key_prefix = "ced:kv:";
   // TLS (rediss://). The files are PEM, read at Create (errors name the
