@@ -165,32 +165,19 @@ void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, b
   for (int j = 0; j < cols; ++j) y[j] = accumulate ? y[j] + r[j] : r[j];
 }
 
-void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int count) {
-  CheckLayout(targets, count);
-  std::vector<std::pair<int, int>> tasks;  // (target, panel)
-  double bytes = 0;
-  for (int i = 0; i < count; ++i) {
-    for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
-    bytes += 4.0 * targets[i].w->panels() * kPanel * in;
-  }
-  auto one = [&](int k) {
-    const PackedGemmTarget& t = targets[tasks[k].first];
-    const int p = tasks[k].second, c0 = p * kPanel;
-    PanelGemv(x, in, t.w->panel(p), std::min(kPanel, t.w->out() - c0), t.y + c0, t.accumulate);
-  };
-  const int n = static_cast<int>(tasks.size());
-  if (bytes < 4e5) {
-    for (int k = 0; k < n; ++k) one(k);
-    return;
-  }
-  // Static shares of consecutive panels: each thread reads one contiguous
-  // stream (a target's panels lie back to back). Handing out panels one at a
-  // time interleaves the threads over the same memory, which the hardware
-  // prefetchers follow worse (about 20% slower over a decode step's weights).
-  // A thread done with its share takes the panels left at the end of the
-  // others' (a worker that started late, or a slower core).
+namespace {
+
+// Runs one(k) for every k in [0, n) on the pool in static shares of
+// consecutive tasks: each thread reads one contiguous stream (a target's
+// panels lie back to back). Handing out panels one at a time interleaves the
+// threads over the same memory, which the hardware prefetchers follow worse
+// (about 20% slower over a decode step's weights). A thread done with its
+// share takes the tasks left at the end of the others' (a worker that started
+// late, or a slower core).
+template <typename Fn>
+void RunInShares(int n, const Fn& one) {
   struct Share {
-    std::atomic<uint64_t> range;  // first << 32 | end of the panels not taken
+    std::atomic<uint64_t> range;  // first << 32 | end of the tasks not taken
     char pad[64 - sizeof(std::atomic<uint64_t>)];
   };
   const int team = std::min(PoolThreads(), std::max(1, omp_get_max_threads()));
@@ -199,7 +186,7 @@ void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int cou
     shares[t].range.store(static_cast<uint64_t>(n * t / team) << 32 |
                           static_cast<uint64_t>(n * (t + 1) / team));
   }
-  // The first (front) or the last (!front) panel not taken of a share; -1 if none.
+  // The first (front) or the last (!front) task not taken of a share; -1 if none.
   auto take = [](Share& sh, bool front) -> int {
     uint64_t w = sh.range.load(std::memory_order_relaxed);
     for (;;) {
@@ -225,6 +212,29 @@ void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int cou
       team);
 }
 
+}  // namespace
+
+void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int count) {
+  CheckLayout(targets, count);
+  std::vector<std::pair<int, int>> tasks;  // (target, panel)
+  double bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
+    bytes += 4.0 * targets[i].w->panels() * kPanel * in;
+  }
+  auto one = [&](int k) {
+    const PackedGemmTarget& t = targets[tasks[k].first];
+    const int p = tasks[k].second, c0 = p * kPanel;
+    PanelGemv(x, in, t.w->panel(p), std::min(kPanel, t.w->out() - c0), t.y + c0, t.accumulate);
+  };
+  const int n = static_cast<int>(tasks.size());
+  if (bytes < 4e5) {
+    for (int k = 0; k < n; ++k) one(k);
+    return;
+  }
+  RunInShares(n, one);
+}
+
 void GemmPacked(const float* x, int n, int in, const PackedGemmTarget* targets, int count) {
   if (n <= 0) return;
   CheckLayout(targets, count);
@@ -234,9 +244,13 @@ void GemmPacked(const float* x, int n, int in, const PackedGemmTarget* targets, 
     for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
     flops += 2.0 * n * in * targets[i].w->out();
   }
-  ParallelFor(
-      static_cast<int>(tasks.size()),
-      [&](int k) { Panel(x, n, in, targets[tasks[k].first], tasks[k].second); }, flops >= 2e5);
+  auto one = [&](int k) { Panel(x, n, in, targets[tasks[k].first], tasks[k].second); };
+  const int ntasks = static_cast<int>(tasks.size());
+  if (flops < 2e5) {
+    for (int k = 0; k < ntasks; ++k) one(k);
+    return;
+  }
+  RunInShares(ntasks, one);
 }
 
 }  // namespace ced::kernels::CED_VARIANT_NS

@@ -47,8 +47,10 @@ struct PackedGemmTarget {
   bool accumulate = false;
 };
 
-// For every target: y (+)= x[n, in] * w^T. Panels of all targets are spread
-// over the worker pool. Every w must match the active variant.
+// For every target: y (+)= x[n, in] * w^T. Panels of all targets are split
+// into one share of consecutive panels per pool thread (the GEMV's schedule:
+// each thread streams contiguous memory; idle threads take the ends of the
+// others' shares). Every w must match the active variant.
 void GemmPackedMultiCpu(const float* x, int n, int in, const PackedGemmTarget* targets, int count);
 
 // Batch 1: y[out] (+)= x[in] * w^T for every target. Each panel is one
