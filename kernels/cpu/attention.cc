@@ -133,29 +133,40 @@ inline VF SumLanes(VF* m) {
   return m[0];
 }
 
-// Lane r: q . k[r * stride, + D) for rows r < rows <= kLanes (other lanes
-// 0). One register per key row, one horizontal reduction for all.
+// Lane r of out[j]: q_j . k[r * stride, + D) for rows r < rows <= kLanes
+// (other lanes 0), for NH query heads q_j = q + j * D that share the key
+// rows (one kv head): each key vector is loaded once for all NH heads. One
+// register per key row and head, one horizontal reduction per head.
 // kD > 0: D is kD (loops unrolled at compile time).
-template <int kD>
-inline VF ScoreVF(const float* q, const float* k, size_t stride, int rows, int D) {
+template <int kD, int NH>
+__attribute__((always_inline)) inline void ScoresVF(const float* q, const float* k,
+                                                    size_t stride, int rows, int D, VF* out) {
   if constexpr (kD > 0) D = kD;
   if (D % kLanes != 0) {
-    VF out = {};
-    for (int r = 0; r < rows; ++r) out[r] = Dot(q, k + r * stride, D);
-    return out;
+    for (int j = 0; j < NH; ++j) {
+      out[j] = VF{};
+      for (int r = 0; r < rows; ++r) out[j][r] = Dot(q + j * D, k + r * stride, D);
+    }
+    return;
   }
-  VF m[kLanes];
+  VF m[NH][kLanes];
 #pragma GCC unroll 16
   for (int r = 0; r < kLanes; ++r) {
-    VF acc = {};
+    VF acc[NH] = {};
     if (r < rows) {
       const float* kr = k + r * stride;
 #pragma GCC unroll 8
-      for (int c = 0; c < D; c += kLanes) acc += LoadVF(q + c) * LoadVF(kr + c);
+      for (int c = 0; c < D; c += kLanes) {
+        const VF kv = LoadVF(kr + c);
+#pragma GCC unroll 2
+        for (int j = 0; j < NH; ++j) acc[j] += LoadVF(q + j * D + c) * kv;
+      }
     }
-    m[r] = acc;
+#pragma GCC unroll 2
+    for (int j = 0; j < NH; ++j) m[j][r] = acc[j];
   }
-  return SumLanes(m);
+#pragma GCC unroll 2
+  for (int j = 0; j < NH; ++j) out[j] = SumLanes(m[j]);
 }
 
 // The largest lane: log2(kLanes) rotations and maxima (not a chain of
@@ -201,6 +212,33 @@ inline void AccumulateRows(float* out, const float* v, size_t stride, const floa
   }
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) StoreVF(out + j * kLanes, a[j] + b[j]);
+}
+
+// The same for two heads' outputs over the same value rows (one kv head):
+// each value vector is loaded once for both; eight independent FMA chains.
+inline void AccumulateRows2(float* out0, float* out1, const float* v, size_t stride,
+                            const float* w0, const float* w1, int rows) {
+  VF a[4], b[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    a[j] = LoadVF(out0 + j * kLanes);
+    b[j] = LoadVF(out1 + j * kLanes);
+  }
+  for (int r = 0; r < rows; ++r) {
+    const float x0 = w0[r], x1 = w1[r];
+    const float* vr = v + r * stride;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const VF vv = LoadVF(vr + j * kLanes);
+      a[j] += x0 * vv;
+      b[j] += x1 * vv;
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    StoreVF(out0 + j * kLanes, a[j]);
+    StoreVF(out1 + j * kLanes, b[j]);
+  }
 }
 
 // out[0, D) += w * v[0, D); D % kLanes == 0.
@@ -346,9 +384,17 @@ class RunPrefetcher {
     bytes_ = static_cast<size_t>(run->rows) * run->row_bytes;
   }
   int lines() const { return static_cast<int>(2 * ((bytes_ + 63) / 64)); }
+  // The next `lines` lines: K's, then V's (a straight loop over each, no
+  // per-line choice of the stream).
   void Step(int lines) {
-    for (; lines > 0 && off_ < 2 * bytes_; --lines, off_ += 64) {
-      __builtin_prefetch(off_ < bytes_ ? k_ + off_ : v_ + (off_ - bytes_), 0, 3);
+    while (lines > 0 && off_ < 2 * bytes_) {
+      const bool in_k = off_ < bytes_;
+      const uint8_t* at = in_k ? k_ + off_ : v_ + (off_ - bytes_);
+      const size_t left = (in_k ? bytes_ : 2 * bytes_) - off_;
+      const int n = static_cast<int>(std::min<size_t>(lines, (left + 63) / 64));
+      for (int i = 0; i < n; ++i) __builtin_prefetch(at + 64 * i, 0, 3);
+      off_ += 64 * static_cast<size_t>(n);
+      lines -= n;
     }
   }
 
@@ -368,19 +414,78 @@ struct RowState {
   float* acc;
 };
 
+// Online-softmax step of NH query heads h0 .. h0+NH-1 of one kv head over
+// rows < rows (<= kLanes) of K and V (row r at k + r * stride, v + r *
+// stride): their scores (each K vector loaded once for the NH heads), the
+// rescale of acc when a head's maximum grows, then the weighted value rows
+// (each V vector loaded once for two heads).
+template <int kD, int NH>
+__attribute__((always_inline)) inline void AttendChunk(const float* q, const float* k,
+                                                       const float* v, size_t stride, int rows,
+                                                       int D, int h0, float scale, RowState st,
+                                                       RunPrefetcher* pf, int pf_lines) {
+  if constexpr (kD > 0) D = kD;
+  pf->Step(pf_lines / 2);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  VI lane;
+  for (int i = 0; i < kLanes; ++i) lane[i] = i;
+  const auto valid = lane < rows;
+  VF sv[NH];
+  ScoresVF<kD, NH>(q + static_cast<size_t>(h0) * D, k, stride, rows, D, sv);
+  float w[NH][kLanes];
+#pragma GCC unroll 2
+  for (int j = 0; j < NH; ++j) {
+    const int h = h0 + j;
+    VF s = sv[j] * scale;
+    s = valid ? s : neg_inf;
+    float* acc = st.acc + static_cast<size_t>(h) * D;
+    const float m = std::max(st.m[h], MaxLanes(s));
+    if (m > st.m[h]) {
+      if (st.m[h] != neg_inf) {  // earlier keys were weighed against a smaller maximum
+        const float f = ExpSimd(st.m[h] - m);
+        Scale(acc, D, f);
+        double* l = st.l + h * kLanes;
+        for (int i = 0; i < kLanes; ++i) l[i] *= f;
+      }
+      st.m[h] = m;
+    }
+    VF e = ExpVF(s - m);
+    e = valid ? e : VF{};
+    VD l;
+    std::memcpy(&l, st.l + h * kLanes, sizeof(l));
+    l += __builtin_convertvector(e, VD);
+    std::memcpy(st.l + h * kLanes, &l, sizeof(l));
+    StoreVF(w[j], e);
+  }
+  pf->Step(pf_lines - pf_lines / 2);
+  float* acc0 = st.acc + static_cast<size_t>(h0) * D;
+  if (D % kValueChunk == 0) {
+#pragma GCC unroll 4
+    for (int c0 = 0; c0 < D; c0 += kValueChunk) {
+      if constexpr (NH == 2) {
+        AccumulateRows2(acc0 + c0, acc0 + D + c0, v + c0, stride, w[0], w[1], rows);
+      } else {
+        AccumulateRows(acc0 + c0, v + c0, stride, w[0], rows);
+      }
+    }
+  } else {
+    for (int j = 0; j < NH; ++j) {
+      for (int r = 0; r < rows; ++r) Axpy(acc0 + j * D, v + r * stride, D, w[j][r]);
+    }
+  }
+}
+
 // Small segments (decode steps, short tails): one query row `q` [H*D] over
-// the keys of `runs`, one pass. Run by run, kLanes keys at a time: every
-// head's scores against the keys' K rows (a register), then their V rows
-// weighted into acc, which is rescaled when the maximum grows. Full K/V rows
-// are read (every kv head), so each run is one contiguous stream.
+// the keys of `runs`, one pass. Run by run, kLanes keys at a time, kv head by
+// kv head: the scores of its query heads, two at a time, against the keys' K
+// rows (a register per key), then their V rows weighted into acc, which is
+// rescaled when the maximum grows. Full K/V rows are read (every kv head), so
+// each run is one contiguous stream; the next run is prefetched meanwhile.
 template <int kD>
 void AttendRunsD(const AttentionParams& p, const float* q, const std::vector<KeyRun>& runs,
                  RowState st) {
   const int D = kD > 0 ? kD : p.head_dim, H = p.num_heads, G = p.num_kv_heads, group = H / G;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  VI lane;
-  for (int i = 0; i < kLanes; ++i) lane[i] = i;
   int max_rows = 0;
   for (const KeyRun& r : runs) max_rows = std::max(max_rows, r.rows);
   Scratch& sc = ThreadScratch();
@@ -390,10 +495,11 @@ void AttendRunsD(const AttentionParams& p, const float* q, const std::vector<Key
     RunPrefetcher first(&runs[0]);
     first.Step(first.lines());
   }
+  const int pairs = (group + 1) / 2;  // head steps per kv head
   for (size_t ri = 0; ri < runs.size(); ++ri) {
     const KeyRun& run = runs[ri];
     RunPrefetcher pf(ri + 1 < runs.size() ? &runs[ri + 1] : nullptr);
-    const int steps = H * ((run.rows + kLanes - 1) / kLanes);
+    const int steps = G * pairs * ((run.rows + kLanes - 1) / kLanes);
     const int per_step = (pf.lines() + steps - 1) / steps;
     size_t stride = 0;
     const float* k =
@@ -402,39 +508,14 @@ void AttendRunsD(const AttentionParams& p, const float* q, const std::vector<Key
         HeadsTile(p, run.v, run.row_bytes, run.f32, 0, G, run.rows, sc.vtile.data(), &stride);
     for (int r0 = 0; r0 < run.rows; r0 += kLanes) {
       const int rows = std::min(kLanes, run.rows - r0);
-      const auto valid = lane < rows;
-      for (int h = 0; h < H; ++h) {
-        pf.Step(per_step);
-        const size_t off = r0 * stride + (h / group) * D;
-        VF sv = ScoreVF<kD>(q + h * D, k + off, stride, rows, D) * scale;
-        sv = valid ? sv : neg_inf;
-        float* acc = st.acc + static_cast<size_t>(h) * D;
-        const float m = std::max(st.m[h], MaxLanes(sv));
-        if (m > st.m[h]) {
-          if (st.m[h] != neg_inf) {  // earlier keys were weighed against a smaller maximum
-            const float f = ExpSimd(st.m[h] - m);
-            Scale(acc, D, f);
-            double* l = st.l + h * kLanes;
-            for (int j = 0; j < kLanes; ++j) l[j] *= f;
+      for (int g = 0; g < G; ++g) {
+        const size_t off = r0 * stride + static_cast<size_t>(g) * D;
+        for (int h0 = g * group; h0 < (g + 1) * group; h0 += 2) {
+          if (h0 + 1 < (g + 1) * group) {
+            AttendChunk<kD, 2>(q, k + off, v + off, stride, rows, D, h0, scale, st, &pf, per_step);
+          } else {
+            AttendChunk<kD, 1>(q, k + off, v + off, stride, rows, D, h0, scale, st, &pf, per_step);
           }
-          st.m[h] = m;
-        }
-        VF e = ExpVF(sv - m);
-        e = valid ? e : VF{};
-        VD l;
-        std::memcpy(&l, st.l + h * kLanes, sizeof(l));
-        l += __builtin_convertvector(e, VD);
-        std::memcpy(st.l + h * kLanes, &l, sizeof(l));
-        float w[kLanes];
-        StoreVF(w, e);
-        const float* vh = v + off;
-        if (D % kValueChunk == 0) {
-#pragma GCC unroll 4
-          for (int c0 = 0; c0 < D; c0 += kValueChunk) {
-            AccumulateRows(acc + c0, vh + c0, stride, w, rows);
-          }
-        } else {
-          for (int r = 0; r < rows; ++r) Axpy(acc, vh + r * stride, D, w[r]);
         }
       }
     }

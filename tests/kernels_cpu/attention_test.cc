@@ -18,12 +18,17 @@
 namespace ced::kernels {
 namespace {
 
-constexpr int kHeads = 8;
-constexpr int kKvHeads = 2;
-constexpr int kHeadDim = 64;
 constexpr int kBlockSize = 16;
-constexpr int kKvDim = kKvHeads * kHeadDim;
 constexpr double kTolerance = 1e-4;
+
+// Query heads H, kv heads G, head size D. The default is the shape most
+// tests use (group of 4, D = 64).
+struct HeadShape {
+  int heads = 8;
+  int kv_heads = 2;
+  int head_dim = 64;
+  int kv_dim() const { return kv_heads * head_dim; }
+};
 
 // One sequence's segment: query positions [q_begin, q_begin + n), local window
 // clipped at lo.
@@ -53,9 +58,9 @@ std::vector<float> RandomRows(size_t count, std::mt19937* rng) {
 }
 
 // Encodes `row` into `dst` and overwrites `row` with the decoded values.
-void EncodeAndRound(KvFormat f, float* row, uint8_t* dst) {
-  EncodeRow(f, row, kKvDim, dst);
-  DecodeRow(f, dst, kKvDim, row);
+void EncodeAndRound(KvFormat f, float* row, int kv_dim, uint8_t* dst) {
+  EncodeRow(f, row, kv_dim, dst);
+  DecodeRow(f, dst, kv_dim, row);
 }
 
 // Builds every segment's data; global blocks of all segments share one pool
@@ -64,10 +69,11 @@ class Batch {
  public:
   // global false: a window-only layer (no global branch; block tables null).
   Batch(KvFormat format, int window, const std::vector<SegmentSpec>& specs, uint32_t seed,
-        bool global = true)
-      : format_(format), window_(window), global_(global), segs_(specs.size()) {
+        bool global = true, HeadShape shape = {})
+      : format_(format), window_(window), global_(global), shape_(shape), segs_(specs.size()) {
     std::mt19937 rng(seed);
-    const size_t row_bytes = KvRowBytes(format, kKvDim);
+    const int H = shape.heads, D = shape.head_dim, kv_dim = shape.kv_dim();
+    const size_t row_bytes = KvRowBytes(format, kv_dim);
     int total_blocks = 0;
     for (const SegmentSpec& s : specs) {
       total_blocks += (s.q_begin + s.n + kBlockSize - 1) / kBlockSize;
@@ -82,9 +88,9 @@ class Batch {
       SegmentData& d = segs_[si];
       d.spec = specs[si];
       const int T = d.spec.q_begin + d.spec.n;
-      d.q = RandomRows(static_cast<size_t>(d.spec.n) * kHeads * kHeadDim, &rng);
+      d.q = RandomRows(static_cast<size_t>(d.spec.n) * H * D, &rng);
       d.out.assign(d.q.size(), -1e30f);
-      d.global_k = RandomRows(static_cast<size_t>(T) * kKvDim, &rng);
+      d.global_k = RandomRows(static_cast<size_t>(T) * kv_dim, &rng);
       d.global_v = RandomRows(d.global_k.size(), &rng);
       d.local_k = RandomRows(d.global_k.size(), &rng);
       d.local_v = RandomRows(d.global_k.size(), &rng);
@@ -94,8 +100,8 @@ class Batch {
         d.v_blocks.push_back(pool_v_.data() + offset);
         for (int r = 0; r < kBlockSize && b * kBlockSize + r < T; ++r) {
           const size_t pos = static_cast<size_t>(b) * kBlockSize + r;
-          EncodeAndRound(format, &d.global_k[pos * kKvDim], pool_k_.data() + offset + r * row_bytes);
-          EncodeAndRound(format, &d.global_v[pos * kKvDim], pool_v_.data() + offset + r * row_bytes);
+          EncodeAndRound(format, &d.global_k[pos * kv_dim], kv_dim, pool_k_.data() + offset + r * row_bytes);
+          EncodeAndRound(format, &d.global_v[pos * kv_dim], kv_dim, pool_v_.data() + offset + r * row_bytes);
         }
       }
       std::vector<uint8_t> scratch(row_bytes);
@@ -104,20 +110,20 @@ class Batch {
         d.v_ring.assign(d.k_ring.size(), 0x3C);
       }
       for (int pos = 0; pos < T; ++pos) {
-        float* k = &d.local_k[static_cast<size_t>(pos) * kKvDim];
-        float* v = &d.local_v[static_cast<size_t>(pos) * kKvDim];
+        float* k = &d.local_k[static_cast<size_t>(pos) * kv_dim];
+        float* v = &d.local_v[static_cast<size_t>(pos) * kv_dim];
         if (pos < d.spec.q_begin && window > 0 && pos >= d.spec.q_begin - window) {
           const size_t slot = static_cast<size_t>(pos % window) * row_bytes;
-          EncodeAndRound(format, k, d.k_ring.data() + slot);
-          EncodeAndRound(format, v, d.v_ring.data() + slot);
+          EncodeAndRound(format, k, kv_dim, d.k_ring.data() + slot);
+          EncodeAndRound(format, v, kv_dim, d.v_ring.data() + slot);
         } else {
-          EncodeAndRound(format, k, scratch.data());
-          EncodeAndRound(format, v, scratch.data());
+          EncodeAndRound(format, k, kv_dim, scratch.data());
+          EncodeAndRound(format, v, kv_dim, scratch.data());
         }
       }
-      d.chunk_k.assign(d.local_k.begin() + static_cast<size_t>(d.spec.q_begin) * kKvDim,
+      d.chunk_k.assign(d.local_k.begin() + static_cast<size_t>(d.spec.q_begin) * kv_dim,
                        d.local_k.end());
-      d.chunk_v.assign(d.local_v.begin() + static_cast<size_t>(d.spec.q_begin) * kKvDim,
+      d.chunk_v.assign(d.local_v.begin() + static_cast<size_t>(d.spec.q_begin) * kv_dim,
                        d.local_v.end());
     }
   }
@@ -125,9 +131,9 @@ class Batch {
   void Run() {
     AttentionParams p;
     p.format = format_;
-    p.num_heads = kHeads;
-    p.num_kv_heads = kKvHeads;
-    p.head_dim = kHeadDim;
+    p.num_heads = shape_.heads;
+    p.num_kv_heads = shape_.kv_heads;
+    p.head_dim = shape_.head_dim;
     p.window = window_;
     p.block_size = kBlockSize;
     p.global = global_;
@@ -165,37 +171,38 @@ class Batch {
   // DESIGN.md §1.3 in double precision: one softmax over global keys [0, t]
   // and local keys [max(lo, t-W+1), t]; query head h reads kv head h/(H/G).
   double SegmentError(const SegmentData& d) const {
-    const int group = kHeads / kKvHeads;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+    const int H = shape_.heads, D = shape_.head_dim, kv_dim = shape_.kv_dim();
+    const int group = H / shape_.kv_heads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     double worst = 0.0;
     for (int i = 0; i < d.spec.n; ++i) {
       const int t = d.spec.q_begin + i;
       const int lb = window_ > 0 ? std::max(d.spec.lo, t - window_ + 1) : t + 1;
-      for (int h = 0; h < kHeads; ++h) {
+      for (int h = 0; h < H; ++h) {
         const int g = h / group;
-        const float* q = &d.q[(static_cast<size_t>(i) * kHeads + h) * kHeadDim];
+        const float* q = &d.q[(static_cast<size_t>(i) * H + h) * D];
         // Keys: (matrix, position) pairs, global first.
         std::vector<std::pair<const float*, const float*>> kv;
         for (int pos = 0; global_ && pos <= t; ++pos) {
-          const size_t off = static_cast<size_t>(pos) * kKvDim + g * kHeadDim;
+          const size_t off = static_cast<size_t>(pos) * kv_dim + g * D;
           kv.emplace_back(&d.global_k[off], &d.global_v[off]);
         }
         for (int pos = lb; pos <= t; ++pos) {
-          const size_t off = static_cast<size_t>(pos) * kKvDim + g * kHeadDim;
+          const size_t off = static_cast<size_t>(pos) * kv_dim + g * D;
           kv.emplace_back(&d.local_k[off], &d.local_v[off]);
         }
         std::vector<double> s(kv.size());
         double m = -1e300;
         for (size_t j = 0; j < kv.size(); ++j) {
           double dot = 0.0;
-          for (int e = 0; e < kHeadDim; ++e) dot += static_cast<double>(q[e]) * kv[j].first[e];
+          for (int e = 0; e < D; ++e) dot += static_cast<double>(q[e]) * kv[j].first[e];
           s[j] = dot * scale;
           m = std::max(m, s[j]);
         }
         double sum = 0.0;
         for (double& x : s) sum += (x = std::exp(x - m));
-        const float* o = &d.out[(static_cast<size_t>(i) * kHeads + h) * kHeadDim];
-        for (int e = 0; e < kHeadDim; ++e) {
+        const float* o = &d.out[(static_cast<size_t>(i) * H + h) * D];
+        for (int e = 0; e < D; ++e) {
           double ref = 0.0;
           for (size_t j = 0; j < kv.size(); ++j) ref += s[j] * kv[j].second[e];
           worst = std::max(worst, std::abs(ref / sum - o[e]));
@@ -208,6 +215,7 @@ class Batch {
   KvFormat format_;
   int window_;
   bool global_;
+  HeadShape shape_;
   std::vector<SegmentData> segs_;
   std::vector<uint8_t> pool_k_, pool_v_;
 };
@@ -225,8 +233,8 @@ class AttentionCpuTest : public ::testing::TestWithParam<std::tuple<KvFormat, in
   }
 
   double Check(int window, const std::vector<SegmentSpec>& specs, uint32_t seed,
-               bool global = true) {
-    Batch batch(std::get<0>(GetParam()), window, specs, seed, global);
+               bool global = true, HeadShape shape = {}) {
+    Batch batch(std::get<0>(GetParam()), window, specs, seed, global, shape);
     batch.Run();
     return batch.MaxError();
   }
@@ -284,6 +292,23 @@ TEST_P(AttentionCpuTest, WindowOnlyLayer) {
   // (ring wrapping, window clipped at lo), a short and a long segment.
   std::vector<SegmentSpec> specs = {{0, 1, 0}, {50, 1, 0}, {77, 1, 70}, {35, 7, 0}, {20, 72, 10}};
   EXPECT_LE(Check(16, specs, 9, /*global=*/false), kTolerance);
+}
+
+TEST_P(AttentionCpuTest, OtherHeadShapes) {
+  // The decode kernel takes a kv head's query heads two at a time (an odd
+  // group ends on one head) and unrolls D = 64 and 128; the prefill path packs
+  // panels of D. Groups of 3 and 1, D = 128, and sizes that are not a whole
+  // number of vectors (40) or of value chunks (96), each through decodes, a
+  // short segment and a long one.
+  const std::vector<SegmentSpec> specs = {{0, 1, 0}, {47, 1, 5}, {130, 1, 0}, {35, 7, 0},
+                                          {20, 72, 10}};
+  for (const HeadShape& shape : {HeadShape{6, 2, 64}, HeadShape{4, 4, 128}, HeadShape{4, 2, 40},
+                                 HeadShape{6, 1, 96}, HeadShape{2, 1, 16}}) {
+    SCOPED_TRACE(testing::Message() << "H=" << shape.heads << " G=" << shape.kv_heads
+                                    << " D=" << shape.head_dim);
+    EXPECT_LE(Check(32, specs, 14, /*global=*/true, shape), kTolerance);
+    EXPECT_LE(Check(32, {{600, 1, 0}}, 15, /*global=*/true, shape), kTolerance);
+  }
 }
 
 std::string ParamName(const ::testing::TestParamInfo<std::tuple<KvFormat, int, CpuIsa>>& info) {
