@@ -373,8 +373,9 @@ void CutRuns(const std::vector<KeyRun>& runs, int k0, int k1, std::vector<KeyRun
 // Software prefetch of one run's K rows, then its V rows, a few cache lines
 // per call, while the run before it is computed: a sequence's blocks and its
 // ring lie far apart, so hardware prefetchers lose the stream at every run.
-// Into every cache level (T0, not non-temporal): each line of a run is read
-// again at once by the other query heads of its kv head.
+// Non-temporal (prefetchnta): the query heads of a kv head read each line in
+// one step, so it need not stay in L2. Batch 16 x 600 keys, 2 threads: 8.4 ms
+// against 9.3 with prefetcht0 on AVX-512, the same on the AVX2 kernels.
 class RunPrefetcher {
  public:
   explicit RunPrefetcher(const KeyRun* run) {
@@ -392,7 +393,7 @@ class RunPrefetcher {
       const uint8_t* at = in_k ? k_ + off_ : v_ + (off_ - bytes_);
       const size_t left = (in_k ? bytes_ : 2 * bytes_) - off_;
       const int n = static_cast<int>(std::min<size_t>(lines, (left + 63) / 64));
-      for (int i = 0; i < n; ++i) __builtin_prefetch(at + 64 * i, 0, 3);
+      for (int i = 0; i < n; ++i) __builtin_prefetch(at + 64 * i, 0, 0);
       off_ += 64 * static_cast<size_t>(n);
       lines -= n;
     }
