@@ -9,11 +9,14 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "bench/common/run_info.h"
 #include "bench/common/stats.h"
+#include "kernels/cpu/thread_pool.h"
 
 extern "C" char* openblas_get_corename(void);
 
@@ -116,15 +119,29 @@ __attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t iters) {
   return lanes[0];
 }
 
-// Runs `iters` iterations on every thread; returns elapsed seconds.
-double RunFma(FmaIsa isa, int64_t iters) {
+// Runs `iters` iterations on every thread of the pool; returns elapsed
+// seconds, and in *threads how many threads ran (1 when the pool was backing
+// off after a stall).
+// The probes run on the engine's worker pool (kernels/cpu/thread_pool.h),
+// the threads the engine's kernels use: OpenMP threads would keep spinning
+// after a probe (OMP_WAIT_POLICY unset) and take the cores from the pool's
+// workers in the decode steps that follow.
+double RunFma(FmaIsa isa, int64_t iters, int* threads) {
   const double t0 = NowSeconds();
-#pragma omp parallel
-  {
+  kernels::ParallelRun([&](int id, int n) {
+    if (id == 0) *threads = n;
     float r = isa == FmaIsa::kAvx2 ? FmaChainsAvx2(iters) : FmaChainsAvx512(iters);
     if (r == 12345.0f) g_sink = r;
-  }
+  });
   return NowSeconds() - t0;
+}
+
+// [begin, end) of thread `id` of `threads` over `count` floats (whole cache
+// lines of 128 floats; the first touch and every pass split alike).
+std::pair<size_t, size_t> ThreadRange(size_t count, int id, int threads) {
+  const size_t per = (count / threads + 127) / 128 * 128;
+  const size_t begin = std::min(count, per * id);
+  return {begin, std::min(count, begin + per)};
 }
 
 }  // namespace
@@ -154,8 +171,10 @@ absl::StatusOr<std::unique_ptr<ReadBandwidthProbe>> ReadBandwidthProbe::Create(s
         absl::StrCat("bandwidth probe: cannot allocate ", bytes, " bytes"));
   }
   const size_t count = bytes / sizeof(float);
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(i & 1023) * 1e-3f;
+  kernels::ParallelRun([&](int id, int threads) {
+    const auto [begin, end] = ThreadRange(count, id, threads);
+    for (size_t i = begin; i < end; ++i) data[i] = static_cast<float>(i & 1023) * 1e-3f;
+  });
   return std::unique_ptr<ReadBandwidthProbe>(new ReadBandwidthProbe(data, bytes));
 }
 
@@ -163,21 +182,22 @@ ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(data_); }
 
 ProbeSample ReadBandwidthProbe::Pass(bool avx512) {
   const size_t count = bytes_ / sizeof(float);
-  float total = 0;
+  std::vector<float> totals(kernels::PoolThreads(), 0.0f);
   const double c0 = ProcessCpuSeconds();
   const double t0 = NowSeconds();
-#pragma omp parallel reduction(+ : total)
-  {
-    // Same static split as the first touch.
-    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const size_t per = (count / nt + 127) / 128 * 128;
-    const size_t begin = std::min(count, per * id), end = std::min(count, begin + per);
-    total += avx512 ? SumAvx512(data_ + begin, end - begin) : SumAvx2(data_ + begin, end - begin);
-  }
+  int ran = 1;
+  kernels::ParallelRun([&](int id, int threads) {
+    if (id == 0) ran = threads;
+    // Same split as the first touch (a pool that ran alone reads it all).
+    const auto [begin, end] = ThreadRange(count, id, threads);
+    totals[id] = avx512 ? SumAvx512(data_ + begin, end - begin) : SumAvx2(data_ + begin, end - begin);
+  });
   const double dt = NowSeconds() - t0;
   const double cpu = ProcessCpuSeconds() - c0;
-  g_sink = total;
-  return {static_cast<double>(bytes_) / dt, cpu / (dt * omp_get_max_threads())};
+  float sum = 0.0f;
+  for (float t : totals) sum += t;
+  g_sink = sum;
+  return {static_cast<double>(bytes_) / dt, cpu / (dt * ran)};
 }
 
 ProbeSample ReadBandwidthProbe::Measure() {
@@ -197,16 +217,16 @@ ProbeSample MeasureFmaPeak(FmaIsa isa, double seconds) {
   const int chains = isa == FmaIsa::kAvx2 ? kChainsAvx2 : kChainsAvx512;
   const int lanes = isa == FmaIsa::kAvx2 ? 8 : 16;
   int64_t iters = 1 << 16;
-  double dt = RunFma(isa, iters);
+  int threads = 1;
+  double dt = RunFma(isa, iters, &threads);
   while (dt < seconds / 8) {  // calibrate
     iters *= 2;
-    dt = RunFma(isa, iters);
+    dt = RunFma(isa, iters, &threads);
   }
   iters = static_cast<int64_t>(iters * seconds / dt);
   const double c0 = ProcessCpuSeconds();
-  dt = RunFma(isa, iters);
+  dt = RunFma(isa, iters, &threads);
   const double cpu = ProcessCpuSeconds() - c0;
-  const int threads = omp_get_max_threads();
   const double flops = 2.0 * chains * lanes * static_cast<double>(iters) * threads;
   return {flops / dt, cpu / (dt * threads)};
 }

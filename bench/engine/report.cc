@@ -107,8 +107,8 @@ void AppendHeader(const Json& d, std::string* md) {
                           : "",
                       m.value("has_avx512", false) ? ", AVX-512" : ""),
       absl::StrFormat("- Threads: %d (OMP_NUM_THREADS sizes the engine's worker pool, "
-                      "whose idle workers spin 0.2 ms for the next op, then sleep; "
-                      "OMP_WAIT_POLICY=%s applies to the machine probes). GEMMs and attention "
+                      "whose idle workers spin 0.2 ms for the next op, then sleep; the machine "
+                      "probes run on the same pool; OMP_WAIT_POLICY=%s). GEMMs and attention "
                       "run on the engine's packed-weight kernels (%s FMAs); OpenBLAS (`%s`, "
                       "%s) is linked but not on the engine's prefill or decode path\n",
                       m.value("omp_threads", 0), wait.empty() ? "unset" : wait,
