@@ -188,18 +188,20 @@ typedef double VD __attribute__((vector_size(8 * CED_VEC_FLOATS)));
 // out[0, kValueChunk) += sum over r < rows of w[r] * v[r * stride, + kValueChunk):
 // the outputs stay in registers across the rows, in two sets (even and odd
 // rows) so that two FMA chains per register run at once.
+// V < 4: out[0, V * kLanes) only (a head smaller than a chunk).
 constexpr int kValueChunk = 4 * kLanes;
+template <int V = 4>
 inline void AccumulateRows(float* out, const float* v, size_t stride, const float* w, int rows) {
-  VF a[4], b[4] = {};
+  VF a[V], b[V] = {};
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) a[j] = LoadVF(out + j * kLanes);
+  for (int j = 0; j < V; ++j) a[j] = LoadVF(out + j * kLanes);
   int r = 0;
   for (; r + 2 <= rows; r += 2) {
     const float w0 = w[r], w1 = w[r + 1];
     const float* v0 = v + r * stride;
     const float* v1 = v0 + stride;
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < V; ++j) {
       a[j] += w0 * LoadVF(v0 + j * kLanes);
       b[j] += w1 * LoadVF(v1 + j * kLanes);
     }
@@ -208,19 +210,20 @@ inline void AccumulateRows(float* out, const float* v, size_t stride, const floa
     const float w0 = w[r];
     const float* v0 = v + r * stride;
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) a[j] += w0 * LoadVF(v0 + j * kLanes);
+    for (int j = 0; j < V; ++j) a[j] += w0 * LoadVF(v0 + j * kLanes);
   }
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) StoreVF(out + j * kLanes, a[j] + b[j]);
+  for (int j = 0; j < V; ++j) StoreVF(out + j * kLanes, a[j] + b[j]);
 }
 
 // The same for two heads' outputs over the same value rows (one kv head):
 // each value vector is loaded once for both; eight independent FMA chains.
+template <int V = 4>
 inline void AccumulateRows2(float* out0, float* out1, const float* v, size_t stride,
                             const float* w0, const float* w1, int rows) {
-  VF a[4], b[4];
+  VF a[V], b[V];
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < V; ++j) {
     a[j] = LoadVF(out0 + j * kLanes);
     b[j] = LoadVF(out1 + j * kLanes);
   }
@@ -228,14 +231,14 @@ inline void AccumulateRows2(float* out0, float* out1, const float* v, size_t str
     const float x0 = w0[r], x1 = w1[r];
     const float* vr = v + r * stride;
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < V; ++j) {
       const VF vv = LoadVF(vr + j * kLanes);
       a[j] += x0 * vv;
       b[j] += x1 * vv;
     }
   }
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < V; ++j) {
     StoreVF(out0 + j * kLanes, a[j]);
     StoreVF(out1 + j * kLanes, b[j]);
   }
@@ -460,7 +463,14 @@ __attribute__((always_inline)) inline void AttendChunk(const float* q, const flo
   }
   pf->Step(pf_lines - pf_lines / 2);
   float* acc0 = st.acc + static_cast<size_t>(h0) * D;
-  if (D % kValueChunk == 0) {
+  if constexpr (kD > 0 && kD % kLanes == 0 && kD < kValueChunk) {  // a head below one chunk
+    constexpr int V = kD / kLanes;
+    if constexpr (NH == 2) {
+      AccumulateRows2<V>(acc0, acc0 + D, v, stride, w[0], w[1], rows);
+    } else {
+      AccumulateRows<V>(acc0, v, stride, w[0], rows);
+    }
+  } else if (D % kValueChunk == 0) {
 #pragma GCC unroll 4
     for (int c0 = 0; c0 < D; c0 += kValueChunk) {
       if constexpr (NH == 2) {
@@ -526,6 +536,8 @@ void AttendRunsD(const AttentionParams& p, const float* q, const std::vector<Key
 void AttendRuns(const AttentionParams& p, const float* q, const std::vector<KeyRun>& runs,
                 RowState st) {
   switch (p.head_dim) {  // the common head sizes, unrolled
+    case 32:
+      return AttendRunsD<32>(p, q, runs, st);
     case 64:
       return AttendRunsD<64>(p, q, runs, st);
     case 128:

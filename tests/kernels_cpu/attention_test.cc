@@ -296,14 +296,15 @@ TEST_P(AttentionCpuTest, WindowOnlyLayer) {
 
 TEST_P(AttentionCpuTest, OtherHeadShapes) {
   // The decode kernel takes a kv head's query heads two at a time (an odd
-  // group ends on one head) and unrolls D = 64 and 128; the prefill path packs
-  // panels of D. Groups of 3 and 1, D = 128, and sizes that are not a whole
-  // number of vectors (40) or of value chunks (96), each through decodes, a
-  // short segment and a long one.
+  // group ends on one head) and unrolls D = 32, 64 and 128 (32: below one
+  // value chunk on AVX-512); the prefill path packs panels of D. Groups of 3
+  // and 1, D = 128, and sizes that are not a whole number of vectors (40) or
+  // of value chunks (96), each through decodes, a short segment and a long one.
   const std::vector<SegmentSpec> specs = {{0, 1, 0}, {47, 1, 5}, {130, 1, 0}, {35, 7, 0},
                                           {20, 72, 10}};
   for (const HeadShape& shape : {HeadShape{6, 2, 64}, HeadShape{4, 4, 128}, HeadShape{4, 2, 40},
-                                 HeadShape{6, 1, 96}, HeadShape{2, 1, 16}}) {
+                                 HeadShape{6, 1, 96}, HeadShape{2, 1, 16},
+                                 HeadShape{4, 2, 32}, HeadShape{3, 1, 32}}) {
     SCOPED_TRACE(testing::Message() << "H=" << shape.heads << " G=" << shape.kv_heads
                                     << " D=" << shape.head_dim);
     EXPECT_LE(Check(32, specs, 14, /*global=*/true, shape), kTolerance);
