@@ -281,6 +281,11 @@ int RunCluster(const std::vector<std::string>& args) {
   if (auto n = f->GetInt("reserve-retries"); !n.ok() || *n < 0 || *n > 16) {
     return Fail(kWords, "--reserve-retries must be in [0, 16]", 2);
   }
+  // Checked here, not only by the gateway it is passed to: a bad value would
+  // otherwise start every worker before the gateway refused it.
+  if (auto n = f->GetInt("migration-limit"); !n.ok() || *n < 0 || *n > 16) {
+    return Fail(kWords, "--migration-limit must be in [0, 16]", 2);
+  }
   if (kv_store == "local") {
     auto mb = f->GetInt("kv-store-mb");
     if (!mb.ok() || *mb < 1 || *mb > (1 << 20)) {

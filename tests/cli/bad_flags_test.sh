@@ -53,6 +53,8 @@ for bad in -1 17 x; do
     "$ced" cluster --model "$model" --reserve-retries "$bad"
   expect 2 "--reserve-retries must be in [0, 16]" -- \
     "$ced" up --model "$model" --reserve-retries "$bad"
+  expect 2 "ced cluster: --migration-limit must be in [0, 16]" -- \
+    "$ced" cluster --model "$model" --migration-limit "$bad"
 done
 for bad in 0 1048577 x; do
   expect 2 "--kv-tier-queue-mb must be in [1, 2^20]" -- "${serve[@]}" --kv-tier-queue-mb "$bad"
