@@ -148,6 +148,15 @@ class KvBlockStore {
   virtual int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) = 0;
   // Drops a block (one that failed its checks).
   virtual void Erase(const BlockHash& root, const BlockHash& hash) = 0;
+  // Marks the stored ones of `hashes` as used now, without reading them: a
+  // store that evicts its least recently used blocks would otherwise evict
+  // the head of a prefix that is served from the hot cache, which makes the
+  // whole prefix unreadable (a read stops at the first missing block).
+  // Default: nothing (stores that do not evict by recency). May block for I/O.
+  virtual void Touch(const BlockHash& root, absl::Span<const BlockHash> hashes) {
+    (void)root;
+    (void)hashes;
+  }
   virtual int64_t resident_blocks() const { return -1; }
   virtual int64_t resident_bytes() const { return -1; }
 

@@ -89,6 +89,19 @@ bool KvTiers::WantsShared(const BlockHash& hash) const {
   return known_shared_.count(hash) == 0;
 }
 
+void KvTiers::TouchShared(absl::Span<const BlockHash> hashes) {
+  if (shared_ == nullptr || hashes.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const BlockHash& h : hashes) {
+      if (touches_.size() >= kMaxTouches) break;
+      if (known_shared_.count(h) != 0) touches_.push_back(h);
+    }
+    if (touches_.empty()) return;
+  }
+  cv_.notify_one();
+}
+
 void KvTiers::WriteShared(const BlockHash& hash, std::string payload) {
   if (shared_ == nullptr || payload.size() != options_.layout.payload_bytes) return;
   Enqueue({true, hash, std::make_shared<const std::string>(std::move(payload))}, shared_.get());
@@ -113,13 +126,16 @@ absl::Status KvTiers::TimedPut(KvBlockStore* tier, absl::Span<const KvStoredBloc
 
 void KvTiers::WriterLoop() {
   const KvBlockLayout& layout = options_.layout;
+  std::vector<BlockHash> touches;
   for (;;) {
     std::deque<Job> batch;
+    touches.clear();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty() || !touches_.empty(); });
+      if (queue_.empty() && touches_.empty()) return;  // stopping, nothing left
       batch.swap(queue_);
+      touches.swap(touches_);
       writing_ = true;
     }
     std::vector<KvStoredBlock> shared;
@@ -145,6 +161,7 @@ void KvTiers::WriterLoop() {
     if (!shared.empty() && TimedPut(shared_.get(), shared).ok()) {
       for (const KvStoredBlock& b : shared) MarkShared(b.hash);
     }
+    if (!touches.empty()) shared_->Touch(layout.root, touches);
     {
       std::lock_guard<std::mutex> lock(mu_);
       queued_bytes_ -= done_bytes;
@@ -156,7 +173,7 @@ void KvTiers::WriterLoop() {
 
 void KvTiers::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  idle_cv_.wait(lock, [&] { return queue_.empty() && touches_.empty() && !writing_; });
 }
 
 bool KvTiers::Accept(KvBlockStore* tier, const BlockHash& hash, std::string* stored) {

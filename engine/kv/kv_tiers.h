@@ -73,6 +73,13 @@ class KvTiers {
   // A block whose K/V is final, for the shared store. Never blocks on I/O.
   void WriteShared(const BlockHash& hash, std::string payload);
 
+  // A prefix of blocks a request found in the hot cache: those this process
+  // knows are in the shared store are marked used there (KvBlockStore::Touch),
+  // off the request path, by the writer thread. At most kMaxTouches hashes
+  // wait at a time; more are dropped (a later request touches them again).
+  void TouchShared(absl::Span<const BlockHash> hashes);
+  static constexpr size_t kMaxTouches = 4096;
+
   // The payloads of the longest run hashes[0..k) held below the hot cache,
   // each checked. Blocks as the header says.
   std::vector<std::string> FetchPrefix(absl::Span<const BlockHash> hashes);
@@ -107,6 +114,7 @@ class KvTiers {
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<Job> queue_;
+  std::vector<BlockHash> touches_;  // for the shared store's Touch
   int64_t queued_bytes_ = 0;
   bool writing_ = false, stop_ = false;
   // Spills queued but not written yet: still served to readers.

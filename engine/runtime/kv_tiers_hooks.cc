@@ -51,6 +51,8 @@ absl::Status Engine::InitKvTiers(const EngineOptions& o) {
 void Engine::LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>* shared,
                            const TierPrefetch* prefetched) {
   const size_t have = shared->size();
+  // The blocks served from the hot cache stay recent in the shared store too.
+  tiers_->TouchShared(hashes.first(std::min(have, hashes.size())));
   if (have >= hashes.size()) return;
   std::vector<std::string> payloads;
   if (prefetched == nullptr) {

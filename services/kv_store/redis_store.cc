@@ -343,6 +343,28 @@ int RedisBlockStore::Contains(const BlockHash& root, absl::Span<const BlockHash>
   return run;
 }
 
+void RedisBlockStore::Touch(const BlockHash& root, absl::Span<const BlockHash> hashes) {
+  constexpr size_t kKeysPerCommand = 256;
+  std::lock_guard<std::mutex> lock(write_.mu);
+  for (size_t i = 0; i < hashes.size(); i += kKeysPerCommand) {
+    redisContext* ctx = Connected(write_);
+    if (ctx == nullptr) return;
+    std::vector<std::string> args = {"TOUCH"};
+    for (const BlockHash& h : hashes.subspan(i, kKeysPerCommand)) {
+      args.push_back(RedisBlockKey(options_.key_prefix, root, h));
+    }
+    Reply r = Command(ctx, args);
+    if (r == nullptr) {
+      Broken(write_);
+      return;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+      counters_.errors.fetch_add(1);
+      return;
+    }
+  }
+}
+
 void RedisBlockStore::Erase(const BlockHash& root, const BlockHash& hash) {
   std::lock_guard<std::mutex> lock(write_.mu);
   redisContext* ctx = Connected(write_);

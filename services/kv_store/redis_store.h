@@ -90,6 +90,8 @@ class RedisBlockStore final : public KvBlockStore {
                                      absl::Span<const BlockHash> hashes) override;
   int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) override;
   void Erase(const BlockHash& root, const BlockHash& hash) override;
+  // TOUCH in commands of up to 256 keys, on the writer's connection.
+  void Touch(const BlockHash& root, absl::Span<const BlockHash> hashes) override;
 
   const RedisStoreOptions& options() const { return options_; }
 

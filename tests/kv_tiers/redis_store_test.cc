@@ -6,7 +6,9 @@
 #include <hiredis/hiredis.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "engine/kv/kv_tiers.h"
 #include "services/kv_store/local_redis.h"
@@ -214,6 +216,60 @@ TEST_F(RedisTest, RunningSequenceWritesEachFinalBlockOnce) {
   (*a)->FlushKvTiers();
   EXPECT_EQ((*a)->kv_tier_stats()[0].written_blocks, 3) << "the release wrote a block twice";
   EXPECT_EQ((*a)->kv_tier_stats()[0].written_bytes, static_cast<int64_t>(3 * block_bytes));
+}
+
+// Redis evicts its least recently used keys (allkeys-lru): a prefix read
+// from the hot cache must stay recent in Redis too, or its first blocks are
+// evicted first and the whole prefix becomes unreadable from Redis.
+TEST_F(RedisTest, APrefixServedFromTheHotCacheIsTouchedInRedis) {
+  EngineOptions o;
+  o.kv_shared_store = Store();
+  auto e = Engine::CreateWithWeights(o, LoadTestModel("tiny"));
+  ASSERT_TRUE(e.ok());
+  const int bs = (*e)->cache_stats().block_size;
+  const auto p = RandomPrompt(2 * bs, 61), q = RandomPrompt(bs, 62);
+  for (const auto& prompt : {p, q}) {
+    int cached = -1;
+    auto seq = (*e)->CreateSequenceForPrompt(prompt, static_cast<int>(prompt.size()) + 1, &cached);
+    ASSERT_TRUE(seq.ok());
+    ASSERT_TRUE((*e)->Prefill(*seq, prompt, PrefillOptions{}).ok());
+    ASSERT_TRUE((*e)->ReleaseSequence(*seq).ok());
+  }
+  (*e)->FlushKvTiers();
+  // Seconds since each stored block was last used, as Redis counts them.
+  auto idle = [&] {
+    redisContext* c = redisConnect("127.0.0.1", redis_->port());
+    EXPECT_TRUE(c != nullptr && c->err == 0);
+    std::vector<long long> out;
+    auto* keys = static_cast<redisReply*>(redisCommand(c, "KEYS ced:kv:*"));
+    for (size_t i = 0; keys != nullptr && i < keys->elements; ++i) {
+      auto* r = static_cast<redisReply*>(
+          redisCommand(c, "OBJECT IDLETIME %b", keys->element[i]->str, keys->element[i]->len));
+      EXPECT_EQ(r->type, REDIS_REPLY_INTEGER) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
+      out.push_back(r->integer);
+      freeReplyObject(r);
+    }
+    freeReplyObject(keys);
+    redisFree(c);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  ASSERT_EQ(idle().size(), 3u) << "p's two blocks and q's one";
+  std::this_thread::sleep_for(std::chrono::milliseconds(3100));  // Redis counts whole seconds
+  std::vector<int32_t> resumed = p;
+  resumed.push_back(7);
+  int cached = -1;
+  auto seq = (*e)->CreateSequenceForPrompt(resumed, static_cast<int>(resumed.size()) + 1, &cached);
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(cached, 2 * bs) << "p's blocks from the hot cache";
+  EXPECT_EQ((*e)->kv_tier_stats()[0].hit_blocks, 0) << "nothing was read from Redis";
+  (*e)->FlushKvTiers();
+  const auto after = idle();
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_LE(after[1], 1) << "both of p's blocks were touched";
+  EXPECT_GE(after[2], 2) << "q's block was not";
+  EXPECT_EQ((*e)->kv_tier_stats()[0].errors, 0);
+  ASSERT_TRUE((*e)->ReleaseSequence(*seq).ok());
 }
 
 TEST(RedisAuthTest, PasswordFromOptionsAndWrongPasswordDegrades) {
