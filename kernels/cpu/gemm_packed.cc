@@ -175,9 +175,13 @@ namespace {
 // threads over the same memory, which the hardware prefetchers follow worse
 // (about 20% slower over a decode step's weights). A thread done with its
 // share takes the tasks left at the end of the others' (a worker that started
-// late, or a slower core).
+// late, or a slower core). `parallel` false: all on the calling thread.
 template <typename Fn>
-void RunInShares(int n, const Fn& one) {
+void RunInShares(int n, const Fn& one, bool parallel) {
+  if (!parallel) {
+    for (int k = 0; k < n; ++k) one(k);
+    return;
+  }
   struct Share {
     std::atomic<uint64_t> range;  // first << 32 | end of the tasks not taken
     char pad[64 - sizeof(std::atomic<uint64_t>)];
@@ -229,12 +233,7 @@ void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int cou
     const int p = tasks[k].second, c0 = p * kPanel;
     PanelGemv(x, in, t.w->panel(p), std::min(kPanel, t.w->out() - c0), t.y + c0, t.accumulate);
   };
-  const int n = static_cast<int>(tasks.size());
-  if (bytes < 4e5) {
-    for (int k = 0; k < n; ++k) one(k);
-    return;
-  }
-  RunInShares(n, one);
+  RunInShares(static_cast<int>(tasks.size()), one, bytes >= 4e5);
 }
 
 void GemmPacked(const float* x, int n, int in, const PackedGemmTarget* targets, int count) {
@@ -246,13 +245,9 @@ void GemmPacked(const float* x, int n, int in, const PackedGemmTarget* targets, 
     for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
     flops += 2.0 * n * in * targets[i].w->out();
   }
-  auto one = [&](int k) { Panel(x, n, in, targets[tasks[k].first], tasks[k].second); };
-  const int ntasks = static_cast<int>(tasks.size());
-  if (flops < 2e5) {
-    for (int k = 0; k < ntasks; ++k) one(k);
-    return;
-  }
-  RunInShares(ntasks, one);
+  RunInShares(
+      static_cast<int>(tasks.size()),
+      [&](int k) { Panel(x, n, in, targets[tasks[k].first], tasks[k].second); }, flops >= 2e5);
 }
 
 }  // namespace ced::kernels::CED_VARIANT_NS
