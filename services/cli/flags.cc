@@ -43,6 +43,11 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<FlagSpec>& specs,
         return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
       }
     }
+    if (it->second->is_bool && has_value && value != "true" && value != "false" &&
+        value != "1" && value != "0" && value != "yes" && value != "no") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", name, ": '", value, "' is not true or false"));
+    }
     f.values_[name] = value;
     f.set_[name] = true;
   }

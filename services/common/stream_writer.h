@@ -51,10 +51,14 @@ class StreamWriter final : public grpc::ServerWriteReactor<T> {
   // returns true, or returns false (and leaves both) when they must stay
   // separate messages; it runs under the writer's lock.
   using Merge = std::function<bool(T* waiting, T* next)>;
-  explicit StreamWriter(std::function<void()> on_cancel = nullptr, Merge merge = nullptr)
+  // `on_done` runs once when gRPC is done with the stream (whatever ended
+  // it), after the handle stopped taking pushes.
+  explicit StreamWriter(std::function<void()> on_cancel = nullptr, Merge merge = nullptr,
+                        std::function<void()> on_done = nullptr)
       : handle_(std::make_shared<Handle>()),
         on_cancel_(std::move(on_cancel)),
-        merge_(std::move(merge)) {
+        merge_(std::move(merge)),
+        on_done_(std::move(on_done)) {
     handle_->writer_ = this;
   }
   std::shared_ptr<Handle> handle() const { return handle_; }
@@ -81,6 +85,7 @@ class StreamWriter final : public grpc::ServerWriteReactor<T> {
       std::lock_guard<std::recursive_mutex> lock(handle_->mu_);
       handle_->writer_ = nullptr;
     }
+    if (on_done_) on_done_();
     delete this;
   }
 
@@ -115,6 +120,7 @@ class StreamWriter final : public grpc::ServerWriteReactor<T> {
   std::shared_ptr<Handle> handle_;
   std::function<void()> on_cancel_;
   Merge merge_;
+  std::function<void()> on_done_;
   std::deque<T> queue_;  // front is being written while writing_
   bool writing_ = false;
   bool finished_ = false;

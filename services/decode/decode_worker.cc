@@ -71,6 +71,9 @@ absl::Status DecodeWorker::Init() {
                    gauge("ced_decode_running_sequences", "Sequences in the decode batch."));
   ASSIGN_OR_RETURN(m_->waiting, gauge("ced_decode_waiting_sequences",
                                       "Reserved sequences waiting for K/V or a batch slot."));
+  ASSIGN_OR_RETURN(m_->subscribers,
+                   gauge("ced_decode_token_streams",
+                         "Open multiplexed token streams (Subscribe): one per gateway using it."));
   ASSIGN_OR_RETURN(m_->kv_used,
                    gauge("ced_kv_blocks_used", "Global KV cache blocks in use (reserved)."));
   ASSIGN_OR_RETURN(m_->kv_free, gauge("ced_kv_blocks_free", "Global KV cache blocks free."));
@@ -207,6 +210,10 @@ void DecodeWorker::Shutdown() {
         r->stream->Close(
             grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker shutting down"));
     }
+    // After every request's end went out on them.
+    for (auto& [id, out] : subscribers_) {
+      out->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker shutting down"));
+    }
   }
   cv_.notify_all();
   if (scheduler_.joinable()) scheduler_.join();
@@ -241,10 +248,20 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   const int n = static_cast<int>(r->prompt.size());
   r->replay_work_tokens =
       c.IsDecoderOnly() ? 0 : n - engine_->ReplayStart(n, r->replay_mode, r->replay_window);
+  std::shared_ptr<StreamWriter<ced::internal::TokenBatch>::Handle> subscriber;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (requests_.count(r->id)) {
       return absl::AlreadyExistsError(absl::StrCat("request_id '", r->id, "' is already reserved"));
+    }
+    if (!req.subscriber_id().empty()) {
+      auto sub = subscribers_.find(req.subscriber_id());
+      if (sub == subscribers_.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "subscriber_id: no Subscribe stream named '", req.subscriber_id(), "' is open here"));
+      }
+      subscriber = sub->second;
+      r->subscriber_id = req.subscriber_id();
     }
     if (cancelled_early_.erase(r->id) > 0) {
       return absl::CancelledError(absl::StrCat("request_id '", r->id, "' was cancelled"));
@@ -340,6 +357,11 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
     CED_CHECK(!requests_.count(r->id));
     CED_CHECK(sched_->Activate(r->id, r->local_prefill ? r->prefill_work_tokens : 0).ok());
     admitting.done = true;
+    if (subscriber != nullptr) {
+      // Its tokens go to the gateway's Subscribe stream: no Stream call follows.
+      r->stream = MakeSubscribedOut(std::move(subscriber), r->id);
+      sched_->Attach(r->id);
+    }
     by_token_[r->transfer_token] = r.get();
     requests_[r->id] = std::move(r);
     cv_.notify_all();
@@ -347,8 +369,7 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   }
 }
 
-void DecodeWorker::AttachStream(const std::string& request_id,
-                                std::shared_ptr<StreamWriter<TokenChunk>::Handle> stream) {
+void DecodeWorker::AttachStream(const std::string& request_id, std::shared_ptr<ChunkOut> stream) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = requests_.find(request_id);
   if (it == requests_.end()) {
@@ -368,6 +389,42 @@ void DecodeWorker::AttachStream(const std::string& request_id,
   r->pending.clear();
   if (r->final_status.has_value()) r->stream->Close(*r->final_status);
   cv_.notify_all();
+}
+
+absl::Status DecodeWorker::Subscribe(
+    const std::string& subscriber_id,
+    std::shared_ptr<StreamWriter<ced::internal::TokenBatch>::Handle> out) {
+  if (subscriber_id.empty() || subscriber_id.size() > 128) {
+    return absl::InvalidArgumentError("subscriber_id: must be 1..128 bytes");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return absl::UnavailableError("decode worker shutting down");
+  if (!subscribers_.emplace(subscriber_id, out).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("subscriber_id '", subscriber_id, "' is already open here"));
+  }
+  out->Push(ced::internal::TokenBatch());  // open: Reserve takes the name from now on
+  m_->subscribers->Set(static_cast<double>(subscribers_.size()));
+  return absl::OkStatus();
+}
+
+void DecodeWorker::Unsubscribe(const std::string& subscriber_id) {
+  std::vector<std::string> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto sub = subscribers_.find(subscriber_id);
+    if (sub == subscribers_.end()) return;
+    // A cancelled reactor must still finish, or gRPC never lets it go (and
+    // the server's shutdown waits for it).
+    sub->second->Close(grpc::Status(grpc::StatusCode::CANCELLED, "subscriber stream ended"));
+    subscribers_.erase(sub);
+    m_->subscribers->Set(static_cast<double>(subscribers_.size()));
+    for (auto& [id, r] : requests_) {
+      if (r->subscriber_id == subscriber_id && !r->finished) orphans.push_back(id);
+    }
+  }
+  // Nobody reads their tokens any more.
+  for (const std::string& id : orphans) Cancel(id, "the subscriber stream ended");
 }
 
 bool DecodeWorker::Cancel(const std::string& request_id, const std::string& why) {

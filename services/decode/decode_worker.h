@@ -63,6 +63,16 @@ struct DecodeWorkerOptions {
   int step_delay_ms_for_testing = 0;
 };
 
+// Where a request's token chunks go: its own Stream call, or the gateway's
+// multiplexed Subscribe stream (ced.internal.DecodeWorker). Called with the
+// worker's mu_ held.
+class ChunkOut {
+ public:
+  virtual ~ChunkOut() = default;
+  virtual void Push(ced::internal::TokenChunk chunk) = 0;
+  virtual void Close(const grpc::Status& status) = 0;
+};
+
 class DecodeWorker {
  public:
   static absl::StatusOr<std::unique_ptr<DecodeWorker>> Start(const DecodeWorkerOptions& options);
@@ -89,8 +99,12 @@ class DecodeWorker {
 
   // Called with mu_ held by the service and the sink.
   absl::StatusOr<ced::internal::ReserveResponse> Reserve(const ced::internal::ReserveRequest& r);
-  void AttachStream(const std::string& request_id,
-                    std::shared_ptr<StreamWriter<ced::internal::TokenChunk>::Handle> stream);
+  void AttachStream(const std::string& request_id, std::shared_ptr<ChunkOut> stream);
+  // A Subscribe stream opened (ALREADY_EXISTS when its name is taken) or
+  // ended; ending cancels the requests still on it.
+  absl::Status Subscribe(const std::string& subscriber_id,
+                         std::shared_ptr<StreamWriter<ced::internal::TokenBatch>::Handle> out);
+  void Unsubscribe(const std::string& subscriber_id);
   bool Cancel(const std::string& request_id, const std::string& why);
 
   // Scheduler helpers (engine_mu_ held).
@@ -117,6 +131,9 @@ class DecodeWorker {
   std::unique_ptr<Scheduler> sched_;
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::map<uint64_t, Request*> by_token_;
+  // Open Subscribe streams by name.
+  std::map<std::string, std::shared_ptr<StreamWriter<ced::internal::TokenBatch>::Handle>>
+      subscribers_;
   // Ids cancelled before their Reserve arrived (the calls race): a later
   // Reserve of one of them is refused instead of holding blocks. Bounded.
   std::map<std::string, std::chrono::steady_clock::time_point> cancelled_early_;

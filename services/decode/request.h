@@ -42,7 +42,8 @@ struct DecodeWorker::Request {
   std::vector<uint8_t> tail_bytes;
   int inflight_messages = 0;   // accepted by the sink, not yet completed
   bool cancelled = false;
-  std::shared_ptr<StreamWriter<ced::internal::TokenChunk>::Handle> stream;
+  std::shared_ptr<ChunkOut> stream;
+  std::string subscriber_id;  // its tokens go to this Subscribe stream
   std::vector<ced::internal::TokenChunk> pending;  // produced before Stream attached
   std::optional<grpc::Status> final_status;        // finished before Stream attached
   bool finished = false;
@@ -71,10 +72,14 @@ inline constexpr const char* kKvRejectReasons[] = {
 absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const ModelConfig& c);
 std::unique_ptr<kv_transport::KvSink> MakeDecodeSink(DecodeWorker* worker);
 std::unique_ptr<grpc::Service> MakeDecodeService(DecodeWorker* worker);
+// The ChunkOut of a request on a Subscribe stream: its chunks carry its id,
+// its end is an `ended` chunk with the status.
+std::shared_ptr<ChunkOut> MakeSubscribedOut(
+    std::shared_ptr<StreamWriter<ced::internal::TokenBatch>::Handle> out, std::string request_id);
 
 struct DecodeWorker::Metrics {
   PrefixCacheMetrics prefix;
-  metrics::Gauge *running, *waiting, *kv_used, *kv_free, *weights_bytes;
+  metrics::Gauge *running, *waiting, *subscribers, *kv_used, *kv_free, *weights_bytes;
   metrics::Counter *steps, *generated, *transfer_bytes;
   metrics::Family<metrics::Counter>* replays;
   metrics::Family<metrics::Counter>* requests;

@@ -24,7 +24,63 @@ bool MergeChunks(TokenChunk* waiting, TokenChunk* next) {
   return true;
 }
 
+// Batches waiting behind a write: the next joins the waiting one (a batch
+// step's chunks travel together), up to a bound that keeps one message small.
+bool MergeBatches(ced::internal::TokenBatch* waiting, ced::internal::TokenBatch* next) {
+  if (waiting->chunks_size() + next->chunks_size() > 4096) return false;
+  for (TokenChunk& c : *next->mutable_chunks()) *waiting->add_chunks() = std::move(c);
+  return true;
+}
+
+// A request's own Stream call.
+class StreamOut final : public ChunkOut {
+ public:
+  explicit StreamOut(std::shared_ptr<StreamWriter<TokenChunk>::Handle> out)
+      : out_(std::move(out)) {}
+  void Push(TokenChunk chunk) override { out_->Push(std::move(chunk)); }
+  void Close(const grpc::Status& status) override { out_->Close(status); }
+
+ private:
+  const std::shared_ptr<StreamWriter<TokenChunk>::Handle> out_;
+};
+
+// A request on a Subscribe stream.
+class SubscribedOut final : public ChunkOut {
+ public:
+  SubscribedOut(std::shared_ptr<StreamWriter<ced::internal::TokenBatch>::Handle> out,
+                std::string request_id)
+      : out_(std::move(out)), id_(std::move(request_id)) {}
+  void Push(TokenChunk chunk) override {
+    if (closed_) return;
+    chunk.set_request_id(id_);
+    ced::internal::TokenBatch batch;
+    *batch.add_chunks() = std::move(chunk);
+    out_->Push(std::move(batch));
+  }
+  void Close(const grpc::Status& status) override {
+    if (closed_) return;
+    closed_ = true;
+    ced::internal::TokenBatch batch;
+    TokenChunk* end = batch.add_chunks();
+    end->set_request_id(id_);
+    end->set_ended(true);
+    end->set_status_code(static_cast<int32_t>(status.error_code()));
+    end->set_status_message(status.error_message());
+    out_->Push(std::move(batch));
+  }
+
+ private:
+  const std::shared_ptr<StreamWriter<ced::internal::TokenBatch>::Handle> out_;
+  const std::string id_;
+  bool closed_ = false;  // under the worker's mu_, like every call
+};
+
 }  // namespace
+
+std::shared_ptr<ChunkOut> MakeSubscribedOut(
+    std::shared_ptr<StreamWriter<ced::internal::TokenBatch>::Handle> out, std::string request_id) {
+  return std::make_shared<SubscribedOut>(std::move(out), std::move(request_id));
+}
 
 absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const ModelConfig& c) {
   if (req.request_id().empty() || req.request_id().size() > 256) {
@@ -63,6 +119,9 @@ absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const Mod
   if (!req.local_prefill() && req.prefill_worker_id().empty()) {
     return absl::InvalidArgumentError("prefill_worker_id: required unless local_prefill is set");
   }
+  if (req.subscriber_id().size() > 128) {
+    return absl::InvalidArgumentError("subscriber_id: must be at most 128 bytes");
+  }
   return absl::OkStatus();
 }
 
@@ -85,7 +144,23 @@ class DecodeWorker::Service final : public ced::internal::DecodeWorker::Callback
     const std::string id = req->request_id();
     auto* writer = new StreamWriter<TokenChunk>(
         [w = w_, id] { w->Cancel(id, "the stream was cancelled"); }, MergeChunks);
-    w_->AttachStream(id, writer->handle());
+    w_->AttachStream(id, std::make_shared<StreamOut>(writer->handle()));
+    return writer;
+  }
+
+  grpc::ServerWriteReactor<ced::internal::TokenBatch>* Subscribe(
+      grpc::CallbackServerContext* ctx, const ced::internal::SubscribeRequest* req) override {
+    const std::string id = req->subscriber_id();
+    auto* writer = new StreamWriter<ced::internal::TokenBatch>(
+        [w = w_, id] { w->Unsubscribe(id); }, MergeBatches, [w = w_, id] { w->Unsubscribe(id); });
+    const absl::Status opened = w_->Subscribe(id, writer->handle());
+    if (!opened.ok()) {
+      // Not registered: its end must not close the stream that holds the name.
+      auto* refused = new StreamWriter<ced::internal::TokenBatch>();
+      refused->handle()->Close(ToGrpc(opened));
+      delete writer;
+      return refused;
+    }
     return writer;
   }
 

@@ -39,6 +39,10 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
        "times a request is placed on another decode worker when one refuses its reservation "
        "with RESOURCE_EXHAUSTED (K/V cache full); then the client gets RESOURCE_EXHAUSTED "
        "naming the workers tried (0: off, the first refusal ends it)"},
+      {"decode-mux", "true",
+       "receive tokens on one multiplexed stream per decode worker (false: one stream per "
+       "request, as with workers older than the multiplexed stream)",
+       true},
       {"http-listen", "",
        "OpenAI-compatible HTTP API address (host:port; port 0 picks one; empty: off)"},
       {"chat-template", "", "Jinja chat template file for /v1/chat/completions "
@@ -105,6 +109,7 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
     return Fail("--reserve-retries must be in [0, 16]", 2);
   }
   options.reserve_retries = static_cast<int>(*reserve_retries);
+  options.decode_mux = flags->GetBool("decode-mux");
   options.http_address = flags->Get("http-listen");
   options.chat_template_file = flags->Get("chat-template");
   options.http_force_usage = flags->GetBool("http-include-usage");

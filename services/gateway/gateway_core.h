@@ -20,6 +20,7 @@
 #include "services/gateway/prefix_chain.h"
 #include "services/gateway/request_validation.h"
 #include "services/gateway/stream_relay.h"
+#include "services/gateway/token_mux.h"
 
 namespace ced::gateway {
 
@@ -51,6 +52,11 @@ struct GatewaySettings {
   // that refused it, at most this many times; then the client gets
   // RESOURCE_EXHAUSTED naming them. 0 = off: the first refusal ends it.
   int reserve_retries = 2;
+  // Tokens come on one multiplexed stream per decode worker (TokenMux);
+  // false: one Stream call per request. Opening a worker's stream waits at
+  // most mux_open_timeout (then that request uses its own Stream).
+  bool decode_mux = true;
+  absl::Duration mux_open_timeout = absl::Seconds(2);
 };
 
 // What a request costs against --max-inflight-tokens: its prompt plus the
@@ -73,6 +79,8 @@ class GatewayCore {
   PrefixChain& prefix_chain() { return prefix_chain_; }
   // Where the calls' worker streams complete.
   StreamRelay& relay() { return relay_; }
+  // The multiplexed token streams to the decode workers.
+  TokenMuxPool& muxes() { return muxes_; }
   // One channel per worker address, created on first use and kept.
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
 
@@ -107,6 +115,7 @@ class GatewayCore {
   std::unique_ptr<ced::internal::Router::Stub> router_;
   PrefixChain prefix_chain_;
   StreamRelay relay_;
+  TokenMuxPool muxes_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

@@ -48,6 +48,8 @@ struct GatewayServerOptions {
   int migration_limit = 3;
   // Re-placements after a Reserve refused for room (GatewaySettings::reserve_retries); 0 = off.
   int reserve_retries = 2;
+  // Tokens on one multiplexed stream per decode worker (GatewaySettings::decode_mux).
+  bool decode_mux = true;
   // The OpenAI-compatible HTTP API (openai/openai_server.h): host:port, empty
   // for none. TLS and bearer tokens as the process's SecurityConfig says.
   std::string http_address;

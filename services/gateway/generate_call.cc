@@ -121,9 +121,18 @@ void GenerateCall::Launch(std::shared_ptr<GenerateCall> call) {
 }
 
 void GenerateCall::Cancel() {
-  absl::MutexLock lock(&mu_);
-  cancelled_ = true;
-  for (auto& a : attempts_) TryCancel(a.get());
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (auto& a : attempts_) TryCancel(a.get());
+  }
+  // An attempt on the multiplexed stream has no call of its own to cancel:
+  // its wait ends here (the Run thread then cancels it on the worker).
+  absl::MutexLock lock(&relay_mu_);
+  if (relay_attempt_ != nullptr && relay_attempt_->mux_entry != nullptr &&
+      !relay_result_.has_value()) {
+    SetOutcome(relay_attempt_, CancelStatus());
+  }
 }
 
 void GenerateCall::TryCancel(Attempt* a) {
@@ -166,6 +175,10 @@ void GenerateCall::Run() {
     if (!(a->decode_complete && (a->prefill_complete || !a->prefill_started))) {
       (void)CleanUp(a.get());
     }
+  }
+  // No multiplexed-stream event reaches this call from here on.
+  for (auto& a : attempts_) {
+    if (a->mux_entry != nullptr) a->mux->Detach(a->mux_entry.get());
   }
   DrainStreams();
   if (status.ok()) {
@@ -423,10 +436,31 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
       settings.model, route.replay_mode(), static_cast<int>(request_.prompt_token_ids.size()), k));
   reserve.set_local_prefill(route.local_prefill());
   if (!route.local_prefill()) reserve.set_prefill_worker_id(route.prefill().worker_id());
+  // The tokens come on the gateway's multiplexed stream to this worker when
+  // it has one (registered before the Reserve: none is lost).
+  if (settings.decode_mux) {
+    a->mux = core_->muxes().Get(route.decode().grpc_address(),
+                                core_->Channel(route.decode().grpc_address()),
+                                absl::StrCat("mux-", core_->NewRequestId()),
+                                absl::FromChrono(Bounded(settings.mux_open_timeout)));
+    if (a->mux != nullptr) a->mux_entry = a->mux->Register(a->worker_request_id);
+    if (a->mux_entry != nullptr) reserve.set_subscriber_id(a->mux->subscriber_id());
+  }
   ced::internal::ReserveResponse reserved;
   a->reserve_ctx.set_deadline(Bounded(settings.reserve_timeout));
   a->reserve_sent = true;
   status = a->decode_stub->Reserve(&a->reserve_ctx, reserve, &reserved);
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+      a->mux_entry != nullptr) {
+    // The multiplexed stream ended between its open and the Reserve: the
+    // worker took nothing; reserve again with a stream of the request's own.
+    a->mux->Detach(a->mux_entry.get());
+    a->mux_entry.reset();
+    reserve.clear_subscriber_id();
+    grpc::ClientContext again;
+    again.set_deadline(Bounded(settings.reserve_timeout));
+    status = a->decode_stub->Reserve(&again, reserve, &reserved);
+  }
   // The id is another request's on that worker (another gateway's client
   // chose it too): nothing of ours landed there, and a Cancel would end theirs.
   if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) a->reserve_refused = true;

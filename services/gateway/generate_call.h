@@ -48,10 +48,11 @@
 #include "services/gateway/generate_sink.h"
 #include "services/gateway/request_validation.h"
 #include "services/gateway/token_assembler.h"
+#include "services/gateway/token_mux.h"
 
 namespace ced::gateway {
 
-class GenerateCall final : public StreamRelay::Handler {
+class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receiver {
  public:
   // `core` must outlive the call (GatewayCore::WaitForCalls). The request
   // must already hold its request id and be admitted (GatewayCore::TryAdmit);
@@ -72,6 +73,10 @@ class GenerateCall final : public StreamRelay::Handler {
   // StreamRelay::Handler: an operation of one of this call's streams (or
   // timers) completed, on a relay thread.
   void OnCompletion(void* tag, bool ok) override;
+  // TokenMux::Receiver: a chunk or the end of an attempt's request (`key`)
+  // on its decode worker's multiplexed stream.
+  void OnMuxChunk(void* key, ced::internal::TokenChunk* chunk) override;
+  void OnMuxEnd(void* key, const grpc::Status& status) override;
 
  private:
   struct Attempt;
@@ -112,6 +117,10 @@ class GenerateCall final : public StreamRelay::Handler {
     // reader lives in its call's arena, which its context's destruction frees.
     grpc::ClientContext route_ctx, reserve_ctx, decode_ctx, prefill_ctx;
     AsyncStream<ced::internal::TokenChunk> decode;
+    // Set when the decode worker's tokens come on the gateway's multiplexed
+    // stream to it (no decode Stream call then).
+    std::shared_ptr<TokenMux> mux;
+    std::shared_ptr<TokenMux::Entry> mux_entry;
     AsyncStream<ced::internal::PrefillResponse> prefill;
     // Fires prefill_grace after the token stream ended without the prefill's.
     std::unique_ptr<grpc::Alarm> grace;
@@ -212,6 +221,21 @@ class GenerateCall final : public StreamRelay::Handler {
   };
   std::optional<grpc::Status> Step(const Op& op, bool ok, Attempt* current, RelayState* st)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(relay_mu_);
+  // The followed attempt's decode chunk, or its decode stream's end: an
+  // error that ends the attempt, if any.
+  std::optional<grpc::Status> DecodeChunk(Attempt* a, RelayState* st,
+                                          ced::internal::TokenChunk* chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(relay_mu_);
+  std::optional<grpc::Status> DecodeEnd(Attempt* a, RelayState* st, const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(relay_mu_);
+  // After an event of the followed attempt: emits what is ready and returns
+  // the attempt's outcome once it has one (`end`: an error the event caused).
+  std::optional<grpc::Status> Progress(Attempt* a, RelayState* st,
+                                       std::optional<grpc::Status> end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(relay_mu_);
+  // Hands an outcome to the Run thread waiting in Relay.
+  void SetOutcome(Attempt* a, grpc::Status outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(relay_mu_);
+  void OnMuxEvent(Attempt* a, ced::internal::TokenChunk* chunk, const grpc::Status* end);
   bool Cancelled() const;
   // Waits until every stream and timer of every attempt finished (their
   // calls were cancelled, or ended).

@@ -50,28 +50,47 @@ void GenerateCall::StartStream(Attempt* a, bool decode, AsyncStream<Message>* st
 
 grpc::Status GenerateCall::Relay(Attempt* a, ced::internal::PrefillRequest* prefill) {
   grpc::CompletionQueue* cq = core_->relay().cq();
-  absl::MutexLock lock(&relay_mu_);
-  auto st = std::make_unique<RelayState>();
-  st->decode_prefix = absl::StrCat("decode worker ", a->route.decode().worker_id(), ": ");
-  st->prefill_prefix = absl::StrCat("prefill worker ", a->route.prefill().worker_id(), ": ");
-  st->prefill_ended = prefill == nullptr;
-  relay_state_ = std::move(st);
-  relay_result_.reset();
-  relay_attempt_ = a;
-  a->grace = std::make_unique<grpc::Alarm>();
-  ced::internal::StreamRequest stream_request;
-  stream_request.set_request_id(a->worker_request_id);
-  StartStream(a, /*decode=*/true, &a->decode,
-              a->decode_stub->PrepareAsyncStream(&a->decode_ctx, stream_request, cq));
-  ++open_ops_;
-  if (prefill != nullptr) {
-    StartStream(a, /*decode=*/false, &a->prefill,
-                a->prefill_stub->PrepareAsyncPrefill(&a->prefill_ctx, *prefill, cq));
-    ++open_ops_;
+  const bool mux = a->mux_entry != nullptr;
+  {
+    absl::MutexLock lock(&relay_mu_);
+    auto st = std::make_unique<RelayState>();
+    st->decode_prefix = absl::StrCat("decode worker ", a->route.decode().worker_id(), ": ");
+    st->prefill_prefix = absl::StrCat("prefill worker ", a->route.prefill().worker_id(), ": ");
+    st->prefill_ended = prefill == nullptr;
+    relay_state_ = std::move(st);
+    relay_result_.reset();
+    relay_attempt_ = a;
+    a->grace = std::make_unique<grpc::Alarm>();
+    if (!mux) {
+      ced::internal::StreamRequest stream_request;
+      stream_request.set_request_id(a->worker_request_id);
+      StartStream(a, /*decode=*/true, &a->decode,
+                  a->decode_stub->PrepareAsyncStream(&a->decode_ctx, stream_request, cq));
+      ++open_ops_;
+    }
+    if (prefill != nullptr) {
+      StartStream(a, /*decode=*/false, &a->prefill,
+                  a->prefill_stub->PrepareAsyncPrefill(&a->prefill_ctx, *prefill, cq));
+      ++open_ops_;
+    }
   }
+  // Chunks that came on the multiplexed stream since the Reserve, then the
+  // later ones (on its reader thread). Not under relay_mu_: each delivery
+  // takes it.
+  if (mux) a->mux->Attach(a->mux_entry.get(), this, a);
+  absl::MutexLock lock(&relay_mu_);
   // The relay threads take it from here until the attempt has an outcome.
-  relay_mu_.Await(absl::Condition(
-      +[](std::optional<grpc::Status>* r) { return r->has_value(); }, &relay_result_));
+  // A per-request stream ends at the client's deadline (its context's); the
+  // multiplexed one does not, so the wait does.
+  const auto done = absl::Condition(
+      +[](std::optional<grpc::Status>* r) { return r->has_value(); }, &relay_result_);
+  if (mux) {
+    if (!relay_mu_.AwaitWithDeadline(done, absl::FromChrono(client_deadline_))) {
+      relay_result_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+    }
+  } else {
+    relay_mu_.Await(done);
+  }
   grpc::Status result = *std::move(relay_result_);
   relay_result_.reset();
   relay_attempt_ = nullptr;
@@ -85,9 +104,7 @@ void GenerateCall::OnCompletion(void* tag, bool ok) {
   Attempt* current = relay_result_.has_value() ? nullptr : relay_attempt_;
   std::optional<grpc::Status> outcome = Step(op, ok, current, relay_state_.get());
   if (current == nullptr || !outcome.has_value()) return;
-  relay_result_ = std::move(outcome);
-  // Its prefill summary is no longer awaited.
-  if (current->grace_pending) current->grace->Cancel();
+  SetOutcome(current, *std::move(outcome));
 }
 
 std::optional<grpc::Status> GenerateCall::Step(const Op& op, bool ok, Attempt* a, RelayState* st) {
@@ -110,36 +127,11 @@ std::optional<grpc::Status> GenerateCall::Step(const Op& op, bool ok, Attempt* a
     const Got got = Advance(stream, op.kind, ok);
     if (got == Got::kEnd) --open_ops_;
     if (got == Got::kMessage) {
-      ced::internal::TokenChunk& chunk = stream->message;
-      if (mine && !st->have_final) {  // nothing may follow the final chunk
-        grpc::Status valid = CheckChunk(chunk);
-        if (!valid.ok()) {
-          end = Internal(st->decode_prefix + valid.error_message());
-        } else {
-          a->decode_tokens += chunk.token_ids_size();
-          // The worker counts steps from the attempt's start.
-          assembler_.Add(a->base_step + chunk.start_step(),
-                         {chunk.token_ids().data(), static_cast<size_t>(chunk.token_ids_size())});
-          if (chunk.finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
-            st->have_final = true;
-            a->final_chunk = std::move(chunk);
-          }
-        }
-      }
-      chunk.Clear();
+      if (mine) end = DecodeChunk(a, st, &stream->message);
+      stream->message.Clear();
       NextRead(stream);
     } else if (got == Got::kEnd && mine) {
-      st->decode_ended = true;
-      st->decode_ended_at = absl::Now();
-      const grpc::Status& status = stream->status;
-      if (!status.ok()) {
-        if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
-        end = grpc::Status(status.error_code(), st->decode_prefix + status.error_message());
-      } else if (!st->have_final) {
-        end = Internal(st->decode_prefix + "token stream ended without a final chunk");
-      } else {
-        a->decode_complete = true;
-      }
+      end = DecodeEnd(a, st, stream->status);
     }
   } else {
     auto* stream = static_cast<AsyncStream<ced::internal::PrefillResponse>*>(op.stream);
@@ -172,6 +164,66 @@ std::optional<grpc::Status> GenerateCall::Step(const Op& op, bool ok, Attempt* a
     }
   }
   if (!mine) return std::nullopt;
+  return Progress(a, st, std::move(end));
+}
+
+std::optional<grpc::Status> GenerateCall::DecodeChunk(Attempt* a, RelayState* st,
+                                                      ced::internal::TokenChunk* chunk) {
+  if (st->have_final) return std::nullopt;  // nothing may follow the final chunk
+  grpc::Status valid = CheckChunk(*chunk);
+  if (!valid.ok()) return Internal(st->decode_prefix + valid.error_message());
+  a->decode_tokens += chunk->token_ids_size();
+  // The worker counts steps from the attempt's start.
+  assembler_.Add(a->base_step + chunk->start_step(),
+                 {chunk->token_ids().data(), static_cast<size_t>(chunk->token_ids_size())});
+  if (chunk->finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
+    st->have_final = true;
+    a->final_chunk = std::move(*chunk);
+  }
+  return std::nullopt;
+}
+
+std::optional<grpc::Status> GenerateCall::DecodeEnd(Attempt* a, RelayState* st,
+                                                    const grpc::Status& status) {
+  st->decode_ended = true;
+  st->decode_ended_at = absl::Now();
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) a->worker_unavailable = true;
+    return grpc::Status(status.error_code(), st->decode_prefix + status.error_message());
+  }
+  if (!st->have_final) return Internal(st->decode_prefix + "token stream ended without a final chunk");
+  a->decode_complete = true;
+  return std::nullopt;
+}
+
+void GenerateCall::SetOutcome(Attempt* a, grpc::Status outcome) {
+  relay_result_ = std::move(outcome);
+  // Its prefill summary is no longer awaited.
+  if (a->grace_pending) a->grace->Cancel();
+}
+
+void GenerateCall::OnMuxChunk(void* key, ced::internal::TokenChunk* chunk) {
+  OnMuxEvent(static_cast<Attempt*>(key), chunk, nullptr);
+}
+
+void GenerateCall::OnMuxEnd(void* key, const grpc::Status& status) {
+  OnMuxEvent(static_cast<Attempt*>(key), nullptr, &status);
+}
+
+void GenerateCall::OnMuxEvent(Attempt* a, ced::internal::TokenChunk* chunk,
+                              const grpc::Status* end) {
+  absl::MutexLock lock(&relay_mu_);
+  // An abandoned attempt's (or one whose outcome is decided): dropped.
+  if (relay_result_.has_value() || relay_attempt_ != a) return;
+  RelayState* st = relay_state_.get();
+  std::optional<grpc::Status> error =
+      chunk != nullptr ? DecodeChunk(a, st, chunk) : DecodeEnd(a, st, *end);
+  std::optional<grpc::Status> outcome = Progress(a, st, std::move(error));
+  if (outcome.has_value()) SetOutcome(a, *std::move(outcome));
+}
+
+std::optional<grpc::Status> GenerateCall::Progress(Attempt* a, RelayState* st,
+                                                   std::optional<grpc::Status> end) {
   if (Cancelled()) return CancelStatus();
   if (end.has_value()) return end;
   Emit(assembler_.TakeReady());
@@ -185,7 +237,8 @@ std::optional<grpc::Status> GenerateCall::Step(const Op& op, bool ok, Attempt* a
     a->grace_pending = true;
     ++open_ops_;
     a->grace->Set(core_->relay().cq(),
-                  absl::ToChronoTime(st->decode_ended_at + settings.prefill_grace), &a->grace_op);
+                  absl::ToChronoTime(st->decode_ended_at + core_->settings().prefill_grace),
+                  &a->grace_op);
   }
   return std::nullopt;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bad flags of `ced serve --role=decode`, `ced cluster` and `ced up` are refused with exit 2 and
+# Bad flags of `ced serve --role=decode|gateway`, `ced cluster` and `ced up` are refused with exit 2 and
 # a message naming the flag, before anything starts.
 # Usage: bad_flags_test.sh CED MODEL_DIR
 set -u
@@ -59,5 +59,8 @@ done
 for bad in 0 1048577 x; do
   expect 2 "--kv-tier-queue-mb must be in [1, 2^20]" -- "${serve[@]}" --kv-tier-queue-mb "$bad"
 done
+# A boolean flag takes true/false (1/0, yes/no) only: a typo is not "false".
+expect 2 "flag --decode-mux: 'flase' is not true or false" -- \
+  "$ced" serve --role=gateway --model "$model" --decode-mux=flase
 rm -f "$pem"
 exit $fail

@@ -255,7 +255,9 @@ TEST_F(RedisTest, APrefixServedFromTheHotCacheIsTouchedInRedis) {
     return out;
   };
   ASSERT_EQ(idle().size(), 3u) << "p's two blocks and q's one";
-  std::this_thread::sleep_for(std::chrono::milliseconds(3100));  // Redis counts whole seconds
+  // Redis counts idle time in whole seconds of a clock its timer advances:
+  // margins of two seconds on either side keep a loaded machine's delays out.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5100));
   std::vector<int32_t> resumed = p;
   resumed.push_back(7);
   int cached = -1;
@@ -266,8 +268,8 @@ TEST_F(RedisTest, APrefixServedFromTheHotCacheIsTouchedInRedis) {
   (*e)->FlushKvTiers();
   const auto after = idle();
   ASSERT_EQ(after.size(), 3u);
-  EXPECT_LE(after[1], 1) << "both of p's blocks were touched";
-  EXPECT_GE(after[2], 2) << "q's block was not";
+  EXPECT_LE(after[1], 2) << "both of p's blocks were touched";
+  EXPECT_GE(after[2], 4) << "q's block was not";
   EXPECT_EQ((*e)->kv_tier_stats()[0].errors, 0);
   ASSERT_TRUE((*e)->ReleaseSequence(*seq).ok());
 }

@@ -138,10 +138,12 @@ class DirectClient {
         prefill_(ced::internal::PrefillWorker::NewStub(
             grpc::CreateChannel(prefill_grpc, grpc::InsecureChannelCredentials()))) {}
 
+  // `subscriber`: the open Subscribe stream its tokens go to ("": none).
   grpc::Status Reserve(const std::string& id, const std::vector<int32_t>& prompt, int max_tokens,
-                       ced::internal::ReserveResponse* out) {
+                       ced::internal::ReserveResponse* out, const std::string& subscriber = "") {
     ced::internal::ReserveRequest req;
     req.set_request_id(id);
+    req.set_subscriber_id(subscriber);
     for (int32_t t : prompt) req.add_prompt_token_ids(t);
     req.set_max_tokens(max_tokens);
     req.set_ignore_eos(true);
@@ -166,13 +168,26 @@ class DirectClient {
   GenResult Run(const std::string& id, const std::vector<int32_t>& prompt,
                 const ced::internal::ReserveResponse& reserved) {
     GenResult r;
-    grpc::ClientContext stream_ctx, prefill_ctx;
-    for (auto* c : {&stream_ctx, &prefill_ctx}) {
-      c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    }
+    grpc::ClientContext stream_ctx;
+    stream_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     ced::internal::StreamRequest sreq;
     sreq.set_request_id(id);
     auto stream = decode_->Stream(&stream_ctx, sreq);
+    const grpc::Status prefill_status = Prefill(id, prompt, reserved);
+    ced::internal::TokenChunk chunk;
+    while (stream->Read(&chunk)) {
+      r.tokens.insert(r.tokens.end(), chunk.token_ids().begin(), chunk.token_ids().end());
+    }
+    r.status = stream->Finish();
+    if (r.status.ok() && !prefill_status.ok()) r.status = prefill_status;
+    return r;
+  }
+
+  // The prefill (replay on decode) of a reservation, to its end.
+  grpc::Status Prefill(const std::string& id, const std::vector<int32_t>& prompt,
+                       const ced::internal::ReserveResponse& reserved) {
+    grpc::ClientContext prefill_ctx;
+    prefill_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     ced::internal::PrefillRequest preq;
     preq.set_request_id(id);
     for (int32_t t : prompt) preq.add_token_ids(t);
@@ -185,15 +200,10 @@ class DirectClient {
     ced::internal::PrefillResponse presp;
     while (prefill->Read(&presp)) {
     }
-    const grpc::Status prefill_status = prefill->Finish();
-    ced::internal::TokenChunk chunk;
-    while (stream->Read(&chunk)) {
-      r.tokens.insert(r.tokens.end(), chunk.token_ids().begin(), chunk.token_ids().end());
-    }
-    r.status = stream->Finish();
-    if (r.status.ok() && !prefill_status.ok()) r.status = prefill_status;
-    return r;
+    return prefill->Finish();
   }
+
+  ced::internal::DecodeWorker::Stub& decode_stub() { return *decode_; }
 
  private:
   std::unique_ptr<ced::internal::DecodeWorker::Stub> decode_;
