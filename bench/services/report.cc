@@ -185,7 +185,9 @@ void Gateway(const GatewayReport& g, std::string* md) {
       "its connection alive, as OpenAI clients pool theirs; OpenAI's events carry text, so "
       "a token's time is its event's and tokens merged into one event share it); **direct** = the bench does the gateway's work itself "
       "(`DecodeWorker.Reserve` + `Stream`, `PrefillWorker.Prefill`): same placement, no "
-      "gateway or router hop; **local** = `Reserve` with `local_prefill` + `Stream` (the "
+      "gateway or router hop, one token stream per request as any client of one request "
+      "has it (the gateway receives its tokens on one multiplexed stream per decode worker, "
+      "`DecodeWorker.Subscribe`; `--decode-mux`); **local** = `Reserve` with `local_prefill` + `Stream` (the "
       "decode worker prefills itself, no K/V transfer). Client-measured; TPOT = mean gap "
       "after the first token.\n\n| path | TTFT ms | TPOT ms |\n|---|---|---|\n");
   const LatencyPath* direct = nullptr;
