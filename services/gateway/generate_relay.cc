@@ -73,6 +73,9 @@ grpc::Status GenerateCall::Relay(Attempt* a, ced::internal::PrefillRequest* pref
                   a->prefill_stub->PrepareAsyncPrefill(&a->prefill_ctx, *prefill, cq));
       ++open_ops_;
     }
+    // A Cancel() that came before relay_attempt_ was set found nothing to
+    // wake; with no call of its own to cancel, the multiplexed attempt ends here.
+    if (mux && Cancelled()) SetOutcome(a, CancelStatus());
   }
   // Chunks that came on the multiplexed stream since the Reserve, then the
   // later ones (on its reader thread). Not under relay_mu_: each delivery
