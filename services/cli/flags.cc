@@ -46,7 +46,7 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<FlagSpec>& specs,
     if (it->second->is_bool && has_value && value != "true" && value != "false" &&
         value != "1" && value != "0" && value != "yes" && value != "no") {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag --", name, ": '", value, "' is not true or false"));
+          absl::StrCat("--", name, " must be true or false (got '", value, "')"));
     }
     f.values_[name] = value;
     f.set_[name] = true;

@@ -16,6 +16,7 @@
 #include "ced/internal/router.grpc.pb.h"
 #include "engine/model/config.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "services/gateway/call_threads.h"
 #include "services/gateway/gateway_metrics.h"
 #include "services/gateway/prefix_chain.h"
 #include "services/gateway/request_validation.h"
@@ -95,7 +96,9 @@ class GatewayCore {
   int inflight_requests() const;
   int64_t inflight_tokens() const;
 
-  // Counts running per-request threads; WaitForCalls blocks until none run.
+  // The threads calls run on.
+  CallThreads& call_threads() { return call_threads_; }
+  // Counts running calls; WaitForCalls blocks until none run.
   void CallStarted();
   void CallEnded();
   void WaitForCalls();
@@ -124,6 +127,7 @@ class GatewayCore {
   int64_t inflight_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int running_calls_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t id_state_ ABSL_GUARDED_BY(mu_);
+  CallThreads call_threads_;  // last: its idle threads end first
 };
 
 }  // namespace ced::gateway

@@ -113,11 +113,11 @@ grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
 void GenerateCall::Launch(std::shared_ptr<GenerateCall> call) {
   GatewayCore* core = call->core_;
   core->CallStarted();
-  std::thread([call = std::move(call), core]() mutable {
+  core->call_threads().Run([call = std::move(call), core]() mutable {
     call->Run();
     call.reset();
     core->CallEnded();
-  }).detach();
+  });
 }
 
 void GenerateCall::Cancel() {

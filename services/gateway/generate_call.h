@@ -16,7 +16,7 @@
 // decode worker that refused it, at most GatewaySettings::reserve_retries
 // times. When none takes it the client gets RESOURCE_EXHAUSTED naming them.
 //
-// Threads: Run() executes on a thread of its own: the unary calls (Route,
+// Threads: Run() executes on a thread of its own (one of CallThreads'): the unary calls (Route,
 // Reserve, Cancel) are synchronous, and the decisions between attempts are
 // its own. The decode and prefill streams complete on the gateway's shared
 // StreamRelay: while an attempt streams, the relay's threads assemble its
@@ -62,7 +62,7 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
                std::chrono::system_clock::time_point client_deadline, absl::Time received);
   ~GenerateCall();
 
-  // Runs the call on a new detached thread that owns `call`. The admission
+  // Runs the call on a thread of the core's CallThreads, which owns `call`. The admission
   // slot is released just before the client gets the final status;
   // GatewayCore::CallEnded is signalled once the thread no longer uses the call.
   static void Launch(std::shared_ptr<GenerateCall> call);

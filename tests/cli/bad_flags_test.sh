@@ -60,7 +60,7 @@ for bad in 0 1048577 x; do
   expect 2 "--kv-tier-queue-mb must be in [1, 2^20]" -- "${serve[@]}" --kv-tier-queue-mb "$bad"
 done
 # A boolean flag takes true/false (1/0, yes/no) only: a typo is not "false".
-expect 2 "flag --decode-mux: 'flase' is not true or false" -- \
+expect 2 "--decode-mux must be true or false (got 'flase')" -- \
   "$ced" serve --role=gateway --model "$model" --decode-mux=flase
 rm -f "$pem"
 exit $fail
