@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "bench/services/clients.h"
 #include "bench/services/cluster.h"
@@ -136,8 +137,12 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
   co.model_dir = model;
   co.log_path = o.scratch_dir + "/cluster-gateway.log";
   co.flags = {"--prefill", "1", "--decode", "1"};
+  for (absl::string_view flag : absl::StrSplit(o.cluster_flags, ' ', absl::SkipEmpty())) {
+    co.flags.emplace_back(flag);
+  }
   if (!o.ucx_tls.empty()) co.env["UCX_TLS"] = o.ucx_tls;
-  progress(absl::StrCat("gateway: starting ced cluster on ", o.preset));
+  progress(absl::StrCat("gateway: starting ced cluster on ", o.preset,
+                        o.cluster_flags.empty() ? "" : " with " + o.cluster_flags));
   ASSIGN_OR_RETURN(auto cluster, BenchCluster::Start(co));
   ASSIGN_OR_RETURN(Targets t, Connect(*cluster));
 

@@ -41,6 +41,8 @@ struct GatewayBenchOptions {
   int stream_tokens = 128;
   int throughput_repetitions = 3;
   std::string ucx_tls;
+  // More `ced cluster` flags (e.g. "--http-direct-stream=false"), space-separated.
+  std::string cluster_flags;
 };
 
 struct LatencyPath {

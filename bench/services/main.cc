@@ -55,6 +55,7 @@ struct Flags {
   std::string concurrency = "1,16,48";
   int stream_tokens = 128;
   int throughput_reps = 5;
+  std::string gateway_cluster_flags;
   // kv bytes
   std::string kv_presets = "tiny,tiny-dec";
   std::string kv_formats = "f32,bf16,fp8_e4m3,fp4_e2m1";
@@ -184,6 +185,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
     o.stream_tokens = f.stream_tokens;
     o.throughput_repetitions = f.throughput_reps;
     o.ucx_tls = f.cluster_ucx_tls;
+    o.cluster_flags = f.gateway_cluster_flags;
     ASSIGN_OR_RETURN(report.gateway, RunGatewayBench(o, progress));
   }
   if (sections.count("kvbytes")) {
@@ -265,6 +267,9 @@ int main(int argc, char** argv) {
   flags.String("concurrency", &f.concurrency, "gateway: concurrent streams, comma list");
   flags.Int("stream_tokens", &f.stream_tokens, "gateway: tokens per throughput stream");
   flags.Int("throughput_reps", &f.throughput_reps, "gateway: repetitions per concurrency");
+  flags.String("gateway_cluster_flags", &f.gateway_cluster_flags,
+               "gateway: more `ced cluster` flags, space-separated (e.g. "
+               "'--http-direct-stream=false')");
   flags.String("kv_presets", &f.kv_presets, "kvbytes: presets, comma list");
   flags.String("kv_formats", &f.kv_formats, "kvbytes: cache formats, comma list");
   flags.Int("kv_short_prompt", &f.kv_short_prompt, "kvbytes: shorter prompt length");

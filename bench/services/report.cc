@@ -177,7 +177,8 @@ void Gateway(const GatewayReport& g, std::string* md) {
   const GatewayBenchOptions& o = g.options;
   absl::StrAppend(
       md, "## 3. Gateway overhead\n\n", "`ced cluster` on `", o.preset,
-      "` (one prefill, one decode worker). Latency: ", o.prompt_tokens, "-token prompts, ",
+      "` (one prefill, one decode worker",
+      o.cluster_flags.empty() ? "" : absl::StrCat(", `", o.cluster_flags, "`"), "). Latency: ", o.prompt_tokens, "-token prompts, ",
       o.max_tokens, " tokens, greedy, replay on decode, ", o.repetitions,
       " requests per path, order rotated each repetition. **gateway** = "
       "`ced.v1.Gateway/Generate`; **openai** = the gateway's OpenAI-compatible API, `POST "

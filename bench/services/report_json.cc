@@ -140,6 +140,7 @@ json Gateway(const GatewayReport& g) {
   }
   const GatewayBenchOptions& o = g.options;
   return {{"preset", o.preset},
+          {"cluster_flags", o.cluster_flags},
           {"prompt_tokens", o.prompt_tokens},
           {"max_tokens", o.max_tokens},
           {"stream_tokens", o.stream_tokens},

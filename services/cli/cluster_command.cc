@@ -186,6 +186,13 @@ int RunCluster(const std::vector<std::string>& args) {
        "gateway: also serve the OpenAI-compatible HTTP API, on --public-bind at base-port + 2 "
        "(true/false)"},
       {"chat-template", "", "gateway: Jinja chat template file (default: the model's)"},
+      {"decode-mux", "true",
+       "gateway: tokens on one multiplexed stream per decode worker (false: one per request)",
+       true},
+      {"http-direct-stream", "true",
+       "gateway: streamed OpenAI events written to the client's socket by the thread that "
+       "receives the tokens (false: by the connection's thread)",
+       true},
   };
   // TLS / auth flags go to the roles (security_flags.h); this process is a
   // client of the router with the same identity.
@@ -345,7 +352,11 @@ int RunCluster(const std::vector<std::string>& args) {
                                   "--metrics-listen", host_port(bind, Port(mbase, 0)),
                                   "--router", router, "--model", model,
                                   "--migration-limit", f->Get("migration-limit"),
-                                  "--reserve-retries", f->Get("reserve-retries")};
+                                  "--reserve-retries", f->Get("reserve-retries"),
+                                  absl::StrCat("--decode-mux=", f->GetBool("decode-mux") ? "true" : "false"),
+                                  absl::StrCat("--http-direct-stream=",
+                                               f->GetBool("http-direct-stream") ? "true"
+                                                                                : "false")};
     if (f->Get("http") == "true") {
       a.insert(a.end(), {"--http-listen", host_port(public_bind, Port(base, 2))});
     }

@@ -47,6 +47,10 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
        "OpenAI-compatible HTTP API address (host:port; port 0 picks one; empty: off)"},
       {"chat-template", "", "Jinja chat template file for /v1/chat/completions "
                             "(default: the model's tokenizer_config.json, else a built-in one)"},
+      {"http-direct-stream", "true",
+       "on plain TCP, write streamed tokens to the client's socket from the thread that "
+       "receives them (false: the connection's own thread writes every event)",
+       true},
       {"http-include-usage", "false",
        "HTTP API: end every stream with a usage chunk, as if stream_options.include_usage",
        true},
@@ -113,6 +117,7 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.http_address = flags->Get("http-listen");
   options.chat_template_file = flags->Get("chat-template");
   options.http_force_usage = flags->GetBool("http-include-usage");
+  options.http_direct_stream = flags->GetBool("http-direct-stream");
   auto http_timeout = flags->GetInt("http-request-timeout-ms");
   if (!http_timeout.ok() || *http_timeout < 1 || *http_timeout > 86400000) {
     return Fail("--http-request-timeout-ms must be in [1, 86400000]", 2);

@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     http.model_dir = options.model_dir;
     http.chat_template_file = options.chat_template_file;
     http.force_usage = options.http_force_usage;
+    http.direct_stream = options.http_direct_stream;
     http.request_timeout = options.http_request_timeout;
     http.max_request_bytes = options.max_request_bytes;
     http.threads = options.max_inflight + 8;

@@ -50,6 +50,8 @@ struct GatewayServerOptions {
   int reserve_retries = 2;
   // Tokens on one multiplexed stream per decode worker (GatewaySettings::decode_mux).
   bool decode_mux = true;
+  // OpenAiServerOptions::direct_stream.
+  bool http_direct_stream = true;
   // The OpenAI-compatible HTTP API (openai/openai_server.h): host:port, empty
   // for none. TLS and bearer tokens as the process's SecurityConfig says.
   std::string http_address;

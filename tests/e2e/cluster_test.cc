@@ -3,6 +3,7 @@
 // compared with a colocated run of the same engine in this process.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "ced/v1/gateway.grpc.pb.h"
@@ -35,7 +36,8 @@ class E2eClusterTest : public ::testing::Test {
       model_ = new std::string(MakeModelDir("tiny"));
       // Gateway flags that are not the defaults, to see them forwarded.
       cluster_ = new LocalCluster(*model_, {"--prefill", "1", "--decode", "1", "--migration-limit",
-                                            "4", "--reserve-retries", "5"});
+                                            "4", "--reserve-retries", "5",
+                                            "--http-direct-stream=false"});
     }
   }
   static void TearDownTestSuite() {
@@ -173,6 +175,12 @@ TEST_F(E2eClusterTest, ForwardsGatewayFlagsToTheGateway) {
   };
   EXPECT_EQ(value("--migration-limit"), "4");
   EXPECT_EQ(value("--reserve-retries"), "5");
+  // Boolean flags go as --name=value.
+  auto has = [&](const std::string& arg) {
+    return std::find(argv.begin(), argv.end(), arg) != argv.end();
+  };
+  EXPECT_TRUE(has("--http-direct-stream=false"));
+  EXPECT_TRUE(has("--decode-mux=true"));
 }
 
 // What the same engine holds in this process with `weights`.

@@ -533,6 +533,59 @@ TEST_F(OpenAiHttpTest, ClientThatHangsUpCancelsBothWorkers) {
   EXPECT_TRUE(decode_.WaitForCancelledStreams(1, absl::Seconds(10)));
 }
 
+// The connection's thread writing every event (--http-direct-stream=false,
+// and the path TLS takes): the same stream, and a hang-up still cancels.
+TEST_F(OpenAiHttpTest, StreamWrittenByTheConnectionThread) {
+  TearDown();
+  Start([](GatewayServerOptions* o) { o->http_direct_stream = false; });
+  ScriptHello();
+  const Reply r = Post("/v1/completions",
+                       R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                           "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Events e = ParseEvents(r.body);
+  EXPECT_TRUE(e.well_formed) << r.body;
+  EXPECT_TRUE(e.done) << r.body;
+  EXPECT_EQ(e.text, "Hello");
+  EXPECT_EQ(e.chunks.back()["usage"]["completion_tokens"], 5);
+
+  decode_.SetScript({grpc::Status::OK, {Chunk(0, "Hi")}, /*hold_open=*/true});
+  prefill_.SetScript({std::nullopt, true, true, /*hold_open=*/true, grpc::Status::OK});
+  const std::string got =
+      StreamAndHangUp(gateway_->http_address(),
+                      R"({"model": "test-model", "prompt": "hi", "max_tokens": 50, "stream": true,
+          "request_id": "hang-2"})");
+  EXPECT_NE(got.find("\"text\":\"Hi\""), std::string::npos) << got;
+  EXPECT_TRUE(decode_.WaitForCancel("hang-2", absl::Seconds(10)));
+  EXPECT_TRUE(prefill_.WaitForCancel("hang-2", absl::Seconds(10)));
+}
+
+// Many chunks on one stream, each its own event, in order (the direct path
+// sends each from the call's thread).
+TEST_F(OpenAiHttpTest, LongStreamArrivesWhole) {
+  TearDown();
+  Start([](GatewayServerOptions* o) { o->model->max_position = 8192; });
+  std::vector<ced::internal::TokenChunk> chunks;
+  std::string want;
+  for (int i = 0; i < 60; ++i) {
+    const std::string text(100, static_cast<char>('a' + i % 26));
+    chunks.push_back(Chunk(i * 100, text, i == 59 ? FINISH_REASON_LENGTH
+                                                  : ced::internal::FINISH_REASON_UNSPECIFIED));
+    want += text;
+  }
+  decode_.SetScript({grpc::Status::OK, chunks, /*hold_open=*/false});
+  prefill_.SetScript({'a', true, true, false, grpc::Status::OK});
+  const Reply r = Post("/v1/completions",
+                       R"({"model": "test-model", "prompt": "hi", "max_tokens": 6000,
+                           "stream": true})");
+  ASSERT_EQ(r.status, 200) << r.body.substr(0, 300);
+  const Events e = ParseEvents(r.body);
+  EXPECT_TRUE(e.well_formed);
+  EXPECT_TRUE(e.done);
+  EXPECT_TRUE(e.text == want) << e.text.size() << " bytes of " << want.size();
+  EXPECT_GE(e.chunks.size(), 2u);
+}
+
 TEST_F(OpenAiHttpTest, NonStreamingClientThatGivesUpCancels) {
   decode_.SetScript({grpc::Status::OK, {Chunk(0, "Hi")}, /*hold_open=*/true});
   prefill_.SetScript({std::nullopt, true, true, false, grpc::Status::OK});

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -31,7 +32,13 @@ void HttpSink::Signal() {
 
 void HttpSink::Push(ced::v1::GenerateResponse response) {
   absl::MutexLock lock(&mu_);
-  if (status_.has_value()) return;
+  if (status_.has_value() || broken_) return;
+  if (direct_fd_ >= 0) {
+    std::string events;
+    render_(response, &events);
+    WriteDirect(events);
+    return;
+  }
   queue_.push_back(std::move(response));
   Signal();
 }
@@ -40,7 +47,133 @@ void HttpSink::Close(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
   if (status_.has_value()) return;
   status_ = status;
+  if (direct_fd_ >= 0 && !broken_) WriteDirect(render_end_(status));
   Signal();
+}
+
+std::string HttpChunk(const std::string& data) {
+  char size[24];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string chunk;
+  chunk.reserve(static_cast<size_t>(n) + data.size() + 2);
+  chunk.append(size, static_cast<size_t>(n));
+  chunk.append(data);
+  chunk.append("\r\n");
+  return chunk;
+}
+
+void HttpSink::WriteDirect(const std::string& events) {
+  if (events.empty()) return;
+  std::string chunk = HttpChunk(events);
+  if (backlog_.empty() && !writing_) {
+    const ssize_t n = send(direct_fd_, chunk.data(), chunk.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(chunk.size())) return;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      broken_ = true;  // the connection's thread sees it and gives up
+      Signal();
+      return;
+    }
+    if (n > 0) chunk.erase(0, static_cast<size_t>(n));
+  }
+  backlog_ += chunk;
+  Signal();
+}
+
+void HttpSink::EndDirect() {
+  direct_fd_ = -1;
+  render_ = nullptr;
+  render_end_ = nullptr;
+  backlog_.clear();
+  waiting_ = false;
+}
+
+namespace {
+
+// Writes all of `bytes` to the socket, waiting for it to take them until
+// `deadline`. False on a failure or at the deadline.
+bool SendAll(int fd, const std::string& bytes, absl::Time deadline) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n =
+        send(fd, bytes.data() + done, bytes.size() - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd p = {fd, POLLOUT, 0};
+    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
+    if (poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 60000))) < 0 && errno != EINTR) {
+      return false;
+    }
+    if ((p.revents & (POLLERR | POLLHUP)) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool HttpSink::StreamDirect(int socket_fd, absl::Time deadline, absl::Duration write_timeout,
+                            Render render, RenderEnd render_end) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_) return false;
+    direct_fd_ = socket_fd;
+    render_ = std::move(render);
+    render_end_ = std::move(render_end);
+    std::string events;
+    for (const auto& m : queue_) render_(m, &events);
+    queue_.clear();
+    if (status_.has_value()) events += render_end_(*status_);
+    if (!events.empty()) backlog_ += HttpChunk(events);
+  }
+  while (true) {
+    std::string bytes;
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_) {
+        EndDirect();
+        return false;
+      }
+      if (!backlog_.empty()) {
+        bytes.swap(backlog_);
+        writing_ = true;
+        waiting_ = false;
+      } else if (status_.has_value()) {
+        EndDirect();
+        return true;
+      } else {
+        waiting_ = true;
+      }
+    }
+    if (!bytes.empty()) {
+      const bool ok = SendAll(socket_fd, bytes, std::min(deadline, absl::Now() + write_timeout));
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) broken_ = true;
+      continue;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      absl::MutexLock lock(&mu_);
+      EndDirect();
+      return false;
+    }
+    pollfd fds[2] = {{event_fd_, POLLIN, 0}, {socket_fd, POLLRDHUP, 0}};
+    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
+    const int n = poll(fds, 2, static_cast<int>(std::min<int64_t>(ms, 60000)));
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t value;
+      (void)!read(event_fd_, &value, sizeof value);
+    }
+    if (n > 0 && (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      absl::MutexLock lock(&mu_);
+      // Gone before the end was written: nobody to write to.
+      if (!(status_.has_value() && backlog_.empty() && !broken_)) broken_ = true;
+    }
+  }
 }
 
 std::optional<grpc::Status> HttpSink::closed() const {

@@ -143,7 +143,7 @@ absl::Status OpenAiServer::Impl::Start() {
   server_->set_keep_alive_timeout(30);
   server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
   server_->set_read_timeout(30, 0);
-  server_->set_write_timeout(30, 0);
+  server_->set_write_timeout(absl::ToInt64Seconds(options_.write_timeout), 0);
   Route();
   const absl::StatusOr<services::HostPort> hp = services::ParseHostPort(options_.listen_address);
   if (!hp.ok()) {
@@ -404,9 +404,36 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
+  // On plain TCP the tokens after the first go straight from the call's
+  // thread to the socket (HttpSink::StreamDirect); under TLS the socket
+  // belongs to the TLS session, so this thread writes every event.
+  const bool direct = req.ssl == nullptr && fd >= 0 && options_.direct_stream;
+  const absl::Duration write_timeout = options_.write_timeout;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [builder, sink, call, first, next](size_t, httplib::DataSink& out) {
+      [builder, sink, call, first, next, direct, fd, give_up, write_timeout](
+          size_t, httplib::DataSink& out) {
+        if (direct) {
+          std::string events;
+          for (const auto& m : *first) builder->AppendEvents(m, &events);
+          first->clear();
+          if (!events.empty() && !out.write(events.data(), events.size())) {
+            call->Cancel();
+            return false;
+          }
+          const bool ended = sink->StreamDirect(
+              fd, give_up, write_timeout,
+              [builder](const ced::v1::GenerateResponse& m, std::string* to) {
+                builder->AppendEvents(m, to);
+              },
+              [builder](const grpc::Status& status) { return builder->End(status); });
+          if (!ended) {
+            call->Cancel();  // the client is gone or unreachable
+            return false;
+          }
+          out.done();
+          return true;
+        }
         std::deque<ced::v1::GenerateResponse> messages;
         messages.swap(*first);
         if (messages.empty() && !sink->closed().has_value() && !next(&messages)) return false;

@@ -36,6 +36,11 @@ struct OpenAiServerOptions {
   absl::Duration request_timeout = absl::Minutes(10);
   int max_request_bytes = 4 << 20;  // larger bodies: 413
   int threads = 264;                // connections served at once
+  // A client that takes no bytes for this long is dropped (its call cancelled).
+  absl::Duration write_timeout = absl::Seconds(30);
+  // Streamed tokens go from the call's thread straight to a plain TCP socket
+  // (false: the connection's thread writes every event, as under TLS).
+  bool direct_stream = true;
   services::SecurityConfig security;
 };
 
