@@ -123,4 +123,12 @@ KvTierStats KvBlockStore::stats() const {
   return s;
 }
 
+size_t KvBlockStore::VisitPrefix(const BlockHash& root, absl::Span<const BlockHash> hashes,
+                                 const BlockVisitor& take) {
+  const std::vector<std::string> got = GetPrefix(root, hashes);
+  size_t i = 0;
+  while (i < got.size() && take(i, got[i])) ++i;
+  return i;
+}
+
 }  // namespace ced

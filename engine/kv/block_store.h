@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -144,6 +145,15 @@ class KvBlockStore {
   // stored (unchecked: the caller checks each).
   virtual std::vector<std::string> GetPrefix(const BlockHash& root,
                                              absl::Span<const BlockHash> hashes) = 0;
+  // Reads the same run as GetPrefix, handing each block's stored bytes to
+  // `take(i, bytes)` (unchecked; valid only during the call) instead of
+  // returning copies; stops at the first block not stored or when `take`
+  // returns false. Returns how many blocks `take` was given. The default
+  // runs GetPrefix; the host and disk tiers read without a copy into fresh
+  // memory (whose page faults made a read of host memory run at ~0.4 GB/s).
+  using BlockVisitor = std::function<bool(size_t i, std::string_view stored)>;
+  virtual size_t VisitPrefix(const BlockHash& root, absl::Span<const BlockHash> hashes,
+                             const BlockVisitor& take);
   // How many of hashes[0..] in a row are stored, without reading them.
   virtual int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) = 0;
   // Drops a block (one that failed its checks).

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -142,30 +141,53 @@ absl::Status DiskBlockStore::Put(const BlockHash&, absl::Span<const KvStoredBloc
   return status;
 }
 
-std::vector<std::string> DiskBlockStore::GetPrefix(const BlockHash&,
+bool DiskBlockStore::ReadFile(const BlockHash& hash, int64_t size, std::string* out) {
+  out->resize(static_cast<size_t>(size));
+  const int fd = ::open(PathOf(hash).c_str(), O_RDONLY | O_CLOEXEC);
+  int64_t done = 0;
+  if (fd >= 0) {
+    while (done < size) {
+      const ssize_t n = ::pread(fd, out->data() + done, static_cast<size_t>(size - done), done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += n;
+    }
+    ::close(fd);
+  }
+  if (done == size) return true;
+  // Removed or cut short under us (another process, an operator): a miss.
+  counters_.errors.fetch_add(1);
+  std::lock_guard<std::mutex> lock(mu_);
+  DropLocked(hash);
+  return false;
+}
+
+std::vector<std::string> DiskBlockStore::GetPrefix(const BlockHash& root,
                                                    absl::Span<const BlockHash> hashes) {
   std::vector<std::string> out;
-  for (const BlockHash& h : hashes) {
+  VisitPrefix(root, hashes, [&out](size_t, std::string_view bytes) {
+    out.emplace_back(bytes);
+    return true;
+  });
+  return out;
+}
+
+size_t DiskBlockStore::VisitPrefix(const BlockHash&, absl::Span<const BlockHash> hashes,
+                                   const BlockVisitor& take) {
+  std::string buffer;
+  size_t i = 0;
+  for (; i < hashes.size(); ++i) {
     int64_t size;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = files_.find(h);
+      auto it = files_.find(hashes[i]);
       if (it == files_.end()) break;
       lru_.splice(lru_.end(), lru_, it->second.lru);
       size = it->second.size;
     }
-    std::ifstream in(PathOf(h), std::ios::binary);
-    std::string bytes(static_cast<size_t>(size), '\0');
-    if (!in || !in.read(bytes.data(), size)) {
-      // Removed under us (another process, an operator): a miss.
-      counters_.errors.fetch_add(1);
-      std::lock_guard<std::mutex> lock(mu_);
-      DropLocked(h);
-      break;
-    }
-    out.push_back(std::move(bytes));
+    if (!ReadFile(hashes[i], size, &buffer) || !take(i, buffer)) break;
   }
-  return out;
+  return i;
 }
 
 int DiskBlockStore::Contains(const BlockHash&, absl::Span<const BlockHash> hashes) {

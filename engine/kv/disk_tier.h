@@ -29,6 +29,9 @@ class DiskBlockStore final : public KvBlockStore {
   absl::Status Put(const BlockHash& root, absl::Span<const KvStoredBlock> blocks) override;
   std::vector<std::string> GetPrefix(const BlockHash& root,
                                      absl::Span<const BlockHash> hashes) override;
+  // Reads each file into one buffer reused for the whole run.
+  size_t VisitPrefix(const BlockHash& root, absl::Span<const BlockHash> hashes,
+                     const BlockVisitor& take) override;
   int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) override;
   void Erase(const BlockHash& root, const BlockHash& hash) override;
   int64_t resident_blocks() const override;
@@ -47,6 +50,9 @@ class DiskBlockStore final : public KvBlockStore {
     std::list<BlockHash>::iterator lru;
   };
   absl::Status Index();
+  // Reads the file of `hash` (indexed at `size` bytes) into *out; false when
+  // it is gone or short (then dropped from the index and counted).
+  bool ReadFile(const BlockHash& hash, int64_t size, std::string* out);
   void DropLocked(const BlockHash& hash);
 
   Options options_;

@@ -50,6 +50,23 @@ std::vector<std::string> HostBlockStore::GetPrefix(const BlockHash&,
   return out;
 }
 
+size_t HostBlockStore::VisitPrefix(const BlockHash&, absl::Span<const BlockHash> hashes,
+                                   const BlockVisitor& take) {
+  size_t i = 0;
+  for (; i < hashes.size(); ++i) {
+    std::shared_ptr<const std::string> bytes;  // immutable: safe to read unlocked
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = blocks_.find(hashes[i]);
+      if (it == blocks_.end()) break;
+      lru_.splice(lru_.end(), lru_, it->second.lru);
+      bytes = it->second.bytes;
+    }
+    if (!take(i, *bytes)) break;
+  }
+  return i;
+}
+
 int HostBlockStore::Contains(const BlockHash&, absl::Span<const BlockHash> hashes) {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;

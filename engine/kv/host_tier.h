@@ -26,6 +26,9 @@ class HostBlockStore final : public KvBlockStore {
   absl::Status Put(const BlockHash& root, absl::Span<const KvStoredBlock> blocks) override;
   std::vector<std::string> GetPrefix(const BlockHash& root,
                                      absl::Span<const BlockHash> hashes) override;
+  // The held bytes themselves (no copy), the lock not held during `take`.
+  size_t VisitPrefix(const BlockHash& root, absl::Span<const BlockHash> hashes,
+                     const BlockVisitor& take) override;
   int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) override;
   void Erase(const BlockHash& root, const BlockHash& hash) override;
   int64_t resident_blocks() const override;

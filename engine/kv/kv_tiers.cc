@@ -10,14 +10,6 @@ namespace {
 // dropped (at worst a block is written twice).
 constexpr size_t kKnownSharedLimit = 1 << 20;
 
-std::vector<std::string> TimedGet(KvBlockStore* tier, const BlockHash& root,
-                                  absl::Span<const BlockHash> hashes) {
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> got = tier->GetPrefix(root, hashes);
-  tier->counters().read_latency.Observe(std::chrono::steady_clock::now() - start);
-  return got;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const KvTiersOptions& options) {
@@ -176,62 +168,93 @@ void KvTiers::Flush() {
   idle_cv_.wait(lock, [&] { return queue_.empty() && touches_.empty() && !writing_; });
 }
 
-bool KvTiers::Accept(KvBlockStore* tier, const BlockHash& hash, std::string* stored) {
+bool KvTiers::Accept(KvBlockStore* tier, const BlockHash& hash, std::string_view stored) {
   KvTierCounters& c = tier->counters();
-  c.read_bytes.fetch_add(static_cast<int64_t>(stored->size()));
-  const KvBlockReject why = CheckKvBlock(options_.layout, hash, *stored);
+  c.read_bytes.fetch_add(static_cast<int64_t>(stored.size()));
+  const KvBlockReject why = CheckKvBlock(options_.layout, hash, stored);
   if (why != KvBlockReject::kNone) {
     c.rejected[static_cast<int>(why)].fetch_add(1);
     tier->Erase(options_.layout.root, hash);
     return false;
   }
-  stored->erase(0, kKvBlockHeaderBytes);
   return true;
 }
 
 std::vector<std::string> KvTiers::FetchPrefix(absl::Span<const BlockHash> hashes) {
-  const BlockHash& root = options_.layout.root;
+  const size_t n = options_.layout.payload_bytes;
   std::vector<std::string> out;
+  FetchPrefixInto(hashes, [&out, n](size_t, const uint8_t* payload) {
+    out.emplace_back(reinterpret_cast<const char*>(payload), n);
+    return true;
+  });
+  return out;
+}
+
+size_t KvTiers::FetchPrefixInto(absl::Span<const BlockHash> hashes, const PayloadSink& take) {
+  const BlockHash& root = options_.layout.root;
+  const auto payload_of = [](std::string_view stored) {
+    return reinterpret_cast<const uint8_t*>(stored.data()) + kKvBlockHeaderBytes;
+  };
   size_t i = 0;
   for (; i < hashes.size() && spills(); ++i) {
     const BlockHash& h = hashes[i];
+    std::shared_ptr<const std::string> pending;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = pending_.find(h);
-      if (it != pending_.end()) {  // evicted a moment ago, not written yet
-        out.push_back(*it->second);
-        KvBlockStore* t = host_ != nullptr ? host_.get() : disk_.get();
-        t->counters().hit_blocks.fetch_add(1);
-        continue;
-      }
+      if (it != pending_.end()) pending = it->second;
     }
-    bool found = false;
+    if (pending != nullptr) {  // evicted a moment ago, not written yet: its payload
+      if (!take(i, reinterpret_cast<const uint8_t*>(pending->data()))) return i;
+      KvBlockStore* t = host_ != nullptr ? host_.get() : disk_.get();
+      t->counters().hit_blocks.fetch_add(1);
+      continue;
+    }
+    // The first tier that holds the block and whose copy passes its checks.
+    enum { kMissing, kTaken, kRefused } result = kMissing;
     for (KvBlockStore* tier : {host_.get(), disk_.get()}) {
       if (tier == nullptr) continue;
-      std::vector<std::string> got = TimedGet(tier, root, hashes.subspan(i, 1));
-      if (got.empty() || !Accept(tier, h, &got[0])) {
+      bool valid = false;
+      const auto start = std::chrono::steady_clock::now();
+      tier->VisitPrefix(root, hashes.subspan(i, 1), [&](size_t, std::string_view stored) {
+        valid = Accept(tier, h, stored);
+        if (valid) result = take(i, payload_of(stored)) ? kTaken : kRefused;
+        return false;  // one block per call: the next may be in another tier
+      });
+      tier->counters().read_latency.Observe(std::chrono::steady_clock::now() - start);
+      if (!valid) {
         tier->counters().miss_blocks.fetch_add(1);
         continue;
       }
-      tier->counters().hit_blocks.fetch_add(1);
-      out.push_back(std::move(got[0]));
-      found = true;
+      if (result == kTaken) tier->counters().hit_blocks.fetch_add(1);
       break;
     }
-    if (!found) break;
+    if (result == kRefused) return i;
+    if (result == kMissing) break;
   }
   if (i < hashes.size() && shared_ != nullptr) {
     const absl::Span<const BlockHash> rest = hashes.subspan(i);
-    std::vector<std::string> got = TimedGet(shared_.get(), root, rest);
-    size_t j = 0;
-    for (; j < got.size() && Accept(shared_.get(), rest[j], &got[j]); ++j) {
-      out.push_back(std::move(got[j]));
+    size_t taken = 0;
+    bool refused = false;
+    const auto start = std::chrono::steady_clock::now();
+    shared_->VisitPrefix(root, rest, [&](size_t j, std::string_view stored) {
+      if (!Accept(shared_.get(), rest[j], stored)) return false;
+      if (!take(i + j, payload_of(stored))) {
+        refused = true;
+        return false;
+      }
       MarkShared(rest[j]);
+      ++taken;
+      return true;
+    });
+    shared_->counters().read_latency.Observe(std::chrono::steady_clock::now() - start);
+    shared_->counters().hit_blocks.fetch_add(static_cast<int64_t>(taken));
+    if (!refused) {
+      shared_->counters().miss_blocks.fetch_add(static_cast<int64_t>(rest.size() - taken));
     }
-    shared_->counters().hit_blocks.fetch_add(static_cast<int64_t>(j));
-    shared_->counters().miss_blocks.fetch_add(static_cast<int64_t>(rest.size() - j));
+    i += taken;
   }
-  return out;
+  return i;
 }
 
 std::vector<KvTierStats> KvTiers::stats() const {

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -83,6 +84,14 @@ class KvTiers {
   // The payloads of the longest run hashes[0..k) held below the hot cache,
   // each checked. Blocks as the header says.
   std::vector<std::string> FetchPrefix(absl::Span<const BlockHash> hashes);
+  // The same run, each checked payload handed to `take(i, payload)`
+  // (layout().payload_bytes bytes, valid only during the call) as it is
+  // read, without a copy of its own: host blocks are read where they lie,
+  // disk blocks through one reused buffer. Stops where the run ends or
+  // `take` returns false (that block is not counted as served). Returns how
+  // many blocks `take` accepted.
+  using PayloadSink = std::function<bool(size_t i, const uint8_t* payload)>;
+  size_t FetchPrefixInto(absl::Span<const BlockHash> hashes, const PayloadSink& take);
 
   // Waits until every write queued so far has been done (tests, shutdown).
   void Flush();
@@ -102,7 +111,7 @@ class KvTiers {
   bool Enqueue(Job job, KvBlockStore* target);
   void WriterLoop();
   // Checks a block read from `tier`; on failure drops it there and counts.
-  bool Accept(KvBlockStore* tier, const BlockHash& hash, std::string* stored);
+  bool Accept(KvBlockStore* tier, const BlockHash& hash, std::string_view stored);
   void MarkShared(const BlockHash& hash);
   // tier->Put, timed. Writer thread only.
   absl::Status TimedPut(KvBlockStore* tier, absl::Span<const KvStoredBlock> blocks);

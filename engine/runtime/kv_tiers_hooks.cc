@@ -54,28 +54,30 @@ void Engine::LoadFromTiers(absl::Span<const BlockHash> hashes, std::vector<int>*
   // The blocks served from the hot cache stay recent in the shared store too.
   tiers_->TouchShared(hashes.first(std::min(have, hashes.size())));
   if (have >= hashes.size()) return;
-  std::vector<std::string> payloads;
+  const size_t bytes = cache_->block_bytes();
+  // Each block goes into the hot cache as it is read: a cache block is taken
+  // for it (no room: the rest is recomputed), filled and published.
+  const auto load = [&](size_t i, const uint8_t* payload) {
+    absl::StatusOr<std::vector<int>> block = prefix_->Allocate(1);
+    if (!block.ok()) return false;
+    const int b = (*block)[0];
+    backend_->CopyToDevice(cache_->GlobalRow(b, 0, 0, 0), payload, bytes);
+    prefix_->Publish(b, hashes[have + i]);
+    shared->push_back(b);
+    return true;
+  };
   if (prefetched == nullptr) {
-    payloads = tiers_->FetchPrefix(hashes.subspan(have));
+    tiers_->FetchPrefixInto(hashes.subspan(have), load);
   } else if (prefetched->first_block <= have &&
              have < prefetched->first_block + prefetched->payloads.size()) {
     // Read before the hot cache was looked at again: it may hold more of the
     // prefix by now (the prefetch's first blocks are then not needed), or
     // less (a gap before the prefetched blocks: they cannot be used).
     const size_t skip = have - prefetched->first_block;
-    payloads.assign(prefetched->payloads.begin() + static_cast<std::ptrdiff_t>(skip),
-                    prefetched->payloads.end());
-  }
-  if (payloads.empty()) return;
-  // No room: the blocks are recomputed (or the request does not fit anyway).
-  absl::StatusOr<std::vector<int>> blocks = prefix_->Allocate(static_cast<int>(payloads.size()));
-  if (!blocks.ok()) return;
-  const size_t bytes = cache_->block_bytes();
-  for (size_t i = 0; i < payloads.size(); ++i) {
-    const int b = (*blocks)[i];
-    backend_->CopyToDevice(cache_->GlobalRow(b, 0, 0, 0), payloads[i].data(), bytes);
-    prefix_->Publish(b, hashes[have + i]);
-    shared->push_back(b);
+    for (size_t i = 0; skip + i < prefetched->payloads.size(); ++i) {
+      const std::string& p = prefetched->payloads[skip + i];
+      if (!load(i, reinterpret_cast<const uint8_t*>(p.data()))) break;
+    }
   }
 }
 

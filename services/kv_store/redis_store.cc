@@ -277,16 +277,27 @@ absl::Status RedisBlockStore::Put(const BlockHash& root, absl::Span<const KvStor
 std::vector<std::string> RedisBlockStore::GetPrefix(const BlockHash& root,
                                                     absl::Span<const BlockHash> hashes) {
   std::vector<std::string> out;
-  if (hashes.empty()) return out;
+  VisitPrefix(root, hashes, [&out](size_t, std::string_view bytes) {
+    out.emplace_back(bytes);
+    return true;
+  });
+  return out;
+}
+
+size_t RedisBlockStore::VisitPrefix(const BlockHash& root, absl::Span<const BlockHash> hashes,
+                                    const BlockVisitor& take) {
+  if (hashes.empty()) return 0;
   hashes = hashes.first(std::min<size_t>(hashes.size(), options_.max_keys_per_read));
   std::lock_guard<std::mutex> lock(read_.mu);
   redisContext* ctx = Connected(read_);
-  if (ctx == nullptr) return out;
+  if (ctx == nullptr) return 0;
   // One MGET per keys_per_command blocks, in order, until a block is
   // missing: each reply is small enough to arrive within the I/O timeout
   // (one MGET of a long prefix is hundreds of MiB that Redis assembles
-  // before the first byte), and nothing past the prefix's end is read.
+  // before the first byte), and nothing past the prefix's end is read. Each
+  // block goes to `take` straight from the reply.
   const size_t step = static_cast<size_t>(std::max(1, options_.keys_per_command));
+  size_t taken = 0;
   for (size_t first = 0; first < hashes.size(); first += step) {
     const absl::Span<const BlockHash> part = hashes.subspan(first, step);
     std::vector<std::string> args = {"MGET"};
@@ -294,20 +305,21 @@ std::vector<std::string> RedisBlockStore::GetPrefix(const BlockHash& root,
     Reply r = Command(ctx, args);
     if (r == nullptr) {
       Broken(read_);
-      return out;
+      return taken;
     }
     if (r->type != REDIS_REPLY_ARRAY) {
       counters_.errors.fetch_add(1);
-      return out;
+      return taken;
     }
     for (size_t i = 0; i < r->elements; ++i) {
       const redisReply* e = r->element[i];
-      if (e->type != REDIS_REPLY_STRING) return out;
-      out.emplace_back(e->str, e->len);
+      if (e->type != REDIS_REPLY_STRING) return taken;
+      if (!take(taken, std::string_view(e->str, e->len))) return taken;
+      ++taken;
     }
-    if (r->elements < part.size()) return out;
+    if (r->elements < part.size()) return taken;
   }
-  return out;
+  return taken;
 }
 
 int RedisBlockStore::Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) {

@@ -88,6 +88,9 @@ class RedisBlockStore final : public KvBlockStore {
   absl::Status Put(const BlockHash& root, absl::Span<const KvStoredBlock> blocks) override;
   std::vector<std::string> GetPrefix(const BlockHash& root,
                                      absl::Span<const BlockHash> hashes) override;
+  // Each block handed over from the MGET reply that holds it (no copy).
+  size_t VisitPrefix(const BlockHash& root, absl::Span<const BlockHash> hashes,
+                     const BlockVisitor& take) override;
   int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) override;
   void Erase(const BlockHash& root, const BlockHash& hash) override;
   // TOUCH in commands of up to 256 keys, on the writer's connection.

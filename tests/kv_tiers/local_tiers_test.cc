@@ -125,6 +125,51 @@ TEST(KvTiersTest, SpillsToHostThenDiskAndFetchesTheLongestPrefix) {
   std::filesystem::remove_all(dir);
 }
 
+// The read that loads the hot cache: each checked payload handed over in
+// order from whichever tier holds it (queued spill, host, disk, shared), and
+// a sink that takes no more (no room in the cache) ends the run there
+// without counting the refused block as served.
+TEST(KvTiersTest, FetchIntoHandsEachPayloadOverAndStopsWhenRefused) {
+  const KvBlockLayout l = TestLayout(1000);
+  const std::string dir = TempDir("into");
+  auto tiers = KvTiers::Create(ChainOptions(l, 2, dir, 10));
+  ASSERT_TRUE(tiers.ok()) << tiers.status();
+  KvTiers& t = **tiers;
+  const auto hs = Chain(l, 6, 4);
+  for (int i = 0; i < 5; ++i) t.Spill(hs[i], Payload(l.payload_bytes, i));
+  t.Flush();
+  std::vector<std::string> got;
+  std::vector<size_t> order;
+  const auto keep = [&](size_t i, const uint8_t* p) {
+    order.push_back(i);
+    got.emplace_back(reinterpret_cast<const char*>(p), l.payload_bytes);
+    return true;
+  };
+  EXPECT_EQ(t.FetchPrefixInto(hs, keep), 5u);  // 0-2 from disk, 3-4 from host
+  ASSERT_EQ(got.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(order[i], i);
+    EXPECT_EQ(got[i], Payload(l.payload_bytes, static_cast<int>(i))) << i;
+  }
+  const auto before = t.stats();
+  const int64_t hits = before[0].hit_blocks + before[1].hit_blocks;
+  EXPECT_EQ(hits, 5);
+  // Room for two blocks only: the third is refused, and not counted.
+  int room = 2;
+  const size_t taken = t.FetchPrefixInto(hs, [&](size_t, const uint8_t*) { return room-- > 0; });
+  EXPECT_EQ(taken, 2u);
+  const auto after = t.stats();
+  EXPECT_EQ(after[0].hit_blocks + after[1].hit_blocks, hits + 2);
+  EXPECT_EQ(after[0].miss_blocks + after[1].miss_blocks,
+            before[0].miss_blocks + before[1].miss_blocks + 3)
+      << "blocks 0-2 are on disk: the host tier missed each, the disk none";
+  // The same run through FetchPrefix (copies).
+  const auto copies = t.FetchPrefix(hs);
+  ASSERT_EQ(copies.size(), 5u);
+  EXPECT_EQ(copies[4], Payload(l.payload_bytes, 4));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(KvTiersTest, CorruptOrForeignBlocksAreDroppedAndCounted) {
   const KvBlockLayout l = TestLayout(1000);
   const std::string dir = TempDir("corrupt");

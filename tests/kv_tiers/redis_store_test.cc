@@ -97,6 +97,18 @@ TEST_F(RedisTest, StoresAndFetchesTheLongestPrefix) {
   ASSERT_EQ(got.size(), 4u);
   EXPECT_EQ(got[3], *blocks[3].bytes);
   EXPECT_EQ(store->GetPrefix(l.root, {hs[4], hs[0]}).size(), 0u);
+  // Visiting: the same bytes in order, straight from the reply; a visitor
+  // that refuses ends the run there.
+  std::vector<std::string> seen;
+  EXPECT_EQ(store->VisitPrefix(l.root, hs,
+                               [&](size_t i, std::string_view b) {
+                                 EXPECT_EQ(i, seen.size());
+                                 seen.emplace_back(b);
+                                 return i < 2;
+                               }),
+            2u);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[2], *blocks[2].bytes);
   // Another model's chain never sees these keys.
   EXPECT_EQ(store->Contains(TestLayout(5000, "other").root, hs), 0);
   store->Erase(l.root, hs[1]);
