@@ -48,7 +48,8 @@
 # after the other, the same trace; the order reversed in even repetitions;
 # repetition r uses seed + r) and scrapes every worker's /metrics before and
 # after. Writes OUT_DIR/sessions_{tiers,routing}[_TAG]_run<r>.{json,md},
-# ..._run<r>_metrics.json (counter deltas per worker), the SVG
+# ..._run<r>_metrics.json (counter deltas per worker, tier read/write seconds
+# included), the SVG
 # OUT_DIR/plots/sessions_{tiers,routing}[_TAG]_ttft.svg and prints a summary
 # (sessions_plot.py --part tiers|routing).
 set -euo pipefail
@@ -149,7 +150,7 @@ start_manual() {  # start_manual NAME
   read -r -a P <<<"$(free_ports 10)"
   local h=127.0.0.1
   mkdir -p "$work/redis_$name"
-  redis-server --port "${P[9]}" --bind $h --dir "$work/redis_$name" --save "" --appendonly no \
+  MALLOC_CONF=${MALLOC_CONF:-thp:always} redis-server --port "${P[9]}" --bind $h --dir "$work/redis_$name" --save "" --appendonly no \
     --maxmemory "$(( 2 * ALLMB ))mb" --maxmemory-policy allkeys-lru --daemonize no >>"$log" 2>&1 &
   pids+=($!)
   local tiers=(--kv-cache-mb "$HOTMB" --kv-store "redis://$h:${P[9]}" --kv-store-timeout-ms "$RTIMEOUT")
@@ -207,7 +208,7 @@ done
 scrape() {  # scrape OUT.json
   "$PY" - "$scrape_list" "$1" <<'EOF'
 import json, re, sys, urllib.request
-want = re.compile(r'^(ced_kv_tier_\w+_total|ced_prefix_cache_\w+_total|ced_kv_tier_resident_bytes)(\{[^}]*\})? ([0-9.eE+-]+)$')
+want = re.compile(r'^(ced_kv_tier_\w+_total|ced_prefix_cache_\w+_total|ced_kv_tier_resident_bytes|ced_kv_tier_(?:read|write)_seconds_(?:sum|count))(\{[^}]*\})? ([0-9.eE+-]+)$')
 out = {}
 for item in sys.argv[1].split(","):
     key, addr = item.split("=", 1)

@@ -40,10 +40,9 @@ const char* KvBlockRejectName(KvBlockReject reason) {
   return "unknown";
 }
 
-std::string EncodeKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
-                          const uint8_t* payload) {
-  std::string out(kKvBlockHeaderBytes + layout.payload_bytes, '\0');
-  auto* h = reinterpret_cast<uint8_t*>(out.data());
+void SealKvBlock(const KvBlockLayout& layout, const BlockHash& hash, uint8_t* block) {
+  uint8_t* h = block;
+  std::memset(h, 0, kKvBlockHeaderBytes);
   std::memcpy(h, kMagic, 8);
   PutLe(h + 8, kKvBlockVersion, 2);
   h[10] = static_cast<uint8_t>(layout.format);
@@ -51,10 +50,17 @@ std::string EncodeKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
   PutLe(h + 16, layout.payload_bytes, 8);
   PutHash(h + 24, layout.root);
   PutHash(h + 40, hash);
-  if (layout.payload_bytes > 0) std::memcpy(h + kKvBlockHeaderBytes, payload, layout.payload_bytes);
   uint32_t crc = KvCrc32c(0, h, kCrcOffset);
   crc = KvCrc32c(crc, h + kKvBlockHeaderBytes, layout.payload_bytes);
   PutLe(h + kCrcOffset, crc, 4);
+}
+
+std::string EncodeKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
+                          const uint8_t* payload) {
+  std::string out(kKvBlockHeaderBytes + layout.payload_bytes, '\0');
+  auto* h = reinterpret_cast<uint8_t*>(out.data());
+  if (layout.payload_bytes > 0) std::memcpy(h + kKvBlockHeaderBytes, payload, layout.payload_bytes);
+  SealKvBlock(layout, hash, h);
   return out;
 }
 

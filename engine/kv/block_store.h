@@ -69,6 +69,9 @@ const char* KvBlockRejectName(KvBlockReject reason);
 // Header + payload (`layout.payload_bytes` bytes at `payload`).
 std::string EncodeKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
                           const uint8_t* payload);
+// Encodes in place: writes the header of block `hash` into
+// block[0, kKvBlockHeaderBytes), the payload already lying after it.
+void SealKvBlock(const KvBlockLayout& layout, const BlockHash& hash, uint8_t* block);
 // kNone when `stored` is a valid block `hash` of `layout`.
 KvBlockReject CheckKvBlock(const KvBlockLayout& layout, const BlockHash& hash,
                            std::string_view stored);
@@ -137,7 +140,11 @@ class KvBlockStore {
  public:
   virtual ~KvBlockStore() = default;
   virtual std::string_view name() const = 0;
-  // Stores the blocks (an existing block of the same hash is replaced).
+  // Stores the blocks. A local tier (host, disk) keeps a block it already
+  // holds under the same hash and only marks it used: the hash chain names
+  // the tokens and the model, so the bytes are the same (a session's prefix
+  // is evicted from the hot cache again each turn; rewriting it cost a disk
+  // write per block). A shared store may replace it.
   // May block for I/O: callers run it off the request path. OK when every
   // block was stored.
   virtual absl::Status Put(const BlockHash& root, absl::Span<const KvStoredBlock> blocks) = 0;

@@ -29,7 +29,7 @@ class DiskBlockStore final : public KvBlockStore {
   absl::Status Put(const BlockHash& root, absl::Span<const KvStoredBlock> blocks) override;
   std::vector<std::string> GetPrefix(const BlockHash& root,
                                      absl::Span<const BlockHash> hashes) override;
-  // Reads each file into one buffer reused for the whole run.
+  // Reads each file into a buffer the calling thread keeps between calls.
   size_t VisitPrefix(const BlockHash& root, absl::Span<const BlockHash> hashes,
                      const BlockVisitor& take) override;
   int Contains(const BlockHash& root, absl::Span<const BlockHash> hashes) override;

@@ -13,10 +13,9 @@ absl::Status HostBlockStore::Put(const BlockHash&, absl::Span<const KvStoredBloc
         continue;
       }
       auto it = blocks_.find(b.hash);
-      if (it != blocks_.end()) {
-        bytes_ -= static_cast<int64_t>(it->second.bytes->size());
-        lru_.erase(it->second.lru);
-        blocks_.erase(it);
+      if (it != blocks_.end()) {  // held already: the same bytes (block_store.h)
+        lru_.splice(lru_.end(), lru_, it->second.lru);
+        continue;
       }
       while (bytes_ + size > options_.capacity_bytes && !lru_.empty()) {
         auto victim = blocks_.find(lru_.front());

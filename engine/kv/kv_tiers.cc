@@ -1,5 +1,7 @@
 #include "engine/kv/kv_tiers.h"
 
+#include <cstring>
+
 #include "engine/kv/disk_tier.h"
 #include "engine/kv/host_tier.h"
 
@@ -20,6 +22,12 @@ absl::StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const KvTiersOptions& o
     return absl::InvalidArgumentError("kv tiers: negative capacity");
   }
   std::unique_ptr<KvTiers> t(new KvTiers(options));
+  // Free buffers kept: as many as the write queue holds (a burst of
+  // evictions fills it; the writer hands them back as it drains it).
+  const size_t block_bytes = kKvBlockHeaderBytes + options.layout.payload_bytes;
+  t->buffers_ = std::make_unique<KvBlockBuffers>(
+      block_bytes,
+      static_cast<size_t>(options.write_queue_bytes) / options.layout.payload_bytes + 1);
   if (!options.disk_dir.empty()) {
     DiskBlockStore::Options d;
     d.dir = options.disk_dir;
@@ -54,7 +62,7 @@ KvTiers::~KvTiers() {
 }
 
 bool KvTiers::Enqueue(Job job, KvBlockStore* target) {
-  const int64_t size = static_cast<int64_t>(job.payload->size());
+  const int64_t size = static_cast<int64_t>(options_.layout.payload_bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (queued_bytes_ + size > options_.write_queue_bytes) {
@@ -62,17 +70,45 @@ bool KvTiers::Enqueue(Job job, KvBlockStore* target) {
       return false;
     }
     queued_bytes_ += size;
-    if (!job.shared) pending_[job.hash] = job.payload;
+    if (!job.shared) pending_[job.hash] = job.block;
     queue_.push_back(std::move(job));
   }
   cv_.notify_one();
   return true;
 }
 
-void KvTiers::Spill(const BlockHash& hash, std::string payload) {
+std::shared_ptr<std::string> KvTiers::Wrap(std::string_view payload) {
+  if (payload.size() != options_.layout.payload_bytes) return nullptr;
+  std::shared_ptr<std::string> block = NewBlock();
+  std::memcpy(block->data() + kKvBlockHeaderBytes, payload.data(), payload.size());
+  return block;
+}
+
+std::shared_ptr<std::string> KvTiers::SpillBuffer() {
   KvBlockStore* target = host_ != nullptr ? host_.get() : disk_.get();
-  if (target == nullptr || payload.size() != options_.layout.payload_bytes) return;
-  Enqueue({false, hash, std::make_shared<const std::string>(std::move(payload))}, target);
+  if (target == nullptr) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queued_bytes_ + static_cast<int64_t>(options_.layout.payload_bytes) >
+        options_.write_queue_bytes) {
+      target->counters().dropped_writes.fetch_add(1);
+      return nullptr;
+    }
+  }
+  return NewBlock();
+}
+
+void KvTiers::Spill(const BlockHash& hash, std::shared_ptr<std::string> block) {
+  KvBlockStore* target = host_ != nullptr ? host_.get() : disk_.get();
+  if (target == nullptr || block == nullptr ||
+      block->size() != kKvBlockHeaderBytes + options_.layout.payload_bytes) {
+    return;
+  }
+  Enqueue({false, hash, std::move(block)}, target);
+}
+
+void KvTiers::Spill(const BlockHash& hash, std::string_view payload) {
+  if (spills()) Spill(hash, Wrap(payload));
 }
 
 bool KvTiers::WantsShared(const BlockHash& hash) const {
@@ -94,9 +130,16 @@ void KvTiers::TouchShared(absl::Span<const BlockHash> hashes) {
   cv_.notify_one();
 }
 
-void KvTiers::WriteShared(const BlockHash& hash, std::string payload) {
-  if (shared_ == nullptr || payload.size() != options_.layout.payload_bytes) return;
-  Enqueue({true, hash, std::make_shared<const std::string>(std::move(payload))}, shared_.get());
+void KvTiers::WriteShared(const BlockHash& hash, std::shared_ptr<std::string> block) {
+  if (shared_ == nullptr || block == nullptr ||
+      block->size() != kKvBlockHeaderBytes + options_.layout.payload_bytes) {
+    return;
+  }
+  Enqueue({true, hash, std::move(block)}, shared_.get());
+}
+
+void KvTiers::WriteShared(const BlockHash& hash, std::string_view payload) {
+  if (shared_ != nullptr) WriteShared(hash, Wrap(payload));
 }
 
 void KvTiers::MarkShared(const BlockHash& hash) {
@@ -133,22 +176,20 @@ void KvTiers::WriterLoop() {
     std::vector<KvStoredBlock> shared;
     int64_t done_bytes = 0;
     for (Job& job : batch) {
-      done_bytes += static_cast<int64_t>(job.payload->size());
-      auto encode = [&] {
-        return std::make_shared<const std::string>(EncodeKvBlock(
-            layout, job.hash, reinterpret_cast<const uint8_t*>(job.payload->data())));
-      };
+      done_bytes += static_cast<int64_t>(layout.payload_bytes);
+      // The header, in place: readers of a pending spill read only the
+      // payload after it.
+      SealKvBlock(layout, job.hash, reinterpret_cast<uint8_t*>(job.block->data()));
       if (job.shared) {
-        shared.push_back({job.hash, encode()});
+        shared.push_back({job.hash, job.block});
         continue;
       }
+      // A block the tier holds already is only marked used there (Put).
       KvBlockStore* target = host_ != nullptr ? host_.get() : disk_.get();
-      if (target->Contains(layout.root, {job.hash}) == 0) {
-        (void)TimedPut(target, {KvStoredBlock{job.hash, encode()}});
-      }
+      (void)TimedPut(target, {KvStoredBlock{job.hash, job.block}});
       std::lock_guard<std::mutex> lock(mu_);
       auto it = pending_.find(job.hash);
-      if (it != pending_.end() && it->second == job.payload) pending_.erase(it);
+      if (it != pending_.end() && it->second == job.block) pending_.erase(it);
     }
     if (!shared.empty() && TimedPut(shared_.get(), shared).ok()) {
       for (const KvStoredBlock& b : shared) MarkShared(b.hash);
@@ -205,7 +246,7 @@ size_t KvTiers::FetchPrefixInto(absl::Span<const BlockHash> hashes, const Payloa
       if (it != pending_.end()) pending = it->second;
     }
     if (pending != nullptr) {  // evicted a moment ago, not written yet: its payload
-      if (!take(i, reinterpret_cast<const uint8_t*>(pending->data()))) return i;
+      if (!take(i, payload_of(*pending))) return i;
       KvBlockStore* t = host_ != nullptr ? host_.get() : disk_.get();
       t->counters().hit_blocks.fetch_add(1);
       continue;

@@ -9,10 +9,12 @@
 // Every block read is checked (block_store.h); one that fails is dropped from
 // its tier, counted, and ends the run there: never served.
 //
-// Writes stay off the request path: Spill and WriteShared copy nothing but
-// take the caller's bytes into a bounded queue that one writer thread drains
-// (header + CRC32C, host put, disk spill, pipelined shared puts); when the
-// queue is full the write is dropped and counted (dropped_writes). Reads
+// Writes stay off the request path: the caller copies a block once, into a
+// buffer of NewBlock (recycled, so already mapped: block_buffers.h), and
+// Spill and WriteShared queue that buffer, bounded, for one writer thread
+// (header + CRC32C written in place, host put of the same buffer, disk
+// spill, pipelined shared puts); when the queue is full the write is dropped
+// and counted (dropped_writes). Reads
 // block the caller: host and disk on memory and file I/O, the shared store up
 // to its own timeouts (an unreachable store reads as empty and counts an
 // error). Thread-safe.
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/kv/block_buffers.h"
 #include "engine/kv/block_store.h"
 
 namespace ced {
@@ -64,15 +67,30 @@ class KvTiers {
   bool spills() const { return host_ != nullptr || disk_ != nullptr; }
   bool has_shared() const { return shared_ != nullptr; }
 
-  // The hot cache evicted block `hash`; `payload` is a copy of its bytes
-  // (layout().payload_bytes). Queued for the host tier (the disk tier when
-  // there is no host tier). Never blocks on I/O.
-  void Spill(const BlockHash& hash, std::string payload);
+  // A buffer for one stored block: the caller copies the payload to
+  // data() + kKvBlockHeaderBytes (layout().payload_bytes bytes) and hands the
+  // buffer to Spill or WriteShared, which write the header.
+  std::shared_ptr<std::string> NewBlock() { return buffers_->Get(); }
+  // A NewBlock buffer for a spill when the write queue has room for one
+  // now; null when it is full (the spill is counted as dropped, and the
+  // caller skips the copy).
+  std::shared_ptr<std::string> SpillBuffer();
+  // The hot cache evicted block `hash`; `block` is a NewBlock buffer holding
+  // a copy of its payload. Queued for the host tier (the disk tier when there
+  // is no host tier). Never blocks on I/O.
+  void Spill(const BlockHash& hash, std::shared_ptr<std::string> block);
+  // The same from a bare payload (copied into a NewBlock buffer; one of
+  // another size is ignored).
+  void Spill(const BlockHash& hash, std::string_view payload);
   // Whether the shared store may lack `hash` (false once this process wrote
   // or read it there), so the caller copies only blocks worth writing.
   bool WantsShared(const BlockHash& hash) const;
-  // A block whose K/V is final, for the shared store. Never blocks on I/O.
-  void WriteShared(const BlockHash& hash, std::string payload);
+  // A block whose K/V is final, for the shared store, as a NewBlock buffer
+  // holding its payload. Never blocks on I/O.
+  void WriteShared(const BlockHash& hash, std::shared_ptr<std::string> block);
+  void WriteShared(const BlockHash& hash, std::string_view payload);
+  // The block buffers (tests: how many were made, how many wait).
+  const KvBlockBuffers& buffers() const { return *buffers_; }
 
   // A prefix of blocks a request found in the hot cache: those this process
   // knows are in the shared store are marked used there (KvBlockStore::Touch),
@@ -106,8 +124,10 @@ class KvTiers {
   struct Job {
     bool shared = false;  // else: a spill
     BlockHash hash;
-    std::shared_ptr<const std::string> payload;
+    std::shared_ptr<std::string> block;  // header (written by the writer) + payload
   };
+  // A NewBlock buffer holding `payload`; null when the size is wrong.
+  std::shared_ptr<std::string> Wrap(std::string_view payload);
   bool Enqueue(Job job, KvBlockStore* target);
   void WriterLoop();
   // Checks a block read from `tier`; on failure drops it there and counts.
@@ -126,8 +146,10 @@ class KvTiers {
   std::vector<BlockHash> touches_;  // for the shared store's Touch
   int64_t queued_bytes_ = 0;
   bool writing_ = false, stop_ = false;
-  // Spills queued but not written yet: still served to readers.
+  // Spills queued but not written yet (NewBlock buffers): their payloads are
+  // still served to readers.
   std::unordered_map<BlockHash, std::shared_ptr<const std::string>, Hasher> pending_;
+  std::unique_ptr<KvBlockBuffers> buffers_;
   // Blocks this process stored in or read from the shared store (bounded).
   std::unordered_set<BlockHash, Hasher> known_shared_;
   std::thread writer_;

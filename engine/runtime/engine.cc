@@ -290,6 +290,14 @@ absl::Status Engine::SetPromptTokens(SeqId id, absl::Span<const int32_t> prompt)
   return absl::OkStatus();
 }
 
+absl::Status Engine::LeaveSharedWritesToPeer(SeqId id, int tokens) {
+  ASSIGN_OR_RETURN(Sequence * seq, Find(id));
+  if (tokens < 0) return absl::InvalidArgumentError("tokens: negative");
+  const size_t blocks = static_cast<size_t>(tokens / cache_->options().block_size);
+  seq->shared_from = std::max(seq->shared_from, blocks);
+  return absl::OkStatus();
+}
+
 int Engine::EvictCachedBlocks() { return prefix_->EvictAll(); }
 
 absl::Status Engine::ReleaseSequence(SeqId id) {

@@ -166,6 +166,11 @@ class Engine {
   // sequence whose K/V arrived from elsewhere (ImportTail), so that its full
   // blocks join the prefix cache. Call after that K/V has landed.
   absl::Status SetPromptTokens(SeqId seq, absl::Span<const int32_t> prompt);
+  // The full blocks of positions [0, tokens) of `seq` are computed by a peer
+  // (the prefill worker whose K/V arrives), which writes them to the shared
+  // store itself: this engine does not write them again (each block is
+  // written by the worker that computed it; DESIGN.md §2, KV tiers).
+  absl::Status LeaveSharedWritesToPeer(SeqId seq, int tokens);
   // Drops every cached block nobody references; returns how many.
   int EvictCachedBlocks();
   // Routing reports (DESIGN.md 1.6). May be called from any thread. h_0 of

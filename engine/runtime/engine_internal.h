@@ -44,7 +44,8 @@ struct Engine::Sequence {
   std::vector<int32_t> tokens;   // token ids of positions [0, tokens.size())
   std::vector<BlockHash> hashes; // hash chain of the full blocks published so far
   // Blocks [0, shared_from) were offered to the shared store (queued, or
-  // skipped as already there): each is written at most once.
+  // skipped as already there, or left to the peer that computed them): each
+  // is written at most once.
   size_t shared_from = 0;
   std::vector<float> h_e;  // host f32 [num_tokens - replay_start, d] while a replay is pending
 };

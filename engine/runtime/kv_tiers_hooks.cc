@@ -37,12 +37,14 @@ absl::Status Engine::InitKvTiers(const EngineOptions& o) {
   ASSIGN_OR_RETURN(tiers_, KvTiers::Create(t));
   if (tiers_->spills()) {
     // Under the prefix cache's mutex, on the thread that evicts (the owner's):
-    // one copy of the block, everything else on the tiers' writer thread.
+    // one copy of the block into a recycled buffer, everything else on the
+    // tiers' writer thread.
     prefix_->SetEvictHook([this](int block, const BlockHash& hash) {
-      const size_t bytes = cache_->block_bytes();
-      std::string payload(bytes, '\0');
-      backend_->CopyToHost(payload.data(), cache_->GlobalRow(block, 0, 0, 0), bytes);
-      tiers_->Spill(hash, std::move(payload));
+      std::shared_ptr<std::string> stored = tiers_->SpillBuffer();
+      if (stored == nullptr) return;  // the write queue is full (counted)
+      backend_->CopyToHost(stored->data() + kKvBlockHeaderBytes,
+                           cache_->GlobalRow(block, 0, 0, 0), cache_->block_bytes());
+      tiers_->Spill(hash, std::move(stored));
     });
   }
   return absl::OkStatus();
@@ -91,9 +93,10 @@ void Engine::WriteBehind(Sequence* seq) {
   for (; seq->shared_from < n; ++seq->shared_from) {
     const size_t b = seq->shared_from;
     if (!tiers_->WantsShared(seq->hashes[b])) continue;
-    std::string payload(bytes, '\0');
-    backend_->CopyToHost(payload.data(), cache_->GlobalRow(seq->blocks[b], 0, 0, 0), bytes);
-    tiers_->WriteShared(seq->hashes[b], std::move(payload));
+    std::shared_ptr<std::string> stored = tiers_->NewBlock();
+    backend_->CopyToHost(stored->data() + kKvBlockHeaderBytes,
+                         cache_->GlobalRow(seq->blocks[b], 0, 0, 0), bytes);
+    tiers_->WriteShared(seq->hashes[b], std::move(stored));
   }
 }
 

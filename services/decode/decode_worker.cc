@@ -338,6 +338,9 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
     if (!r->local_prefill) {
       std::fill(r->received.begin(), r->received.begin() + cached, 1);
       r->received_tokens = cached;
+      // The prompt's blocks are the prefill worker's to write to the shared
+      // store; this worker writes those of the tokens it generates.
+      CED_CHECK(engine_->LeaveSharedWritesToPeer(r->seq, static_cast<int>(r->prompt.size())).ok());
     }
   }
   r->prefill_work_tokens =

@@ -2,6 +2,10 @@
 
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <climits>
 
 #include <algorithm>
 #include <cctype>
@@ -80,6 +84,28 @@ void LogTlsError(const absl::Status& s) {
   *last = std::string(s.message());
   std::fprintf(stderr, "kv store: %s (counted in ced_kv_tier_errors_total; requests recompute)\n",
                last->c_str());
+}
+
+// One RESP bulk string's header: "$<len>\r\n".
+void AppendBulkHeader(size_t len, std::string* out) { absl::StrAppend(out, "$", len, "\r\n"); }
+
+// Writes every byte of `iov` to the blocking socket `fd` (its send timeout
+// bounds each write); false on an error or a timeout.
+bool WriteAllIov(int fd, std::vector<iovec>& iov) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t n = ::writev(fd, iov.data() + first, count);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    size_t left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -240,19 +266,41 @@ absl::Status RedisBlockStore::Put(const BlockHash& root, absl::Span<const KvStor
   const std::string ttl = std::to_string(options_.ttl_s);
   absl::Status status;
   // Pipelined SETs, keys_per_command at a time: each round's bytes leave
-  // and its replies come back within the I/O timeout, and hiredis's output
-  // buffer stays a few blocks long (it grows 1 MiB at a time past 1 MiB).
+  // and its replies come back within the I/O timeout. The commands are
+  // written as RESP straight from the blocks' own buffers (one writev per
+  // round; the connection is plain TCP, a TLS store's being the local
+  // relay's): hiredis would format each 384 KiB value into a fresh buffer
+  // and append that to its output buffer, two copies into fresh memory per
+  // block. hiredis reads the replies (its output buffer is empty between
+  // calls).
   const size_t step = static_cast<size_t>(std::max(1, options_.keys_per_command));
+  std::vector<std::string> heads;
+  std::vector<iovec> iov;
+  std::string tail = "\r\n";
+  if (options_.ttl_s > 0) {
+    tail += "$2\r\nEX\r\n";
+    AppendBulkHeader(ttl.size(), &tail);
+    absl::StrAppend(&tail, ttl, "\r\n");
+  }
   for (size_t first = 0; first < blocks.size(); first += step) {
     const absl::Span<const KvStoredBlock> part = blocks.subspan(first, step);
-    for (const KvStoredBlock& b : part) {
+    heads.assign(part.size(), std::string());
+    iov.clear();
+    for (size_t i = 0; i < part.size(); ++i) {
+      const KvStoredBlock& b = part[i];
       const std::string key = RedisBlockKey(options_.key_prefix, root, b.hash);
-      const char* argv[5] = {"SET", key.data(), b.bytes->data(), "EX", ttl.data()};
-      const size_t lens[5] = {3, key.size(), b.bytes->size(), 2, ttl.size()};
-      if (redisAppendCommandArgv(ctx, options_.ttl_s > 0 ? 5 : 3, argv, lens) != REDIS_OK) {
-        Broken(write_);
-        return absl::UnavailableError("redis: pipeline failed");
-      }
+      std::string& head = heads[i];
+      absl::StrAppend(&head, options_.ttl_s > 0 ? "*5\r\n" : "*3\r\n", "$3\r\nSET\r\n");
+      AppendBulkHeader(key.size(), &head);
+      absl::StrAppend(&head, key, "\r\n");
+      AppendBulkHeader(b.bytes->size(), &head);
+      iov.push_back({head.data(), head.size()});
+      iov.push_back({const_cast<char*>(b.bytes->data()), b.bytes->size()});
+      iov.push_back({tail.data(), tail.size()});
+    }
+    if (!WriteAllIov(ctx->fd, iov)) {
+      Broken(write_);
+      return absl::UnavailableError("redis: write failed or timed out");
     }
     for (const KvStoredBlock& b : part) {
       void* raw = nullptr;

@@ -112,18 +112,26 @@ TEST(E2eRedisTierTest, SessionResumesOnNewWorkersFromRedis) {
   ASSERT_TRUE(r1.status.ok()) << r1.status.error_message() << w1.decode->Log();
   EXPECT_EQ(r1.tokens, colocated.Run(turn1, kTokens, ReplayMode::kExact));
   EXPECT_EQ(r1.last.usage().cached_prompt_tokens(), 0);
-  // Both workers write behind the request: the decode worker's blocks include
-  // the answer (all but its last token's K/V).
+  // Both workers write behind the request, each the blocks it computed: the
+  // prefill worker the prompt's full blocks, the decode worker the rest (the
+  // block the prompt's end shares with the answer, and the answer's: all but
+  // its last token's K/V).
   const int stored_tokens = (200 + kTokens - 1) / bs * bs;
+  const int prompt_blocks = 200 / bs;
   const double block_bytes = static_cast<double>(
       64 + Engine::GlobalRangeBytes(colocated.engine().config(), 0, bs));
+  const std::string written = "ced_kv_tier_written_bytes_total{tier=\"redis\"}";
+  ASSERT_GT(stored_tokens / bs, prompt_blocks);
   ASSERT_TRUE(WaitUntil(
       [&] {
-        return Metric(*w1.decode, "ced_kv_tier_written_bytes_total{tier=\"redis\"}") >=
-               block_bytes * (stored_tokens / bs);
+        return Metric(*w1.prefill, written) >= block_bytes * prompt_blocks &&
+               Metric(*w1.decode, written) >= block_bytes * (stored_tokens / bs - prompt_blocks);
       },
       std::chrono::seconds(20)))
       << w1.decode->Log();
+  EXPECT_EQ(Metric(*w1.decode, written), block_bytes * (stored_tokens / bs - prompt_blocks))
+      << "the decode worker wrote a block of the prompt, which the prefill worker computed";
+  EXPECT_EQ(Metric(*w1.prefill, written), block_bytes * prompt_blocks);
   // Each write behind (pipelined SETs) is timed.
   EXPECT_GT(Metric(*w1.decode, "ced_kv_tier_write_seconds_count{tier=\"redis\"}"), 0);
   EXPECT_GT(Metric(*w1.decode, "ced_kv_tier_write_seconds_sum{tier=\"redis\"}"), 0);
@@ -205,10 +213,11 @@ TEST(E2eRedisTierTest, ClusterStartsAndStopsItsOwnRedis) {
     EXPECT_TRUE(Accepts(port));
     const GenResult r = Generate(cluster.gateway(), Request(Prompt(100, 75), 8, ced::v1::REPLAY_ON_DECODE));
     ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-    const std::string decode_metrics = cluster.addresses().at("decode-0").at("metrics");
+    // The prompt's blocks, written by the prefill worker.
+    const std::string prefill_metrics = cluster.addresses().at("prefill-0").at("metrics");
     EXPECT_TRUE(WaitUntil(
         [&] {
-          return ScrapeMetric(decode_metrics, "ced_kv_tier_written_bytes_total{tier=\"redis\"}")
+          return ScrapeMetric(prefill_metrics, "ced_kv_tier_written_bytes_total{tier=\"redis\"}")
                      .value_or(0) > 0;
         },
         std::chrono::seconds(20)));

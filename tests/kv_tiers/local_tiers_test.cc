@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <fstream>
@@ -81,6 +82,51 @@ TEST(DiskTierTest, LruFilesAndBlocksOutliveTheStore) {
   EXPECT_EQ((*small)->resident_blocks(), 1);
   EXPECT_FALSE(DiskBlockStore::Create({"", 100}).ok());
   EXPECT_FALSE(DiskBlockStore::Create({dir, 0}).ok());
+  std::filesystem::remove_all(dir);
+}
+
+// Blocks are content-addressed: a tier that holds a hash already keeps its
+// copy (no second write: a session's prefix is evicted from the hot cache
+// again every turn) and only marks it used.
+TEST(HostTierTest, AHeldBlockIsKeptAndMarkedUsed) {
+  const KvBlockLayout l = TestLayout(1000);
+  const size_t block = kKvBlockHeaderBytes + 1000;
+  std::vector<BlockHash> evicted;
+  HostBlockStore::Options o;
+  o.capacity_bytes = static_cast<int64_t>(2 * block);
+  o.on_evict = [&](const KvStoredBlock& b) { evicted.push_back(b.hash); };
+  HostBlockStore host(o);
+  const auto hs = Chain(l, 3, 11);
+  ASSERT_TRUE(host.Put(l.root, {Stored(l, hs[0], 0)}).ok());
+  ASSERT_TRUE(host.Put(l.root, {Stored(l, hs[1], 1)}).ok());
+  ASSERT_TRUE(host.Put(l.root, {Stored(l, hs[0], 0)}).ok());  // 0 again: now the newest
+  EXPECT_EQ(host.counters().written_blocks.load(), 2);
+  EXPECT_EQ(host.resident_blocks(), 2);
+  ASSERT_TRUE(host.Put(l.root, {Stored(l, hs[2], 2)}).ok());
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0], hs[1]) << "1 was the least recently used";
+}
+
+TEST(DiskTierTest, AHeldBlockIsNotWrittenAgain) {
+  const KvBlockLayout l = TestLayout(1000);
+  const size_t block = kKvBlockHeaderBytes + 1000;
+  const std::string dir = TempDir("held");
+  auto disk = DiskBlockStore::Create({dir, static_cast<int64_t>(2 * block)});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  const auto hs = Chain(l, 3, 12);
+  ASSERT_TRUE((*disk)->Put(l.root, {Stored(l, hs[0], 0)}).ok());
+  ASSERT_TRUE((*disk)->Put(l.root, {Stored(l, hs[1], 1)}).ok());
+  const auto written = std::filesystem::last_write_time((*disk)->PathOf(hs[0]));
+  ASSERT_TRUE((*disk)->Put(l.root, {Stored(l, hs[0], 0)}).ok());
+  EXPECT_EQ((*disk)->counters().written_blocks.load(), 2);
+  EXPECT_EQ(std::filesystem::last_write_time((*disk)->PathOf(hs[0])), written)
+      << "the file was not rewritten";
+  ASSERT_TRUE((*disk)->Put(l.root, {Stored(l, hs[2], 2)}).ok());
+  EXPECT_EQ((*disk)->Contains(l.root, {hs[0]}), 1) << "0 was marked used: 1 went";
+  EXPECT_EQ((*disk)->Contains(l.root, {hs[1]}), 0);
+  const auto back = (*disk)->GetPrefix(l.root, {hs[0]});
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0], *Stored(l, hs[0], 0).bytes);
   std::filesystem::remove_all(dir);
 }
 
@@ -168,6 +214,81 @@ TEST(KvTiersTest, FetchIntoHandsEachPayloadOverAndStopsWhenRefused) {
   ASSERT_EQ(copies.size(), 5u);
   EXPECT_EQ(copies[4], Payload(l.payload_bytes, 4));
   std::filesystem::remove_all(dir);
+}
+
+// The buffers the spill and write-behind paths copy into are recycled: one
+// whose last reference is dropped is handed out again (already mapped), the
+// free list stays within its bound, and a buffer may outlive the pool.
+TEST(KvBlockBuffersTest, ReleasedBuffersAreHandedOutAgainUpToTheBound) {
+  KvBlockBuffers pool(4096, 2);
+  std::shared_ptr<std::string> a = pool.Get();
+  ASSERT_EQ(a->size(), 4096u);
+  const char* where = a->data();
+  a.reset();
+  EXPECT_EQ(pool.free_buffers(), 1u);
+  std::shared_ptr<std::string> b = pool.Get();
+  EXPECT_EQ(b->data(), where) << "the released buffer, not a new one";
+  EXPECT_EQ(pool.made(), 1u);
+  std::vector<std::shared_ptr<std::string>> many;
+  for (int i = 0; i < 4; ++i) many.push_back(pool.Get());
+  EXPECT_EQ(pool.made(), 5u);
+  many.clear();
+  EXPECT_EQ(pool.free_buffers(), 2u) << "the rest were freed";
+  std::shared_ptr<std::string> survivor;
+  {
+    KvBlockBuffers gone(64, 1);
+    survivor = gone.Get();
+  }
+  survivor->assign(64, 'x');
+  survivor.reset();  // returned to the state the deleter keeps alive
+}
+
+// Spilled blocks go host -> disk in the very buffer the caller filled (the
+// header written in place), and come back to the pool when the host tier
+// pushes them down: a long run of spills makes only as many buffers as are
+// held at once, and every block still reads back exactly.
+TEST(KvTiersTest, SpillBuffersAreRecycledThroughTheHostTier) {
+  const KvBlockLayout l = TestLayout(1000);
+  const std::string dir = TempDir("recycle");
+  auto tiers = KvTiers::Create(ChainOptions(l, 2, dir, 40));
+  ASSERT_TRUE(tiers.ok()) << tiers.status();
+  KvTiers& t = **tiers;
+  const auto hs = Chain(l, 30, 9);
+  for (int i = 0; i < 30; ++i) {
+    std::shared_ptr<std::string> b = t.SpillBuffer();
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(b->size(), kKvBlockHeaderBytes + l.payload_bytes);
+    const std::string p = Payload(l.payload_bytes, i);
+    std::memcpy(b->data() + kKvBlockHeaderBytes, p.data(), p.size());
+    t.Spill(hs[i], std::move(b));
+    t.Flush();
+  }
+  EXPECT_LE(t.buffers().made(), 4u) << "2 held by the host tier, the rest reused";
+  const auto got = t.FetchPrefix(hs);
+  ASSERT_EQ(got.size(), 30u);
+  for (int i = 0; i < 30; ++i) EXPECT_EQ(got[i], Payload(l.payload_bytes, i)) << i;
+  const auto stats = t.stats();
+  EXPECT_EQ(stats[0].resident_blocks, 2);
+  EXPECT_EQ(stats[1].resident_blocks, 28);
+  // A buffer of the wrong size is not queued.
+  t.Spill(hs[0], std::make_shared<std::string>(10, 'x'));
+  t.Flush();
+  EXPECT_EQ(t.stats()[0].written_blocks, stats[0].written_blocks);
+  std::filesystem::remove_all(dir);
+}
+
+// A full write queue refuses a spill buffer up front (the caller skips the
+// copy) and counts the dropped write.
+TEST(KvTiersTest, SpillBufferIsRefusedWhenTheQueueIsFull) {
+  const KvBlockLayout l = TestLayout(1000);
+  KvTiersOptions o;
+  o.layout = l;
+  o.host_bytes = 100 * static_cast<int64_t>(kKvBlockHeaderBytes + l.payload_bytes);
+  o.write_queue_bytes = 1;  // less than one block: every spill is refused
+  auto tiers = KvTiers::Create(o);
+  ASSERT_TRUE(tiers.ok()) << tiers.status();
+  EXPECT_EQ((*tiers)->SpillBuffer(), nullptr);
+  EXPECT_EQ((*tiers)->stats()[0].dropped_writes, 1);
 }
 
 TEST(KvTiersTest, CorruptOrForeignBlocksAreDroppedAndCounted) {

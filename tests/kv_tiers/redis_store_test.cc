@@ -230,6 +230,34 @@ TEST_F(RedisTest, RunningSequenceWritesEachFinalBlockOnce) {
   EXPECT_EQ((*a)->kv_tier_stats()[0].written_bytes, static_cast<int64_t>(3 * block_bytes));
 }
 
+// A decode worker whose prompt K/V comes from a prefill worker leaves the
+// prompt's blocks to that worker (it computed them and writes them itself)
+// and writes only the blocks of the tokens it generates.
+TEST_F(RedisTest, BlocksLeftToThePeerAreNotWrittenAgain) {
+  EngineOptions o;
+  o.kv_shared_store = Store();
+  auto a = Engine::CreateWithWeights(o, LoadTestModel("tiny"));
+  ASSERT_TRUE(a.ok());
+  const int bs = (*a)->cache_stats().block_size;
+  const auto prompt = RandomPrompt(2 * bs, 57);
+  const int steps = bs + 4;
+  int cached = -1;
+  auto seq = (*a)->CreateSequenceForPrompt(prompt, 2 * bs + steps, &cached);
+  ASSERT_TRUE(seq.ok());
+  EXPECT_FALSE((*a)->LeaveSharedWritesToPeer(*seq, -1).ok());
+  EXPECT_FALSE((*a)->LeaveSharedWritesToPeer(*seq + 1000, bs).ok()) << "no such sequence";
+  ASSERT_TRUE((*a)->LeaveSharedWritesToPeer(*seq, 2 * bs).ok());
+  PrefillOptions po;
+  po.replay = ReplayMode::kExact;
+  auto pre = (*a)->Prefill(*seq, prompt, po);
+  ASSERT_TRUE(pre.ok());
+  const GreedyRun run = DecodeGreedy(**a, *seq, std::move(pre->logits), steps);
+  ASSERT_EQ(run.tokens.size(), static_cast<size_t>(steps));
+  ASSERT_TRUE((*a)->ReleaseSequence(*seq).ok());
+  (*a)->FlushKvTiers();
+  EXPECT_EQ((*a)->kv_tier_stats()[0].written_blocks, 1) << "block 2 only: 0 and 1 are the peer's";
+}
+
 // Redis evicts its least recently used keys (allkeys-lru): a prefix read
 // from the hot cache must stay recent in Redis too, or its first blocks are
 // evicted first and the whole prefix becomes unreadable from Redis.
