@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/huge_alloc.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -27,7 +28,7 @@ PackedMatrix::PackedMatrix(const float* w, int out, int in)
   panels_ = (out + pw - 1) / pw;
   const size_t count = static_cast<size_t>(panels_) * in * pw;
   const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
-  float* data = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
+  float* data = static_cast<float*>(AllocLarge(bytes));
   if (data == nullptr) throw std::bad_alloc();
   data_.reset(data);
   ParallelFor(panels_, [&](int p) {

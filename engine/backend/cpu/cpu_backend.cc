@@ -10,6 +10,7 @@
 #include "engine/backend/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/huge_alloc.h"
 #include "kernels/cpu/kv_codec.h"
 #include "kernels/cpu/math.h"
 #include "kernels/cpu/thread_pool.h"
@@ -22,16 +23,13 @@ class CpuBackend final : public Backend {
   CpuBackend() { kernels::SetBlasSingleThreaded(); }
   std::string_view name() const override { return "cpu"; }
 
+  // Large buffers (the KV cache, scratch) on huge pages (kernels/cpu/huge_alloc.h).
   void* Alloc(size_t bytes) override {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (p != nullptr) std::memset(p, 0, rounded == 0 ? 64 : rounded);
+    void* p = kernels::AllocLarge(bytes);
+    if (p != nullptr) std::memset(p, 0, bytes);
     return p;
   }
-  void* AllocScratch(size_t bytes) override {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    return std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  }
+  void* AllocScratch(size_t bytes) override { return kernels::AllocLarge(bytes); }
   void Free(void* ptr) override { std::free(ptr); }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
