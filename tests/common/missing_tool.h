@@ -24,13 +24,12 @@ inline bool MissingToolFails() {
 // Ends the current test (or SetUp) because `what` is missing: GTEST_SKIP,
 // or a fatal failure under CI=true. Use as a statement:
 //   if (promtool.empty()) CED_SKIP_OR_FAIL_WHEN_MISSING("promtool");
-#define CED_SKIP_OR_FAIL_WHEN_MISSING(what)                                         \
-  switch (0)                                                                        \
-  case 0:                                                                           \
-  default:                                                                          \
-    if (::ced::testing::MissingToolFails())                                         \
-      GTEST_FAIL() << (what)                                                        \
+#define CED_SKIP_OR_FAIL_WHEN_MISSING(what)                                       \
+  do {                                                                            \
+    if (::ced::testing::MissingToolFails()) {                                     \
+      GTEST_FAIL() << (what)                                                      \
                    << " is missing; scripts/install_deps.sh installs it (CI=true: " \
-                      "a missing tool fails the test)";                             \
-    else                                                                            \
-      GTEST_SKIP() << (what) << " is missing; scripts/install_deps.sh installs it"
+                      "a missing tool fails the test)";                           \
+    }                                                                             \
+    GTEST_SKIP() << (what) << " is missing; scripts/install_deps.sh installs it";  \
+  } while (0)

@@ -187,7 +187,7 @@ TEST_P(UcxTransportTest, FewRequestsEqualColocated) {
       const std::string rndv = line.substr(line.find("rendezvous on"));
       EXPECT_EQ(line.find("/memory") != std::string::npos, shm) << line;
       EXPECT_EQ(rndv.find("/memory") != std::string::npos, shm) << line;
-      if (!shm) EXPECT_NE(rndv.find("tcp/"), std::string::npos) << line;
+      if (!shm) { EXPECT_NE(rndv.find("tcp/"), std::string::npos) << line; }
     }
   }
 }

@@ -162,11 +162,11 @@ TEST(MoeTensorsTest, NamesAndShapesOfDesignSection17) {
   for (const TensorSpec& t : ExpectedTensors(*c)) {
     if (t.name.rfind("layers.1.", 0) == 0) layer1.push_back(t.name);
     if (t.name.rfind("layers.0.", 0) == 0) layer0.push_back(t.name);
-    if (t.name == "layers.1.router") EXPECT_EQ(t.shape, (std::vector<int64_t>{8, 64}));
-    if (t.name == "layers.1.experts.7.w_gate") EXPECT_EQ(t.shape, (std::vector<int64_t>{32, 64}));
-    if (t.name == "layers.1.experts.7.w_down") EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 32}));
-    if (t.name == "layers.1.shared.w_up") EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 64}));
-    if (t.name == "layers.1.shared.w_down") EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 64}));
+    if (t.name == "layers.1.router") { EXPECT_EQ(t.shape, (std::vector<int64_t>{8, 64})); }
+    if (t.name == "layers.1.experts.7.w_gate") { EXPECT_EQ(t.shape, (std::vector<int64_t>{32, 64})); }
+    if (t.name == "layers.1.experts.7.w_down") { EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 32})); }
+    if (t.name == "layers.1.shared.w_up") { EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 64})); }
+    if (t.name == "layers.1.shared.w_down") { EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 64})); }
   }
   // Layer 0: dense, window-only (no global_k/v); layer 1: MoE, its own source.
   EXPECT_THAT(layer0,

@@ -577,7 +577,7 @@ TEST_F(SecurityClusterTest, HttpApiAnswersOnlyTlsClientsWithAToken) {
     auto client = https(Cert("other-ca.crt"));
     auto res = client->Get("/health");
     EXPECT_FALSE(res) << "a client of another CA got status " << res->status;
-    if (!res) EXPECT_EQ(res.error(), httplib::Error::SSLServerVerification);
+    if (!res) { EXPECT_EQ(res.error(), httplib::Error::SSLServerVerification); }
   }
 }
 
