@@ -180,7 +180,7 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
   for (int c : o.concurrency) {
     ThroughputPoint point;
     point.concurrency = c;
-    for (const std::string& path : sides) point.sides.push_back(ThroughputSide{path});
+    for (const std::string& path : sides) point.sides.emplace_back().path = path;
     for (int rep = 0; rep < o.throughput_repetitions; ++rep) {
       std::string line;
       for (size_t k = 0; k < sides.size(); ++k) {

@@ -134,6 +134,9 @@ void InstallShutdownSignals() {
   sem_init(&g_signal_sem, 0, 0);
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  // A peer that closed its end (a client, Redis, another worker) makes a
+  // write fail with EPIPE; the default SIGPIPE would end the service.
+  std::signal(SIGPIPE, SIG_IGN);
 }
 
 int WaitForShutdownSignal() {

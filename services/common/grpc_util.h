@@ -59,7 +59,9 @@ class RunningServer {
 // secured as the process's SecurityConfig says (TLS + client certificate).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
-// Installs SIGINT/SIGTERM handlers; WaitForShutdownSignal() blocks until one
+// Installs SIGINT/SIGTERM handlers and ignores SIGPIPE (a write to a closed
+// socket fails with EPIPE instead of ending the process; children started by
+// Subprocess get the default back); WaitForShutdownSignal() blocks until one
 // arrives and returns the signal number.
 void InstallShutdownSignals();
 int WaitForShutdownSignal();

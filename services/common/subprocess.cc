@@ -109,10 +109,18 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SubprocessOp
     }
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
+    // SIGPIPE as the child expects it (services ignore it, and an ignored
+    // signal stays ignored across exec).
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    short flags = POSIX_SPAWN_SETSIGDEF;
     if (o.new_process_group) {
-      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+      flags |= POSIX_SPAWN_SETPGROUP;
       posix_spawnattr_setpgroup(&attr, 0);
     }
+    posix_spawnattr_setflags(&attr, flags);
     rc = posix_spawnp(&pid, program.c_str(), &fa, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
@@ -125,6 +133,9 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SubprocessOp
     } else if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigaction(SIGPIPE, &dfl, nullptr);  // as above
       if (o.new_process_group) setpgid(0, 0);
       for (const FdAction& a : actions) {
         const int fd = a.kind == FdAction::kOpen ? open(a.path, a.flags, 0644) : a.from;

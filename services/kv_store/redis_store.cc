@@ -2,6 +2,7 @@
 
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cerrno>
@@ -90,12 +91,16 @@ void LogTlsError(const absl::Status& s) {
 void AppendBulkHeader(size_t len, std::string* out) { absl::StrAppend(out, "$", len, "\r\n"); }
 
 // Writes every byte of `iov` to the blocking socket `fd` (its send timeout
-// bounds each write); false on an error or a timeout.
+// bounds each write); false on an error or a timeout. MSG_NOSIGNAL: a Redis
+// that went away mid-write is an error here, never a SIGPIPE that would end
+// the worker.
 bool WriteAllIov(int fd, std::vector<iovec>& iov) {
   size_t first = 0;
   while (first < iov.size()) {
-    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    const ssize_t n = ::writev(fd, iov.data() + first, count);
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     size_t left = static_cast<size_t>(n);

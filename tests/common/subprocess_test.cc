@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -27,6 +28,28 @@ TEST(SubprocessTest, RunToCompletionCapturesStdoutAndTheExitStatus) {
   ASSERT_TRUE(WIFEXITED(run->wait_status));
   EXPECT_EQ(WEXITSTATUS(run->wait_status), 3);
   EXPECT_FALSE(run->exited_ok());
+}
+
+// Services ignore SIGPIPE (InstallShutdownSignals); an ignored signal would
+// stay ignored across exec, so children get the default action back, on both
+// spawn paths.
+TEST(SubprocessTest, ChildrenGetTheDefaultSigpipeBack) {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGPIPE, &ignore, &before), 0);
+  for (const bool fork_path : {false, true}) {
+    // SigIgn: the ignored signals as a hex mask; SIGPIPE (13) is bit 12.
+    SubprocessOptions o = Shell("grep '^SigIgn' /proc/self/status | cut -f2");
+    o.kill_with_parent = fork_path;
+    auto run = RunToCompletion(o, 30);
+    ASSERT_TRUE(run.ok()) << run.status();
+    ASSERT_TRUE(run->exited_ok());
+    const uint64_t mask = std::stoull(run->output, nullptr, 16);
+    EXPECT_EQ(mask & (uint64_t{1} << (SIGPIPE - 1)), 0u)
+        << (fork_path ? "fork" : "posix_spawn") << ": " << run->output;
+  }
+  ASSERT_EQ(sigaction(SIGPIPE, &before, nullptr), 0);
 }
 
 TEST(SubprocessTest, StderrToStdoutMergesBothStreams) {

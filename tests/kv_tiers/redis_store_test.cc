@@ -3,8 +3,12 @@
 // and counted, an engine resuming another engine's session through Redis,
 // and Redis killed mid-run: requests still succeed (recomputed), quickly, and
 // the error counter moves. Skipped without redis-server (failed under CI=true).
+#include <arpa/inet.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -52,6 +56,47 @@ TEST(RedisUrlTest, ParsesAndRefuses) {
   }
   EXPECT_EQ(services::RedisBlockKey("ced:kv:", BlockHash{1, 2}, BlockHash{3, 4}),
             "ced:kv:00000000000000010000000000000002:00000000000000030000000000000004");
+}
+
+// A store whose peer hangs up while a pipelined write of many blocks is on
+// its way: the write fails (an error, counted), and no SIGPIPE ends the
+// process (the default action is kept here on purpose). No redis-server
+// needed: the peer is a socket that accepts and closes.
+TEST(RedisStoreTest, APeerThatHangsUpMidWriteIsAnErrorNotASignal) {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGPIPE, &dfl, &before), 0);
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::thread peer([listener] {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c >= 0) close(c);  // hangs up at once: the client's writes meet a reset
+  });
+  RedisStoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = ntohs(addr.sin_port);
+  o.keys_per_command = 32;  // one pipelined round of 12 MiB, far past the socket buffers
+  o.io_timeout_ms = 2000;
+  auto store = RedisBlockStore::Create(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const KvBlockLayout l = TestLayout(393216);
+  const auto hs = Chain(l, 32, 81);
+  std::vector<KvStoredBlock> blocks;
+  for (int i = 0; i < 32; ++i) blocks.push_back(Stored(l, hs[i], i));
+  EXPECT_FALSE((*store)->Put(l.root, blocks).ok());
+  peer.join();
+  EXPECT_GE((*store)->counters().errors.load(), 1);
+  EXPECT_EQ((*store)->counters().written_blocks.load(), 0);
+  close(listener);
+  ASSERT_EQ(sigaction(SIGPIPE, &before, nullptr), 0);
 }
 
 class RedisTest : public ::testing::Test {
