@@ -61,15 +61,23 @@ KvTiers::~KvTiers() {
   if (writer_.joinable()) writer_.join();
 }
 
+bool KvTiers::QueueFullLocked() const {
+  return queued_bytes_ + static_cast<int64_t>(options_.layout.payload_bytes) >
+         options_.write_queue_bytes;
+}
+
+bool KvTiers::IsBlock(const std::shared_ptr<std::string>& block) const {
+  return block != nullptr && block->size() == buffers_->bytes();
+}
+
 bool KvTiers::Enqueue(Job job, KvBlockStore* target) {
-  const int64_t size = static_cast<int64_t>(options_.layout.payload_bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (queued_bytes_ + size > options_.write_queue_bytes) {
+    if (QueueFullLocked()) {
       target->counters().dropped_writes.fetch_add(1);
       return false;
     }
-    queued_bytes_ += size;
+    queued_bytes_ += static_cast<int64_t>(options_.layout.payload_bytes);
     if (!job.shared) pending_[job.hash] = job.block;
     queue_.push_back(std::move(job));
   }
@@ -89,8 +97,7 @@ std::shared_ptr<std::string> KvTiers::SpillBuffer() {
   if (target == nullptr) return nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (queued_bytes_ + static_cast<int64_t>(options_.layout.payload_bytes) >
-        options_.write_queue_bytes) {
+    if (QueueFullLocked()) {
       target->counters().dropped_writes.fetch_add(1);
       return nullptr;
     }
@@ -100,10 +107,7 @@ std::shared_ptr<std::string> KvTiers::SpillBuffer() {
 
 void KvTiers::Spill(const BlockHash& hash, std::shared_ptr<std::string> block) {
   KvBlockStore* target = host_ != nullptr ? host_.get() : disk_.get();
-  if (target == nullptr || block == nullptr ||
-      block->size() != kKvBlockHeaderBytes + options_.layout.payload_bytes) {
-    return;
-  }
+  if (target == nullptr || !IsBlock(block)) return;
   Enqueue({false, hash, std::move(block)}, target);
 }
 
@@ -131,10 +135,7 @@ void KvTiers::TouchShared(absl::Span<const BlockHash> hashes) {
 }
 
 void KvTiers::WriteShared(const BlockHash& hash, std::shared_ptr<std::string> block) {
-  if (shared_ == nullptr || block == nullptr ||
-      block->size() != kKvBlockHeaderBytes + options_.layout.payload_bytes) {
-    return;
-  }
+  if (shared_ == nullptr || !IsBlock(block)) return;
   Enqueue({true, hash, std::move(block)}, shared_.get());
 }
 

@@ -129,6 +129,10 @@ class KvTiers {
   // A NewBlock buffer holding `payload`; null when the size is wrong.
   std::shared_ptr<std::string> Wrap(std::string_view payload);
   bool Enqueue(Job job, KvBlockStore* target);
+  // No room in the write queue for one more block.
+  bool QueueFullLocked() const;
+  // A NewBlock-sized buffer (header + payload).
+  bool IsBlock(const std::shared_ptr<std::string>& block) const;
   void WriterLoop();
   // Checks a block read from `tier`; on failure drops it there and counts.
   bool Accept(KvBlockStore* tier, const BlockHash& hash, std::string_view stored);

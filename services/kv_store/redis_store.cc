@@ -272,7 +272,7 @@ absl::Status RedisBlockStore::Put(const BlockHash& root, absl::Span<const KvStor
   absl::Status status;
   // Pipelined SETs, keys_per_command at a time: each round's bytes leave
   // and its replies come back within the I/O timeout. The commands are
-  // written as RESP straight from the blocks' own buffers (one writev per
+  // written as RESP straight from the blocks' own buffers (one sendmsg per
   // round; the connection is plain TCP, a TLS store's being the local
   // relay's): hiredis would format each 384 KiB value into a fresh buffer
   // and append that to its output buffer, two copies into fresh memory per
