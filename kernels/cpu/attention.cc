@@ -376,9 +376,14 @@ void CutRuns(const std::vector<KeyRun>& runs, int k0, int k1, std::vector<KeyRun
 // Software prefetch of one run's K rows, then its V rows, a few cache lines
 // per call, while the run before it is computed: a sequence's blocks and its
 // ring lie far apart, so hardware prefetchers lose the stream at every run.
-// Non-temporal (prefetchnta): the query heads of a kv head read each line in
-// one step, so it need not stay in L2. Batch 16 x 600 keys, 2 threads: 8.4 ms
-// against 9.3 with prefetcht0 on AVX-512, the same on the AVX2 kernels.
+// Into L2 (prefetcht1), not L1: a run is up to 32 KiB of K and V, as large
+// as a 32 KiB L1 (Zen 4), so lines fetched into L1 a run ahead were evicted
+// by the run being computed before they were read. Batch 16 x 600 keys, 12
+// layers of `small` in shuffled blocks, 2 threads on Zen 4 (L1 32 KiB),
+// alternating: AVX-512 10.7-11.3 ms (t1) against 16.2-17.2 (nta), 17.0-18.4
+// (t0), 17.1-18.2 (none), 12.5-13.6 (t2); AVX2 14.3-14.7 against 26.2-28.4
+// (nta); batch 1 0.76-0.94 against 1.49-1.54 ms. (On Zen 5, L1 48 KiB, nta
+// had timed 8.4 ms against 9.3 with t0; t1 was not timed there.)
 class RunPrefetcher {
  public:
   explicit RunPrefetcher(const KeyRun* run) {
@@ -396,7 +401,7 @@ class RunPrefetcher {
       const uint8_t* at = in_k ? k_ + off_ : v_ + (off_ - bytes_);
       const size_t left = (in_k ? bytes_ : 2 * bytes_) - off_;
       const int n = static_cast<int>(std::min<size_t>(lines, (left + 63) / 64));
-      for (int i = 0; i < n; ++i) __builtin_prefetch(at + 64 * i, 0, 0);
+      for (int i = 0; i < n; ++i) __builtin_prefetch(at + 64 * i, 0, 2);
       off_ += 64 * static_cast<size_t>(n);
       lines -= n;
     }
