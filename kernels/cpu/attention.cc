@@ -133,6 +133,25 @@ inline VF SumLanes(VF* m) {
   return m[0];
 }
 
+// Cache lines to prefetch (into L2) while a loop over kLanes rows runs:
+// row r's share, so that the prefetches are spread between the loop's loads
+// and FMAs instead of issued in one burst (a burst stalls on the few
+// outstanding-miss slots while nothing else runs).
+struct PrefetchSpan {
+  const uint8_t* at = nullptr;
+  int lines = 0;
+  __attribute__((always_inline)) void Row(int r) const {
+    const int per = (lines + kLanes - 1) / kLanes;
+    const int i1 = std::min(lines, (r + 1) * per);
+    for (int i = r * per; i < i1; ++i) __builtin_prefetch(at + 64 * i, 0, 2);
+  }
+  // Whatever the loop did not reach (it ran fewer than kLanes rows).
+  void Rest(int rows) const {
+    const int per = (lines + kLanes - 1) / kLanes;
+    for (int i = rows * per; i < lines; ++i) __builtin_prefetch(at + 64 * i, 0, 2);
+  }
+};
+
 // Lane r of out[j]: q_j . k[r * stride, + D) for rows r < rows <= kLanes
 // (other lanes 0), for NH query heads q_j = q + j * D that share the key
 // rows (one kv head): each key vector is loaded once for all NH heads. One
@@ -140,9 +159,11 @@ inline VF SumLanes(VF* m) {
 // kD > 0: D is kD (loops unrolled at compile time).
 template <int kD, int NH>
 __attribute__((always_inline)) inline void ScoresVF(const float* q, const float* k,
-                                                    size_t stride, int rows, int D, VF* out) {
+                                                    size_t stride, int rows, int D, VF* out,
+                                                    PrefetchSpan pf = {}) {
   if constexpr (kD > 0) D = kD;
   if (D % kLanes != 0) {
+    pf.Rest(0);
     for (int j = 0; j < NH; ++j) {
       out[j] = VF{};
       for (int r = 0; r < rows; ++r) out[j][r] = Dot(q + j * D, k + r * stride, D);
@@ -153,6 +174,7 @@ __attribute__((always_inline)) inline void ScoresVF(const float* q, const float*
 #pragma GCC unroll 16
   for (int r = 0; r < kLanes; ++r) {
     VF acc[NH] = {};
+    pf.Row(r);
     if (r < rows) {
       const float* kr = k + r * stride;
 #pragma GCC unroll 8
@@ -191,7 +213,8 @@ typedef double VD __attribute__((vector_size(8 * CED_VEC_FLOATS)));
 // V < 4: out[0, V * kLanes) only (a head smaller than a chunk).
 constexpr int kValueChunk = 4 * kLanes;
 template <int V = 4>
-inline void AccumulateRows(float* out, const float* v, size_t stride, const float* w, int rows) {
+inline void AccumulateRows(float* out, const float* v, size_t stride, const float* w, int rows,
+                           PrefetchSpan pf = {}) {
   VF a[V], b[V] = {};
 #pragma GCC unroll 4
   for (int j = 0; j < V; ++j) a[j] = LoadVF(out + j * kLanes);
@@ -200,6 +223,8 @@ inline void AccumulateRows(float* out, const float* v, size_t stride, const floa
     const float w0 = w[r], w1 = w[r + 1];
     const float* v0 = v + r * stride;
     const float* v1 = v0 + stride;
+    pf.Row(r);
+    pf.Row(r + 1);
 #pragma GCC unroll 4
     for (int j = 0; j < V; ++j) {
       a[j] += w0 * LoadVF(v0 + j * kLanes);
@@ -212,6 +237,7 @@ inline void AccumulateRows(float* out, const float* v, size_t stride, const floa
 #pragma GCC unroll 4
     for (int j = 0; j < V; ++j) a[j] += w0 * LoadVF(v0 + j * kLanes);
   }
+  pf.Rest(r);
 #pragma GCC unroll 4
   for (int j = 0; j < V; ++j) StoreVF(out + j * kLanes, a[j] + b[j]);
 }
@@ -220,7 +246,7 @@ inline void AccumulateRows(float* out, const float* v, size_t stride, const floa
 // each value vector is loaded once for both; eight independent FMA chains.
 template <int V = 4>
 inline void AccumulateRows2(float* out0, float* out1, const float* v, size_t stride,
-                            const float* w0, const float* w1, int rows) {
+                            const float* w0, const float* w1, int rows, PrefetchSpan pf = {}) {
   VF a[V], b[V];
 #pragma GCC unroll 4
   for (int j = 0; j < V; ++j) {
@@ -230,6 +256,7 @@ inline void AccumulateRows2(float* out0, float* out1, const float* v, size_t str
   for (int r = 0; r < rows; ++r) {
     const float x0 = w0[r], x1 = w1[r];
     const float* vr = v + r * stride;
+    pf.Row(r);
 #pragma GCC unroll 4
     for (int j = 0; j < V; ++j) {
       const VF vv = LoadVF(vr + j * kLanes);
@@ -237,6 +264,7 @@ inline void AccumulateRows2(float* out0, float* out1, const float* v, size_t str
       b[j] += x1 * vv;
     }
   }
+  pf.Rest(rows);
 #pragma GCC unroll 4
   for (int j = 0; j < V; ++j) {
     StoreVF(out0 + j * kLanes, a[j]);
@@ -393,6 +421,18 @@ class RunPrefetcher {
     bytes_ = static_cast<size_t>(run->rows) * run->row_bytes;
   }
   int lines() const { return static_cast<int>(2 * ((bytes_ + 63) / 64)); }
+  // Up to `lines` of the next lines, all in one of the two streams (fewer at
+  // the end of K's), to be prefetched by the caller.
+  PrefetchSpan Take(int lines) {
+    PrefetchSpan span;
+    if (off_ >= 2 * bytes_ || lines <= 0) return span;
+    const bool in_k = off_ < bytes_;
+    span.at = in_k ? k_ + off_ : v_ + (off_ - bytes_);
+    const size_t left = (in_k ? bytes_ : 2 * bytes_) - off_;
+    span.lines = static_cast<int>(std::min<size_t>(lines, (left + 63) / 64));
+    off_ += 64 * static_cast<size_t>(span.lines);
+    return span;
+  }
   // The next `lines` lines: K's, then V's (a straight loop over each, no
   // per-line choice of the stream).
   void Step(int lines) {
@@ -434,13 +474,17 @@ __attribute__((always_inline)) inline void AttendChunk(const float* q, const flo
                                                        int D, int h0, float scale, RowState st,
                                                        RunPrefetcher* pf, int pf_lines) {
   if constexpr (kD > 0) D = kD;
-  pf->Step(pf_lines / 2);
+  // The prefetches of this step: half while the scores are computed, half
+  // while the values are, each spread over the rows of the loop (what does
+  // not fit one stream's span goes out at once).
+  const PrefetchSpan pf_scores = pf->Take(pf_lines / 2);
+  pf->Step(pf_lines / 2 - pf_scores.lines);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   VI lane;
   for (int i = 0; i < kLanes; ++i) lane[i] = i;
   const auto valid = lane < rows;
   VF sv[NH];
-  ScoresVF<kD, NH>(q + static_cast<size_t>(h0) * D, k, stride, rows, D, sv);
+  ScoresVF<kD, NH>(q + static_cast<size_t>(h0) * D, k, stride, rows, D, sv, pf_scores);
   float w[NH][kLanes];
 #pragma GCC unroll 2
   for (int j = 0; j < NH; ++j) {
@@ -466,25 +510,28 @@ __attribute__((always_inline)) inline void AttendChunk(const float* q, const flo
     std::memcpy(st.l + h * kLanes, &l, sizeof(l));
     StoreVF(w[j], e);
   }
-  pf->Step(pf_lines - pf_lines / 2);
+  const PrefetchSpan pf_values = pf->Take(pf_lines - pf_lines / 2);
+  pf->Step(pf_lines - pf_lines / 2 - pf_values.lines);
   float* acc0 = st.acc + static_cast<size_t>(h0) * D;
   if constexpr (kD > 0 && kD % kLanes == 0 && kD < kValueChunk) {  // a head below one chunk
     constexpr int V = kD / kLanes;
     if constexpr (NH == 2) {
-      AccumulateRows2<V>(acc0, acc0 + D, v, stride, w[0], w[1], rows);
+      AccumulateRows2<V>(acc0, acc0 + D, v, stride, w[0], w[1], rows, pf_values);
     } else {
-      AccumulateRows<V>(acc0, v, stride, w[0], rows);
+      AccumulateRows<V>(acc0, v, stride, w[0], rows, pf_values);
     }
   } else if (D % kValueChunk == 0) {
 #pragma GCC unroll 4
     for (int c0 = 0; c0 < D; c0 += kValueChunk) {
+      const PrefetchSpan span = c0 == 0 ? pf_values : PrefetchSpan{};
       if constexpr (NH == 2) {
-        AccumulateRows2(acc0 + c0, acc0 + D + c0, v + c0, stride, w[0], w[1], rows);
+        AccumulateRows2(acc0 + c0, acc0 + D + c0, v + c0, stride, w[0], w[1], rows, span);
       } else {
-        AccumulateRows(acc0 + c0, v + c0, stride, w[0], rows);
+        AccumulateRows(acc0 + c0, v + c0, stride, w[0], rows, span);
       }
     }
   } else {
+    pf_values.Rest(0);
     for (int j = 0; j < NH; ++j) {
       for (int r = 0; r < rows; ++r) Axpy(acc0 + j * D, v + r * stride, D, w[j][r]);
     }
