@@ -1,6 +1,6 @@
 // `ced client generate|tokenize|model-info`: a command-line client of the
-// public gateway API (ced.v1.Gateway); `ced client drain`: the workers' admin
-// Drain (internal tier).
+// public gateway API (ced.v1.Gateway); `ced client drain|flush-cache`: the
+// workers' admin calls Drain and FlushCache (internal tier).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -345,6 +345,60 @@ int Drain(const std::vector<std::string>& args) {
   return 0;
 }
 
+constexpr char kFlushCacheWords[] = "client flush-cache";
+
+int FlushCache(const std::vector<std::string>& args) {
+  const std::vector<FlagSpec> specs = {
+      {"worker", "", "gRPC address of the prefill or decode worker (required)"},
+      {"reason", "", "logged by the worker"},
+      {"wait-for-tiers", "false",
+       "answer once the worker's KV tiers have written the flushed blocks (they can then be "
+       "read back from the tiers)",
+       true},
+      {"timeout-ms", "60000", "deadline of the call (0 = none)"},
+  };
+  auto flags = Flags::Parse(specs, args);
+  if (!flags.ok()) return Fail(kFlushCacheWords, std::string(flags.status().message()), 2);
+  if (flags->help()) {
+    std::printf("%s", FormatHelp("ced client flush-cache --worker ADDR [flags]",
+                                 "Empties a worker's prefix cache (its hot K/V cache): every "
+                                 "cached block no running request holds is evicted as under "
+                                 "memory pressure, down to the worker's KV tiers (host, disk) "
+                                 "when it has them, and the router learns of it. Prints how many "
+                                 "blocks went and how many running requests still hold. An "
+                                 "internal-tier call: with mutual TLS pass the internal identity "
+                                 "(--tls-cert, --tls-key, --tls-ca).",
+                                 specs)
+                          .c_str());
+    return 0;
+  }
+  auto timeout = flags->GetInt("timeout-ms");
+  if (!timeout.ok()) return Fail(kFlushCacheWords, std::string(timeout.status().message()), 2);
+  const std::string worker = flags->Get("worker");
+  if (worker.empty()) return Fail(kFlushCacheWords, "--worker is required", 2);
+  auto channel = services::MakeChannel(worker);
+  ced::internal::FlushCacheRequest request;
+  request.set_reason(flags->Get("reason"));
+  request.set_wait_for_tiers(flags->GetBool("wait-for-tiers"));
+  ced::internal::FlushCacheResponse response;
+  grpc::Status status;
+  {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, *timeout);
+    status = ced::internal::DecodeWorker::NewStub(channel)->FlushCache(&ctx, request, &response);
+  }
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // not a decode worker
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, *timeout);
+    status = ced::internal::PrefillWorker::NewStub(channel)->FlushCache(&ctx, request, &response);
+  }
+  if (!status.ok()) return RpcFail(kFlushCacheWords, status);
+  std::printf("%s: %lld cached blocks evicted, %lld held by running requests\n", worker.c_str(),
+              static_cast<long long>(response.evicted_blocks()),
+              static_cast<long long>(response.referenced_blocks()));
+  return 0;
+}
+
 }  // namespace
 
 void AddClientCommand(std::vector<Command>* commands) {
@@ -352,6 +406,8 @@ void AddClientCommand(std::vector<Command>* commands) {
   commands->push_back({kTokenizeWords, "tokenize text with a running gateway", Tokenize});
   commands->push_back({kModelInfoWords, "show the model a running gateway serves", ModelInfo});
   commands->push_back({kDrainWords, "drain a prefill or decode worker (admin)", Drain});
+  commands->push_back(
+      {kFlushCacheWords, "empty a worker's prefix cache into its KV tiers (admin)", FlushCache});
 }
 
 }  // namespace ced::cli

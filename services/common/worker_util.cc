@@ -1,5 +1,7 @@
 #include "services/common/worker_util.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/common/host_port.h"
@@ -82,6 +84,25 @@ absl::Status ValidatePrompt(const google::protobuf::RepeatedField<int32_t>& ids,
                                                    config.max_position));
   }
   return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* AnswerFlushCache(grpc::CallbackServerContext* ctx, const char* who,
+                                           Engine& engine,
+                                           const ced::internal::FlushCacheRequest& request,
+                                           ced::internal::FlushCacheResponse* response) {
+  const int evicted = engine.EvictCachedBlocks();
+  if (request.wait_for_tiers()) engine.FlushKvTiers();
+  const CacheStats cs = engine.cache_stats();
+  response->set_evicted_blocks(evicted);
+  response->set_cached_blocks(cs.cached_blocks);
+  response->set_referenced_blocks(cs.cached_blocks - cs.evictable_blocks);
+  std::fprintf(stderr, "%s: prefix cache flushed by %s%s%s: %d blocks evicted, %d held by running "
+               "requests\n",
+               who, ctx->peer().c_str(), request.reason().empty() ? "" : ": ",
+               request.reason().c_str(), evicted, cs.cached_blocks - cs.evictable_blocks);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace ced::services

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/status/status.h"
 #include "ced/internal/common.pb.h"
 #include "ced/internal/router.pb.h"
@@ -31,6 +33,14 @@ ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string
                                          ced::internal::Role role,
                                          const std::string& grpc_address,
                                          const std::string& kv_transport);
+
+// The FlushCache admin call of both workers: logs who asked (`who`: "decode
+// worker", "prefill worker"), evicts every cached block of `engine` nobody
+// holds, waits for the tiers' writes when asked, and answers with the counts.
+grpc::ServerUnaryReactor* AnswerFlushCache(grpc::CallbackServerContext* ctx, const char* who,
+                                           Engine& engine,
+                                           const ced::internal::FlushCacheRequest& request,
+                                           ced::internal::FlushCacheResponse* response);
 
 // Validates a prompt of token ids (non-empty, in vocabulary); errors name `field`.
 absl::Status ValidatePrompt(const google::protobuf::RepeatedField<int32_t>& ids,

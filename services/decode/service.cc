@@ -1,6 +1,7 @@
 // ced.internal.DecodeWorker over the gRPC callback API.
 #include "absl/strings/str_cat.h"
 #include "services/common/grpc_util.h"
+#include "services/common/worker_util.h"
 #include "services/decode/request.h"
 
 namespace ced::services {
@@ -181,6 +182,12 @@ class DecodeWorker::Service final : public ced::internal::DecodeWorker::Callback
                                   const ced::internal::DrainRequest* req,
                                   ced::internal::DrainResponse*) override {
     return AnswerDrain(ctx, "decode worker", req->reason());
+  }
+
+  grpc::ServerUnaryReactor* FlushCache(grpc::CallbackServerContext* ctx,
+                                       const ced::internal::FlushCacheRequest* req,
+                                       ced::internal::FlushCacheResponse* resp) override {
+    return AnswerFlushCache(ctx, "decode worker", *w_->engine_, *req, resp);
   }
 
  private:

@@ -697,6 +697,12 @@ class PrefillWorker::Service final : public ced::internal::PrefillWorker::Callba
     return AnswerDrain(ctx, "prefill worker", req->reason());
   }
 
+  grpc::ServerUnaryReactor* FlushCache(grpc::CallbackServerContext* ctx,
+                                       const ced::internal::FlushCacheRequest* req,
+                                       ced::internal::FlushCacheResponse* resp) override {
+    return AnswerFlushCache(ctx, "prefill worker", *w_->engine_, *req, resp);
+  }
+
  private:
   absl::Status Validate(const ced::internal::PrefillRequest& req) const {
     const ModelConfig& c = w_->engine_->config();

@@ -661,5 +661,37 @@ TEST_F(SecurityClusterTest, DrainAnswersOnlyTheInternalIdentity) {
       << cluster_->Log();
 }
 
+// The admin FlushCache (`ced client flush-cache`) likewise: refused without
+// the internal identity, answered with it.
+TEST_F(SecurityClusterTest, FlushCacheAnswersOnlyTheInternalIdentity) {
+  ASSERT_TRUE(cluster_->ready()) << cluster_->Log();
+  auto flush = [](const std::string& address, const ClientIdentity& id,
+                  ced::internal::FlushCacheResponse* resp) {
+    auto stub = ced::internal::DecodeWorker::NewStub(Channel(address, id));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(20));
+    ced::internal::FlushCacheRequest req;
+    req.set_reason("security test");
+    return stub->FlushCache(&ctx, req, resp);
+  };
+  const std::string decode = Addr("decode-0", "grpc");
+  ced::internal::FlushCacheResponse resp;
+  for (const ClientIdentity& id :
+       {ClientIdentity{"", "", ""}, ClientIdentity{Cert("ca.crt"), "", ""},
+        ClientIdentity{Cert("ca.crt"), Cert("untrusted.crt"), Cert("untrusted.key")}}) {
+    EXPECT_EQ(flush(decode, id, &resp).error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  EXPECT_EQ(cluster_->Log().find("prefix cache flushed"), std::string::npos)
+      << "a refused call flushed";
+  const ClientIdentity internal{Cert("ca.crt"), Cert("server.crt"), Cert("server.key")};
+  const grpc::Status s = flush(decode, internal, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.referenced_blocks(), 0);
+  EXPECT_TRUE(WaitUntil(
+      [&] { return cluster_->Log().find("prefix cache flushed") != std::string::npos; },
+      std::chrono::seconds(10)))
+      << cluster_->Log();
+}
+
 }  // namespace
 }  // namespace ced::testing
