@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bench/common/run_info.h"
 #include "bench/loadgen/agent_report.h"
 #include "bench/loadgen/agent_runner.h"
@@ -32,7 +34,44 @@ void AddAgentFlags(bench::FlagSet* f, AgentArgs* a) {
           "(a routing hint; ignored otherwise)");
   f->String("replay-mode", &a->replay_mode,
             "agent: per-request replay mode, bounded or exact (default: the router's)");
+  f->String("flush-workers", &a->flush_workers,
+            "agent: LABEL=ADDR+ADDR,... before every turn after a session's first, empty the "
+            "prefix caches of these workers (gRPC addresses) of target LABEL, waiting for their "
+            "KV tiers' writes (FlushCache, as `ced client flush-cache --wait-for-tiers`): each "
+            "turn then finds its prefix below the hot cache");
 }
+
+namespace {
+
+// --flush-workers: target label -> worker addresses.
+absl::StatusOr<std::map<std::string, std::vector<std::string>>> ParseFlushWorkers(
+    const std::string& spec, const std::vector<Target>& targets) {
+  std::map<std::string, std::vector<std::string>> out;
+  if (spec.empty()) return out;
+  for (absl::string_view item : absl::StrSplit(spec, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == absl::string_view::npos || eq == 0 || eq + 1 == item.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--flush-workers: expected LABEL=ADDR+ADDR,..., got '", item, "'"));
+    }
+    const std::string label(item.substr(0, eq));
+    if (std::none_of(targets.begin(), targets.end(),
+                     [&](const Target& t) { return t.label == label; })) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--flush-workers: no target labelled '", label, "' in --target"));
+    }
+    for (absl::string_view addr : absl::StrSplit(item.substr(eq + 1), '+')) {
+      if (addr.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--flush-workers: empty worker address for '", label, "'"));
+      }
+      out[label].emplace_back(addr);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 absl::Status RunAgentWorkload(const AgentArgs& a, const AgentCommon& c) {
   if (c.api != "grpc") {
@@ -41,6 +80,7 @@ absl::Status RunAgentWorkload(const AgentArgs& a, const AgentCommon& c) {
         "token ids, which only ced.v1 streams back");
   }
   ASSIGN_OR_RETURN(std::vector<Target> targets, ParseTargets(c.target));
+  ASSIGN_OR_RETURN(auto flush, ParseFlushWorkers(a.flush_workers, targets));
   sim::AgentTraceOptions trace;
   if (a.sessions < 1 || a.sessions > 100000 || a.turns < 1 || a.turns > 100000) {
     return absl::InvalidArgumentError("--sessions and --turns must be in [1, 100000]");
@@ -92,6 +132,7 @@ absl::Status RunAgentWorkload(const AgentArgs& a, const AgentCommon& c) {
   for (size_t i = 0; i < targets.size() && !(c.interrupt && c.interrupt->load()); ++i) {
     AgentRunOptions r = run;
     r.target = targets[i].address;
+    if (auto it = flush.find(targets[i].label); it != flush.end()) r.flush_workers = it->second;
     ASSIGN_OR_RETURN(std::unique_ptr<AgentRunner> runner, AgentRunner::Create(r, specs));
     AgentRunResult result;
     {
@@ -103,6 +144,7 @@ absl::Status RunAgentWorkload(const AgentArgs& a, const AgentCommon& c) {
     AgentRunSummary s;
     s.label = targets[i].label;
     s.target = targets[i].address;
+    s.flush_workers = r.flush_workers;
     s.model_name = infos[i].model_name();
     s.num_layers = infos[i].num_layers();
     s.num_encoder_layers = infos[i].num_encoder_layers();

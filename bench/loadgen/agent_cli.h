@@ -22,6 +22,9 @@ struct AgentArgs {
   double stagger_ms = -1;
   bool session_id = true;
   std::string replay_mode;
+  // --flush-workers: LABEL=ADDR+ADDR,... the workers of target LABEL whose
+  // prefix caches are flushed before every turn after a session's first.
+  std::string flush_workers;
 };
 
 // Registers --sessions, --turns, --first-prompt-tokens, --tool-result-mean,

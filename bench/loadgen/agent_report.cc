@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace ced::loadgen {
 namespace {
@@ -182,6 +183,7 @@ std::string AgentReportJson(const AgentReportContext& c, const std::vector<Agent
               {"bytes_per_session_mean", r.bytes_per_session_mean},
               {"bytes_per_session_max", r.bytes_per_session_max},
               {"session_id_sent", r.session_id_sent},
+              {"flush_workers", run.flush_workers},
               {"turns", std::move(turns)}};
     if (c.include_records) {
       json recs = json::array();
@@ -193,7 +195,8 @@ std::string AgentReportJson(const AgentReportContext& c, const std::vector<Agent
                     {"reusable_tokens", t.reusable_tokens},
                     {"output_tokens", t.request.output_tokens},
                     {"outcome", t.request.outcome},
-                    {"sent_s", t.request.sent_s}};
+                    {"sent_s", t.request.sent_s},
+                    {"flush_s", t.flush_s}};
         if (t.request.first_token_s >= 0) rec["ttft_ms"] = TtftMs(t.request);
         if (t.request.server_ttft_ms >= 0) {
           rec["server_ms"] = {{"queue", t.request.server_queue_ms},
@@ -244,6 +247,22 @@ std::string AgentReportMarkdown(const AgentReportContext& c,
                                                 : "–",
                                             s.server_queue_ms, s.server_prefill_ms,
                                             s.server_transfer_ms));
+    }
+    if (!run.flush_workers.empty()) {
+      std::vector<double> flush_ms;
+      for (const AgentTurnRecord& t : run.turns) {
+        if (t.turn > 0) flush_ms.push_back(1e3 * t.flush_s);
+      }
+      std::sort(flush_ms.begin(), flush_ms.end());
+      absl::StrAppend(&out, "\nBefore every turn >= 2 the prefix caches of ", run.label,
+                      "'s workers (", absl::StrJoin(run.flush_workers, ", "),
+                      ") were flushed, waiting for their KV tiers' writes (FlushCache; not in "
+                      "the TTFT): ",
+                      flush_ms.empty()
+                          ? std::string("no such turn")
+                          : absl::StrFormat("%.0f ms p50, %.0f ms max per flush",
+                                            flush_ms[flush_ms.size() / 2], flush_ms.back()),
+                      ".\n");
     }
     if (!run.report.overall.errors.empty()) {
       std::string errs;

@@ -58,6 +58,7 @@ struct AgentRunSummary {
   int num_layers = 0, num_encoder_layers = 0;
   bool decoder_only = false;
   std::string kv_cache_dtype;
+  std::vector<std::string> flush_workers;  // AgentRunOptions::flush_workers
   AgentReport report;
   std::vector<AgentTurnRecord> turns;  // written to JSON only when asked
 };

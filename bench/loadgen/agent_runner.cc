@@ -14,6 +14,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/loadgen/agent_workload.h"
+#include "ced/internal/decode_worker.grpc.pb.h"
+#include "ced/internal/prefill_worker.grpc.pb.h"
 
 namespace ced::loadgen {
 namespace {
@@ -79,6 +81,7 @@ struct AgentRunner::State {
   int64_t issued ABSL_GUARDED_BY(mu) = 0;
   int64_t failed ABSL_GUARDED_BY(mu) = 0;
   bool issuing_done ABSL_GUARDED_BY(mu) = false;
+  absl::Status flush_error ABSL_GUARDED_BY(mu);  // the first failed flush
   std::atomic<int64_t> output_tokens{0};
 };
 
@@ -204,9 +207,51 @@ bool AgentRunner::Interrupted() const {
   return options_.interrupt != nullptr && options_.interrupt->load(std::memory_order_relaxed);
 }
 
+absl::Status AgentRunner::FlushWorkers() {
+  for (const std::string& address : options_.flush_workers) {
+    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    ced::internal::FlushCacheRequest req;
+    req.set_reason("ced-loadgen --flush-workers");
+    req.set_wait_for_tiers(true);
+    ced::internal::FlushCacheResponse resp;
+    grpc::Status status;
+    {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      status = ced::internal::DecodeWorker::NewStub(channel)->FlushCache(&ctx, req, &resp);
+    }
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // not a decode worker
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+      status = ced::internal::PrefillWorker::NewStub(channel)->FlushCache(&ctx, req, &resp);
+    }
+    if (!status.ok()) {
+      return absl::UnavailableError(absl::StrCat("loadgen: FlushCache on worker ", address, ": ",
+                                                 status.error_message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void AgentRunner::Launch(int s) {
   ced::v1::GenerateRequest req;
   AgentTurnRecord record;
+  double flush_s = 0;
+  {
+    int turn;
+    {
+      absl::MutexLock lock(&state_->mu);
+      turn = state_->sessions[static_cast<size_t>(s)].next_turn;
+    }
+    if (turn > 0 && !options_.flush_workers.empty()) {
+      const auto t0 = Clock::now();
+      if (absl::Status st = FlushWorkers(); !st.ok()) {
+        absl::MutexLock lock(&state_->mu);
+        if (state_->flush_error.ok()) state_->flush_error = st;
+      }
+      flush_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  }
   {
     absl::MutexLock lock(&state_->mu);
     State::Session& session = state_->sessions[static_cast<size_t>(s)];
@@ -225,6 +270,7 @@ void AgentRunner::Launch(int s) {
     record.session = s;
     record.turn = turn;
     record.reusable_tokens = session.reusable;
+    record.flush_s = flush_s;
     record.request.index = state_->issued;
     record.request.prompt_tokens = static_cast<int64_t>(session.prompt.size());
     record.request.max_tokens = req.max_tokens();
@@ -310,6 +356,8 @@ absl::StatusOr<AgentRunResult> AgentRunner::Run() {
     }
     state_->changed.WaitWithTimeout(&state_->mu, kPollSlice);
   }
+  // The run did not measure what it was asked to (turns after an unflushed cache).
+  if (!state_->flush_error.ok()) return state_->flush_error;
   AgentRunResult result;
   result.turns = std::move(state_->records);
   std::sort(result.turns.begin(), result.turns.end(),

@@ -35,6 +35,10 @@ struct AgentRunOptions {
   // Polled while running (may be null): once true, no new turn starts and
   // the calls in flight are cancelled.
   const std::atomic<bool>* interrupt = nullptr;
+  // Workers (gRPC addresses) whose prefix caches are flushed, waiting for
+  // their KV tiers' writes, before every turn after a session's first (the
+  // turn's call starts after the flush; its time is recorded apart).
+  std::vector<std::string> flush_workers;
 };
 
 // One turn as the client saw it. request.index numbers turns in the order
@@ -48,6 +52,8 @@ struct AgentTurnRecord {
   // Prompt tokens a cache could hold from the session's previous turn: its
   // prompt + its answer (0 for turn 0).
   int64_t reusable_tokens = 0;
+  // With flush_workers: how long the flush before this turn took (seconds).
+  double flush_s = 0;
 };
 
 struct AgentRunResult {
@@ -83,6 +89,8 @@ class AgentRunner final {
   struct State;
   AgentRunner(AgentRunOptions options, std::vector<sim::AgentSessionSpec> trace);
   void Launch(int session);                                      // state mutex not held
+  // FlushCache (waiting for the tiers) on every options_.flush_workers.
+  absl::Status FlushWorkers();
   // `call` is only a key: it was freed already.
   void Finished(Call* call, AgentTurnRecord record, std::vector<int32_t> answer);
   double Now() const;

@@ -12,7 +12,7 @@
 #          [--sessions S] [--turns T] [--first N] [--tool N] [--output N]
 #          [--think-ms MS] [--stagger-ms MS] [--recompute-sessions S] [--reps R]
 #          [--seed N] [--hot-mb MB] [--host-mb MB] [--disk-mb MB]
-#          [--targets LIST] [--redis-timeout-ms MS] [--out-dir DIR] [--tag NAME]
+#          [--targets LIST] [--redis-timeout-ms MS] [--flush] [--out-dir DIR] [--tag NAME]
 #   defaults: --build build --turns 8 --first 1000 --tool 1000 --output 16
 #             --reps 2 --seed 1 --out-dir bench/results;
 #             tiers: --sessions 6 --think-ms 10000 --stagger-ms 2000
@@ -30,7 +30,12 @@
 #              `ced cluster` does not forward: router, workers, gateway and
 #              redis-server started one by one); with --redis-timeout-ms MS
 #              only, added to the targets
-#   The hot cache of hostdisk / redis holds two requests (a worker refuses a
+#   --flush: hostdisk and redis get the hot target's cache instead, and their
+#   workers' prefix caches are flushed before every turn after a session's
+#   first (ced-loadgen --flush-workers: FlushCache, waiting for the tiers'
+#   writes, outside the TTFT), so every such turn finds its prefix only
+#   below the hot cache, as after an operator's `ced client flush-cache`.
+#   Without it: the hot cache of hostdisk / redis holds two requests (a worker refuses a
 #   request its KV cannot hold, it does not queue it), and S sessions whose
 #   turns mostly take their turn (stagger >= a turn, think = (S-1) x stagger)
 #   evict one another: once S x the previous prompt exceeds the hot cache
@@ -55,7 +60,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PART="" BUILD=build SESSIONS="" TURNS=8 FIRST=1000 TOOL=1000 OUTPUT=16 THINK="" STAGGER="" RECSESS=1 REPS=2 SEED=1
-HOTMB=0 HOSTMB=256 DISKMB=2048 OUT_DIR=bench/results TAG="" TARGETS="" RTIMEOUT=0
+HOTMB=0 HOSTMB=256 DISKMB=2048 OUT_DIR=bench/results TAG="" TARGETS="" RTIMEOUT=0 FLUSH=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --part) PART=$2; shift 2 ;;
@@ -75,6 +80,7 @@ while [[ $# -gt 0 ]]; do
     --disk-mb) DISKMB=$2; shift 2 ;;
     --targets) TARGETS=$2; shift 2 ;;
     --redis-timeout-ms) RTIMEOUT=$2; shift 2 ;;
+    --flush) FLUSH=1; shift ;;
     --out-dir) OUT_DIR=$2; shift 2 ;;
     --tag) TAG=_$2; shift 2 ;;
     -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
@@ -104,6 +110,10 @@ ALLMB=$(( (2 * SESSIONS * longest * 24 + 1023) / 1024 + 64 ))  # every session, 
 # at once as theirs); the all-sessions cache for its single-session run.
 RECMB=$ALLMB
 [[ $RECSESS == "$SESSIONS" ]] && RECMB=$HOTMB
+# --flush: the tier targets keep every session in their hot cache between
+# flushes, as the hot target does.
+TIERMB=$HOTMB
+(( FLUSH )) && TIERMB=$ALLMB
 threads=${OMP_NUM_THREADS:-$(nproc)}
 work=$(mktemp -d)
 pids=()
@@ -122,13 +132,13 @@ if [[ $PART == tiers ]]; then
     case $t in
       recompute) args+=("--prefill 1 --decode 1 --kv-cache-mb $RECMB --prefix-cache=false") ;;
       hot) args+=("--prefill 1 --decode 1 --kv-cache-mb $ALLMB") ;;
-      hostdisk) args+=("--prefill 1 --decode 1 --kv-cache-mb $HOTMB --kv-host-mb $HOSTMB --kv-disk-dir $work/disk --kv-disk-mb $DISKMB") ;;
-      redis) args+=("--prefill 1 --decode 1 --kv-cache-mb $HOTMB --kv-store local --kv-store-mb $(( 2 * ALLMB ))") ;;
+      hostdisk) args+=("--prefill 1 --decode 1 --kv-cache-mb $TIERMB --kv-host-mb $HOSTMB --kv-disk-dir $work/disk --kv-disk-mb $DISKMB") ;;
+      redis) args+=("--prefill 1 --decode 1 --kv-cache-mb $TIERMB --kv-store local --kv-store-mb $(( 2 * ALLMB ))") ;;
       redis_t) args+=(manual) ;;
       *) echo "sessions_tiers.sh: unknown target $t" >&2; exit 2 ;;
     esac
   done
-  echo "[sessions_tiers] hot cache $HOTMB MiB (longest request $longest tokens), all-sessions cache $ALLMB MiB, host $HOSTMB MiB, disk $DISKMB MiB" >&2
+  echo "[sessions_tiers] hot cache $TIERMB MiB (longest request $longest tokens), all-sessions cache $ALLMB MiB, host $HOSTMB MiB, disk $DISKMB MiB" >&2
 else
   ALLMB=$(( (SESSIONS * longest * 24 + 1023) / 1024 + 64 ))  # every session, once
   names=(cache_aware load)
@@ -153,7 +163,7 @@ start_manual() {  # start_manual NAME
   MALLOC_CONF=${MALLOC_CONF:-thp:always} redis-server --port "${P[9]}" --bind $h --dir "$work/redis_$name" --save "" --appendonly no \
     --maxmemory "$(( 2 * ALLMB ))mb" --maxmemory-policy allkeys-lru --daemonize no >>"$log" 2>&1 &
   pids+=($!)
-  local tiers=(--kv-cache-mb "$HOTMB" --kv-store "redis://$h:${P[9]}" --kv-store-timeout-ms "$RTIMEOUT")
+  local tiers=(--kv-cache-mb "$TIERMB" --kv-store "redis://$h:${P[9]}" --kv-store-timeout-ms "$RTIMEOUT")
   "$CED" serve --role=router --listen $h:"${P[0]}" --metrics-listen $h:"${P[1]}" --replay-on auto \
     --replay-mode bounded --model "$work/small" --routing cache_aware >>"$log" 2>&1 &
   pids+=($!)
@@ -223,6 +233,18 @@ json.dump(out, open(sys.argv[2], "w"), indent=1, sort_keys=True)
 EOF
 }
 all_targets=$(IFS=,; echo "${targets[*]}")
+# --flush: every tier target's workers, as LABEL=ADDR+ADDR for ced-loadgen.
+flush_args=()
+if (( FLUSH )); then
+  flush=""
+  for i in $(seq 0 $(( n - 1 ))); do
+    [[ ${names[$i]} == hostdisk || ${names[$i]} == redis* ]] || continue
+    ws=$(awk '$1 ~ /^(prefill|decode)-/ {sub("grpc=", "", $2); print $2}' "$work/ready_${names[$i]}" | paste -sd+)
+    flush+="${flush:+,}${names[$i]}=$ws"
+  done
+  [[ -n $flush ]] && flush_args=(--flush-workers "$flush")
+  echo "[sessions_tiers] flushing before every turn >= 2: $flush" >&2
+fi
 echo "[sessions_tiers] targets $all_targets; $threads threads per worker" >&2
 # Warm-up: one short turn per cluster (weights packed on first use).
 "$LOADGEN" --workload agent --target "$all_targets" --sessions 1 --turns 1 --first-prompt-tokens 64 \
@@ -233,7 +255,8 @@ agent() {  # agent TARGETS SESSIONS OUT_BASE [THINK_MS]
   "$LOADGEN" --workload agent --target "$1" --sessions "$2" --turns "$TURNS" \
     --first-prompt-tokens "$FIRST" --tool-result-mean "$TOOL" --tool-result-cv 0 \
     --output-tokens "$OUTPUT" --think-time-ms "${4:-$THINK}" --session-stagger-ms "$STAGGER" \
-    --seed $(( SEED + r )) --timeout-s 900 --json-requests --json-out "$3.json" --md-out "$3.md"
+    --seed $(( SEED + r )) --timeout-s 900 --json-requests --json-out "$3.json" --md-out "$3.md" \
+    "${flush_args[@]}"
 }
 for r in $(seq "$REPS"); do
   order=("${targets[@]}")

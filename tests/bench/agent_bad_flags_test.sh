@@ -32,6 +32,12 @@ expect 1 "agent trace: tool_result_mean must be >= 1" -- \
 expect 1 "--replay-mode: expected bounded or exact" -- \
   "$loadgen" --target $t --workload agent --replay-mode fast
 expect 2 "--think-time-ms: bad value" -- "$loadgen" --workload agent --think-time-ms soon
+expect 1 "--flush-workers: expected LABEL=ADDR+ADDR" -- \
+  "$loadgen" --target a=$t --workload agent --flush-workers bogus
+expect 1 "--flush-workers: no target labelled 'b' in --target" -- \
+  "$loadgen" --target a=$t --workload agent --flush-workers b=127.0.0.1:2
+expect 1 "--flush-workers: empty worker address for 'a'" -- \
+  "$loadgen" --target a=$t --workload agent --flush-workers a=127.0.0.1:2+
 expect 2 "--workload: expected poisson or agent" -- "$sim" --workload chat
 expect 2 "over max_position 8192" -- "$sim" --workload agent --preset small --turns 20 \
   --first-prompt-tokens 1000 --tool-result-mean 1000 --tool-result-cv 0

@@ -37,9 +37,11 @@ sim::AgentTraceOptions Trace() {
 }
 
 absl::StatusOr<AgentRunResult> RunAgent(const std::string& gateway,
-                                        const std::vector<sim::AgentSessionSpec>& specs) {
+                                        const std::vector<sim::AgentSessionSpec>& specs,
+                                        std::vector<std::string> flush_workers = {}) {
   AgentRunOptions run;
   run.target = gateway;
+  run.flush_workers = std::move(flush_workers);
   run.request_timeout_s = 120;
   run.seed = 3;
   auto runner = AgentRunner::Create(run, specs);
@@ -118,6 +120,53 @@ TEST(LoadgenAgentClusterTest, NoReuseWithThePrefixCacheOff) {
     ASSERT_EQ(r.request.outcome, "OK") << cluster.Log();
     EXPECT_EQ(r.cached_prompt_tokens, 0) << "turn " << r.turn;
   }
+}
+
+// --flush-workers: the workers' prefix caches are emptied before every turn
+// after a session's first. With a host tier the turn still finds the prefix
+// (reloaded from it); without one it finds nothing (the flush happened).
+TEST(LoadgenAgentClusterTest, FlushedWorkersServeLaterTurnsFromTheirTiers) {
+  const std::string model = TinyModel();
+  auto specs = sim::MakeAgentTrace(Trace());
+  ASSERT_TRUE(specs.ok());
+  for (const bool tier : {true, false}) {
+    SCOPED_TRACE(tier ? "host tier" : "no tier");
+    std::vector<std::string> args = {"--prefill", "1", "--decode", "1"};
+    if (tier) args.insert(args.end(), {"--kv-host-mb", "32"});
+    ced::testing::LocalCluster cluster(model, args);
+    ASSERT_TRUE(cluster.ready()) << cluster.Log();
+    auto info = FetchModelInfo(cluster.gateway());
+    ASSERT_TRUE(info.ok()) << info.status();
+    const int bs = info->kv_block_size();
+    const std::vector<std::string> workers = {cluster.addresses().at("prefill-0").at("grpc"),
+                                              cluster.addresses().at("decode-0").at("grpc")};
+    auto result = RunAgent(cluster.gateway(), *specs, workers);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->turns.size(), 6u) << cluster.Log();
+    for (const AgentTurnRecord& t : result->turns) {
+      SCOPED_TRACE(::testing::Message() << "session " << t.session << " turn " << t.turn);
+      ASSERT_EQ(t.request.outcome, "OK") << cluster.Log();
+      if (t.turn == 0) {
+        EXPECT_EQ(t.flush_s, 0);
+        continue;
+      }
+      EXPECT_GT(t.flush_s, 0) << "flushed before the turn";
+      const sim::AgentSessionSpec& spec = (*specs)[static_cast<size_t>(t.session)];
+      const int64_t prev_prompt = sim::AgentTurnPromptTokens(spec, t.turn - 1);
+      if (tier) {
+        EXPECT_GE(t.cached_prompt_tokens, prev_prompt / bs * bs) << "reloaded from the tier";
+      } else {
+        EXPECT_EQ(t.cached_prompt_tokens, 0) << "the flush left nothing to reuse";
+      }
+    }
+  }
+  // A worker that cannot be reached fails the run, naming it.
+  ced::testing::LocalCluster cluster(model, {"--prefill", "1", "--decode", "1"});
+  ASSERT_TRUE(cluster.ready()) << cluster.Log();
+  auto failed = RunAgent(cluster.gateway(), *specs, {"127.0.0.1:1"});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("FlushCache on worker 127.0.0.1:1"), std::string::npos)
+      << failed.status();
 }
 
 }  // namespace
