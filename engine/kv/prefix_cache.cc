@@ -170,6 +170,13 @@ int PrefixCache::EvictAll() {
   return n;
 }
 
+int PrefixCache::EvictUpTo(int max_blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int n = std::min(std::max(max_blocks, 0), static_cast<int>(lru_.size()));
+  EvictLocked(n);
+  return n;
+}
+
 int PrefixCache::referenced_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return referenced_;

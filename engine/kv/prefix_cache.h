@@ -97,6 +97,9 @@ class PrefixCache {
   absl::Status Release(absl::Span<const int> blocks);
   // Evicts every unreferenced published block (tests, memory pressure).
   int EvictAll();
+  // Evicts up to `max_blocks` of them, least recently used first; returns
+  // how many.
+  int EvictUpTo(int max_blocks);
 
   // Blocks referenced by at least one sequence.
   int referenced_blocks() const;

@@ -173,6 +173,12 @@ class Engine {
   absl::Status LeaveSharedWritesToPeer(SeqId seq, int tokens);
   // Drops every cached block nobody references; returns how many.
   int EvictCachedBlocks();
+  // The operator's flush (a worker's FlushCache): the same, but with host or
+  // disk tiers in batches of half their write queue, each batch's spills
+  // written before the next is evicted, so that none is dropped (a single
+  // eviction of a cache larger than the queue drops the rest). Returns how
+  // many blocks it evicted: at most those cached when it began.
+  int FlushPrefixCache();
   // Routing reports (DESIGN.md 1.6). May be called from any thread. h_0 of
   // this engine's block chain; whether the prefix cache is on; the cache's
   // publish/evict event log (PrefixCache::EnableEventLog / EventsSince).
@@ -256,6 +262,7 @@ class Engine {
   bool prefix_enabled_ = true;
   BlockHash root_hash_;
   std::unique_ptr<KvTiers> tiers_;  // null: no tiers
+  int tier_flush_batch_ = 1;        // FlushPrefixCache's blocks per batch
   // Insertions and erasures hold seq_mu_ exclusively; GlobalRegions and the
   // other cross-thread readers hold it shared.
   mutable std::shared_mutex seq_mu_;

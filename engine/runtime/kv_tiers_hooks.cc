@@ -35,6 +35,8 @@ absl::Status Engine::InitKvTiers(const EngineOptions& o) {
   t.shared = o.kv_shared_store;
   t.write_queue_bytes = o.kv_tier_queue_bytes;
   ASSIGN_OR_RETURN(tiers_, KvTiers::Create(t));
+  tier_flush_batch_ = static_cast<int>(std::max<int64_t>(
+      1, o.kv_tier_queue_bytes / 2 / std::max<int64_t>(1, static_cast<int64_t>(t.layout.payload_bytes))));
   if (tiers_->spills()) {
     // Under the prefix cache's mutex, on the thread that evicts (the owner's):
     // one copy of the block into a recycled buffer, everything else on the
@@ -102,6 +104,21 @@ void Engine::WriteBehind(Sequence* seq) {
 
 void Engine::FlushKvTiers() {
   if (tiers_ != nullptr) tiers_->Flush();
+}
+
+int Engine::FlushPrefixCache() {
+  if (tiers_ == nullptr || !tiers_->spills()) return prefix_->EvictAll();
+  // Blocks cached later (requests finishing meanwhile) wait for the next flush.
+  int left = prefix_->stats().evictable_blocks;
+  int total = 0;
+  while (left > 0) {
+    const int n = prefix_->EvictUpTo(std::min(left, tier_flush_batch_));
+    if (n == 0) break;
+    total += n;
+    left -= n;
+    tiers_->Flush();
+  }
+  return total;
 }
 
 std::vector<KvTierStats> Engine::kv_tier_stats() const {

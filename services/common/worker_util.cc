@@ -90,7 +90,7 @@ grpc::ServerUnaryReactor* AnswerFlushCache(grpc::CallbackServerContext* ctx, con
                                            Engine& engine,
                                            const ced::internal::FlushCacheRequest& request,
                                            ced::internal::FlushCacheResponse* response) {
-  const int evicted = engine.EvictCachedBlocks();
+  const int evicted = engine.FlushPrefixCache();
   if (request.wait_for_tiers()) engine.FlushKvTiers();
   const CacheStats cs = engine.cache_stats();
   response->set_evicted_blocks(evicted);

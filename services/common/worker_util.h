@@ -36,7 +36,8 @@ ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string
 
 // The FlushCache admin call of both workers: logs who asked (`who`: "decode
 // worker", "prefill worker"), evicts every cached block of `engine` nobody
-// holds, waits for the tiers' writes when asked, and answers with the counts.
+// holds (Engine::FlushPrefixCache: none of their spills is dropped), waits for
+// the tiers' writes when asked, and answers with the counts.
 grpc::ServerUnaryReactor* AnswerFlushCache(grpc::CallbackServerContext* ctx, const char* who,
                                            Engine& engine,
                                            const ced::internal::FlushCacheRequest& request,

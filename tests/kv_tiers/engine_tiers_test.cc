@@ -94,6 +94,50 @@ TEST_P(EngineTiersTest, EvictedSessionIsReloadedFromHostMemory) {
   ExpectMatchesFullForward(*e, turn2, r2.run, 1e-5);
 }
 
+// The operator's flush of a cache larger than the tiers' write queue: one
+// eviction of everything may drop the spills the queue cannot hold (whether it
+// does depends on how fast the writer drains); FlushPrefixCache evicts in
+// batches of at most half the queue and waits for each, so the host tier gets
+// every block and the next turn finds the whole prefix there.
+TEST_P(EngineTiersTest, FlushOfACacheLargerThanTheWriteQueueDropsNothing) {
+  const auto turn1 = RandomPrompt(230, 45);
+  int blocks = 0;
+  int64_t block_bytes = 0;
+  {  // how many blocks the turn caches, and their size
+    EngineOptions o;
+    o.kv_cache_bytes = 64ll << 20;
+    o.kv_host_bytes = 64ll << 20;
+    auto probe = TieredEngine(GetParam(), o);
+    ASSERT_NE(probe, nullptr);
+    RunPrompt(*probe, turn1, kSteps);
+    blocks = probe->cache_stats().cached_blocks;
+    block_bytes = Engine::GlobalRangeBytes(probe->config(), 0, probe->cache_stats().block_size);
+  }
+  ASSERT_GT(blocks, 4);
+  EngineOptions o;
+  o.kv_cache_bytes = 64ll << 20;
+  o.kv_host_bytes = 64ll << 20;
+  o.kv_tier_queue_bytes = 2 * block_bytes;  // the queue holds 2 of the blocks
+  auto e = TieredEngine(GetParam(), o);
+  ASSERT_NE(e, nullptr);
+  const int bs = e->cache_stats().block_size;
+  Resumed r1 = RunPrompt(*e, turn1, kSteps);
+  EXPECT_EQ(e->FlushPrefixCache(), blocks);
+  e->FlushKvTiers();
+  EXPECT_EQ(e->cache_stats().cached_blocks, 0);
+  const KvTierStats* host = Tier(e->kv_tier_stats(), "host");
+  ASSERT_NE(host, nullptr);
+  EXPECT_EQ(host->dropped_writes, 0);
+  EXPECT_EQ(host->resident_blocks, blocks);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), r1.run.tokens.begin(), r1.run.tokens.end());
+  const auto tool = RandomPrompt(20, 46);
+  turn2.insert(turn2.end(), tool.begin(), tool.end());
+  Resumed r2 = RunPrompt(*e, turn2, kSteps);
+  EXPECT_EQ(r2.cached, (230 + kSteps - 1) / bs * bs) << "the whole prefix from the host tier";
+  ExpectMatchesFullForward(*e, turn2, r2.run, 1e-5);
+}
+
 // Disk only: the blocks survive the engine (a worker restart) and a new
 // engine on the same directory resumes from them.
 TEST_P(EngineTiersTest, SessionOutlivesTheEngineOnDisk) {
