@@ -6,9 +6,10 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "bench/services/clients.h"
 #include "bench/services/cluster.h"
 #include "bench/services/ttft_bench.h"
@@ -52,10 +53,22 @@ absl::StatusOr<Targets> Connect(const BenchCluster& cluster) {
   return t;
 }
 
+// Paths ending in kEmbedded run on the second cluster, whose gateway embeds
+// the router (`ced cluster --embed-router`).
+constexpr char kEmbedded[] = "-embedded";
+
+bool IsEmbedded(const std::string& path) { return absl::EndsWith(path, kEmbedded); }
+
 StreamResult RunPath(Targets& t, const std::string& path, const GenerateArgs& args) {
   if (path == "gateway") return GatewayGenerate(t.gateway.get(), args);
   if (path == "openai") return OpenAiGenerate(t.http, t.model, args);
   return DirectGenerate(t.direct, args, /*local_prefill=*/path == "local");
+}
+
+StreamResult RunPath(Targets& t, Targets* embedded, const std::string& path,
+                     const GenerateArgs& args) {
+  if (!IsEmbedded(path)) return RunPath(t, path, args);
+  return RunPath(*embedded, path.substr(0, path.size() - std::string(kEmbedded).size()), args);
 }
 
 struct Load {
@@ -72,12 +85,19 @@ double ClientCpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-// CPU seconds so far of every CpuProcesses() entry.
-absl::StatusOr<std::vector<double>> CpuSeconds(const BenchCluster& cluster) {
+// CPU seconds so far of every CpuProcesses() entry. `embedded_router`: the
+// router runs in the gateway process (counted there; its own /metrics
+// endpoint reports the same process, so it reads 0 here).
+absl::StatusOr<std::vector<double>> CpuSeconds(const BenchCluster& cluster,
+                                               bool embedded_router = false) {
   std::vector<double> out;
   for (const std::string& name : CpuProcesses()) {
     if (name == "client") {
       out.push_back(ClientCpuSeconds());
+      continue;
+    }
+    if (name == "router" && embedded_router) {
+      out.push_back(0);
       continue;
     }
     ASSIGN_OR_RETURN(const double v, ScrapeMetric(cluster, name, "ced_process_cpu_seconds_total"));
@@ -87,8 +107,8 @@ absl::StatusOr<std::vector<double>> CpuSeconds(const BenchCluster& cluster) {
 }
 
 // `c` concurrent streams on `path`.
-absl::StatusOr<Load> Throughput(Targets& t, const std::string& path, int c, int prompt_tokens,
-                                int tokens, uint64_t* salt) {
+absl::StatusOr<Load> Throughput(Targets& t, Targets* embedded, const std::string& path, int c,
+                                int prompt_tokens, int tokens, uint64_t* salt) {
   std::vector<StreamResult> results(c);
   std::vector<std::thread> threads;
   std::vector<GenerateArgs> args(c);
@@ -103,7 +123,7 @@ absl::StatusOr<Load> Throughput(Targets& t, const std::string& path, int c, int 
     threads.emplace_back([&, i] {
       ready.fetch_add(1);
       while (!go.load()) std::this_thread::yield();
-      results[i] = RunPath(t, path, args[i]);
+      results[i] = RunPath(t, embedded, path, args[i]);
     });
   }
   while (ready.load() < c) std::this_thread::yield();
@@ -145,8 +165,26 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
                         o.cluster_flags.empty() ? "" : " with " + o.cluster_flags));
   ASSIGN_OR_RETURN(auto cluster, BenchCluster::Start(co));
   ASSIGN_OR_RETURN(Targets t, Connect(*cluster));
+  // The same cluster with the router inside the gateway, up at the same time:
+  // its paths take turns with the others.
+  std::unique_ptr<BenchCluster> cluster2;
+  std::unique_ptr<Targets> t2;
+  std::vector<std::string> names = {"gateway", "openai", "direct", "local"};
+  std::vector<std::string> sides = {"gateway", "openai", "direct"};
+  if (o.embedded_router) {
+    ClusterOptions co2 = co;
+    co2.log_path = o.scratch_dir + "/cluster-gateway-embedded.log";
+    co2.flags.push_back("--embed-router");
+    progress("gateway: starting a second ced cluster with --embed-router");
+    ASSIGN_OR_RETURN(cluster2, BenchCluster::Start(co2));
+    ASSIGN_OR_RETURN(Targets connected, Connect(*cluster2));
+    t2 = std::make_unique<Targets>(std::move(connected));
+    for (const char* path : {"gateway", "openai"}) {
+      names.push_back(absl::StrCat(path, kEmbedded));
+      sides.push_back(absl::StrCat(path, kEmbedded));
+    }
+  }
 
-  const std::vector<std::string> names = {"gateway", "openai", "direct", "local"};
   for (const std::string& n : names) report.paths.push_back(LatencyPath{n, {}, {}, {}, {}});
   uint64_t salt = 50000;
   for (int rep = -1; rep < o.repetitions; ++rep) {  // rep -1 warms every path up
@@ -156,27 +194,27 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
       args.request_id = absl::StrCat("lat-", names[i], "-", salt);
       args.prompt = MakePrompt(o.prompt_tokens, salt++);
       args.max_tokens = o.max_tokens;
-      const StreamResult r = RunPath(t, names[i], args);
+      const StreamResult r = RunPath(t, t2.get(), names[i], args);
       RETURN_IF_ERROR(r.status);
       if (rep < 0) continue;
       report.paths[i].ttft_ms.push_back(r.ttft_ms());
       report.paths[i].tpot_ms.push_back(r.tpot_ms());
     }
     if (rep >= 0 && (rep + 1) % std::max(1, o.repetitions / 4) == 0) {
-      progress(absl::StrFormat(
-          "gateway latency %d/%d: TTFT gateway %.2f / openai %.2f / direct %.2f / local %.2f "
-          "ms; TPOT %.3f / %.3f / %.3f / %.3f ms (last)",
-          rep + 1, o.repetitions, report.paths[0].ttft_ms.back(), report.paths[1].ttft_ms.back(),
-          report.paths[2].ttft_ms.back(), report.paths[3].ttft_ms.back(),
-          report.paths[0].tpot_ms.back(), report.paths[1].tpot_ms.back(),
-          report.paths[2].tpot_ms.back(), report.paths[3].tpot_ms.back()));
+      std::string line;
+      for (const LatencyPath& p : report.paths) {
+        absl::StrAppend(
+            &line, line.empty() ? "" : ", ",
+            absl::StrFormat("%s %.2f / %.3f", p.name, p.ttft_ms.back(), p.tpot_ms.back()));
+      }
+      progress(absl::StrFormat("gateway latency %d/%d, TTFT / TPOT ms (last): %s", rep + 1,
+                               o.repetitions, line));
     }
   }
   for (LatencyPath& p : report.paths) {
     p.ttft = Summarize(p.ttft_ms);
     p.tpot = Summarize(p.tpot_ms);
   }
-  const std::vector<std::string> sides = {"gateway", "openai", "direct"};
   for (int c : o.concurrency) {
     ThroughputPoint point;
     point.concurrency = c;
@@ -185,10 +223,13 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
       std::string line;
       for (size_t k = 0; k < sides.size(); ++k) {
         ThroughputSide& side = point.sides[(k + static_cast<size_t>(rep)) % sides.size()];
-        ASSIGN_OR_RETURN(const std::vector<double> cpu0, CpuSeconds(*cluster));
-        ASSIGN_OR_RETURN(const Load load, Throughput(t, side.path, c, o.stream_prompt_tokens,
-                                                     o.stream_tokens, &salt));
-        ASSIGN_OR_RETURN(const std::vector<double> cpu1, CpuSeconds(*cluster));
+        const bool embedded = IsEmbedded(side.path);
+        const BenchCluster& on = embedded ? *cluster2 : *cluster;
+        ASSIGN_OR_RETURN(const std::vector<double> cpu0, CpuSeconds(on, embedded));
+        ASSIGN_OR_RETURN(
+            const Load load,
+            Throughput(t, t2.get(), side.path, c, o.stream_prompt_tokens, o.stream_tokens, &salt));
+        ASSIGN_OR_RETURN(const std::vector<double> cpu1, CpuSeconds(on, embedded));
         std::vector<double> per_ktok;
         for (size_t i = 0; i < cpu0.size(); ++i) {
           per_ktok.push_back(load.tokens > 0 ? (cpu1[i] - cpu0[i]) * 1e6 / load.tokens : 0);
@@ -212,6 +253,7 @@ absl::StatusOr<GatewayReport> RunGatewayBench(const GatewayBenchOptions& o,
     report.throughput.push_back(point);
   }
   cluster->Stop();
+  if (cluster2 != nullptr) cluster2->Stop();
   return report;
 }
 

@@ -43,10 +43,13 @@ struct GatewayBenchOptions {
   std::string ucx_tls;
   // More `ced cluster` flags (e.g. "--http-direct-stream=false"), space-separated.
   std::string cluster_flags;
+  // Also a second cluster (same flags + --embed-router), up at the same time:
+  // paths "gateway-embedded" and "openai-embedded" take turns with the others.
+  bool embedded_router = true;
 };
 
 struct LatencyPath {
-  std::string name;  // gateway | direct | local
+  std::string name;  // gateway | openai | direct | local | gateway-embedded | openai-embedded
   std::vector<double> ttft_ms, tpot_ms;
   Summary ttft, tpot;
 };
@@ -60,7 +63,7 @@ inline const std::vector<std::string>& CpuProcesses() {
 }
 
 struct ThroughputSide {
-  std::string path;         // gateway | openai | direct
+  std::string path;         // gateway | openai | direct | gateway-embedded | openai-embedded
   std::vector<double> tps;  // tokens/s per repetition
   // Per repetition, the median over its streams.
   std::vector<double> ttft_ms, tpot_ms;

@@ -56,6 +56,7 @@ struct Flags {
   int stream_tokens = 128;
   int throughput_reps = 5;
   std::string gateway_cluster_flags;
+  bool gateway_embedded_router = true;
   // kv bytes
   std::string kv_presets = "tiny,tiny-dec";
   std::string kv_formats = "f32,bf16,fp8_e4m3,fp4_e2m1";
@@ -186,6 +187,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
     o.throughput_repetitions = f.throughput_reps;
     o.ucx_tls = f.cluster_ucx_tls;
     o.cluster_flags = f.gateway_cluster_flags;
+    o.embedded_router = f.gateway_embedded_router;
     ASSIGN_OR_RETURN(report.gateway, RunGatewayBench(o, progress));
   }
   if (sections.count("kvbytes")) {
@@ -267,6 +269,8 @@ int main(int argc, char** argv) {
   flags.String("concurrency", &f.concurrency, "gateway: concurrent streams, comma list");
   flags.Int("stream_tokens", &f.stream_tokens, "gateway: tokens per throughput stream");
   flags.Int("throughput_reps", &f.throughput_reps, "gateway: repetitions per concurrency");
+  flags.Bool("gateway_embedded_router", &f.gateway_embedded_router,
+             "gateway: also a cluster whose gateway embeds the router (paths *-embedded)");
   flags.String("gateway_cluster_flags", &f.gateway_cluster_flags,
                "gateway: more `ced cluster` flags, space-separated (e.g. "
                "'--http-direct-stream=false')");

@@ -178,19 +178,29 @@ void Gateway(const GatewayReport& g, std::string* md) {
   absl::StrAppend(
       md, "## 3. Gateway overhead\n\n", "`ced cluster` on `", o.preset,
       "` (one prefill, one decode worker",
-      o.cluster_flags.empty() ? "" : absl::StrCat(", `", o.cluster_flags, "`"), "). Latency: ", o.prompt_tokens, "-token prompts, ",
-      o.max_tokens, " tokens, greedy, replay on decode, ", o.repetitions,
+      o.cluster_flags.empty() ? "" : absl::StrCat(", `", o.cluster_flags, "`"),
+      "). Latency: ", o.prompt_tokens, "-token prompts, ", o.max_tokens,
+      " tokens, greedy, replay on decode, ", o.repetitions,
       " requests per path, order rotated each repetition. **gateway** = "
       "`ced.v1.Gateway/Generate`; **openai** = the gateway's OpenAI-compatible API, `POST "
       "/v1/completions` with `stream: true` (server-sent events; each client thread keeps "
       "its connection alive, as OpenAI clients pool theirs; OpenAI's events carry text, so "
-      "a token's time is its event's and tokens merged into one event share it); **direct** = the bench does the gateway's work itself "
+      "a token's time is its event's and tokens merged into one event share it); **direct** = the "
+      "bench does the gateway's work itself "
       "(`DecodeWorker.Reserve` + `Stream`, `PrefillWorker.Prefill`): same placement, no "
       "gateway or router hop, one token stream per request as any client of one request "
       "has it (the gateway receives its tokens on one multiplexed stream per decode worker, "
-      "`DecodeWorker.Subscribe`; `--decode-mux`); **local** = `Reserve` with `local_prefill` + `Stream` (the "
-      "decode worker prefills itself, no K/V transfer). Client-measured; TPOT = mean gap "
-      "after the first token.\n\n| path | TTFT ms | TPOT ms |\n|---|---|---|\n");
+      "`DecodeWorker.Subscribe`; `--decode-mux`); **local** = `Reserve` with `local_prefill` + "
+      "`Stream` (the "
+      "decode worker prefills itself, no K/V transfer)",
+      o.embedded_router
+          ? "; **gateway-embedded**, **openai-embedded** = the same APIs on a second cluster, up "
+            "at the same time, whose gateway runs the router in its own process (`ced cluster "
+            "--embed-router`: placement is a function call instead of a Route RPC); their "
+            "requests take turns with the other paths'"
+          : "",
+      ". Client-measured; TPOT = mean gap after the first token.\n\n| path | TTFT ms | TPOT "
+      "ms |\n|---|---|---|\n");
   const LatencyPath* direct = nullptr;
   for (const LatencyPath& p : g.paths) {
     absl::StrAppend(md, "| ", p.name, " | ", S(p.ttft, "%.2f"), " | ", S(p.tpot, "%.3f"), " |\n");
@@ -199,7 +209,7 @@ void Gateway(const GatewayReport& g, std::string* md) {
   if (direct != nullptr) {
     absl::StrAppend(md, "\nGateway overhead (medians, path − direct):");
     for (const LatencyPath& p : g.paths) {
-      if (p.name != "gateway" && p.name != "openai") continue;
+      if (p.name == "direct" || p.name == "local") continue;
       absl::StrAppend(md, absl::StrFormat(" %s TTFT %+.2f ms, TPOT %+.3f ms per token;", p.name,
                                           p.ttft.median - direct->ttft.median,
                                           p.tpot.median - direct->tpot.median));
@@ -209,37 +219,49 @@ void Gateway(const GatewayReport& g, std::string* md) {
   absl::StrAppend(
       md, "Streamed tokens per second, `c` concurrent streams of ", o.stream_tokens, " tokens (",
       o.stream_prompt_tokens,
-      "-token prompts, ignore_eos), the three paths in an order rotated each repetition, ",
+      "-token prompts, ignore_eos), the paths in an order rotated each "
+      "repetition, ",
       o.throughput_repetitions,
       " repetitions. Per-stream TTFT and TPOT: median over a repetition's streams, then median "
-      "over repetitions. Target: each API ≥ 0.9× direct at 16 and 48 streams.\n\n"
-      "| c | gRPC tok/s | OpenAI tok/s | direct tok/s | gRPC ÷ direct | OpenAI ÷ direct | TTFT "
-      "ms gRPC / OpenAI / direct | TPOT ms gRPC / OpenAI / direct |\n"
-      "|---|---|---|---|---|---|---|---|\n");
+      "over repetitions. Target: each API ≥ 0.9× direct at 16 and 48 streams.\n");
   auto ratio = [](const ThroughputSide* a, const ThroughputSide* b) {
     return a != nullptr && b != nullptr && b->tokens_per_s.median > 0
                ? absl::StrFormat("%.2f", a->tokens_per_s.median / b->tokens_per_s.median)
                : std::string("-");
   };
-  for (const ThroughputPoint& p : g.throughput) {
-    const ThroughputSide* gw = p.Side("gateway");
-    const ThroughputSide* oa = p.Side("openai");
-    const ThroughputSide* di = p.Side("direct");
-    if (gw == nullptr || oa == nullptr || di == nullptr) continue;
-    absl::StrAppend(md, "| ", p.concurrency, " | ", S(gw->tokens_per_s, "%.0f"), " | ",
-                    S(oa->tokens_per_s, "%.0f"), " | ", S(di->tokens_per_s, "%.0f"), " | ",
-                    ratio(gw, di), " | ", ratio(oa, di), " | ",
-                    absl::StrFormat("%.0f / %.0f / %.0f | %.2f / %.2f / %.2f |\n",
-                                    Summarize(gw->ttft_ms).median, Summarize(oa->ttft_ms).median,
-                                    Summarize(di->ttft_ms).median, Summarize(gw->tpot_ms).median,
-                                    Summarize(oa->tpot_ms).median, Summarize(di->tpot_ms).median));
+  for (const std::string suffix : {"", "-embedded"}) {
+    bool header = false;
+    for (const ThroughputPoint& p : g.throughput) {
+      const ThroughputSide* gw = p.Side("gateway" + suffix);
+      const ThroughputSide* oa = p.Side("openai" + suffix);
+      const ThroughputSide* di = p.Side("direct");
+      if (gw == nullptr || oa == nullptr || di == nullptr) continue;
+      if (!header) {
+        absl::StrAppend(md, "\n",
+                        suffix.empty() ? "Router in its own process:"
+                                       : "Router embedded in the gateway (`--embed-router`):",
+                        "\n\n| c | gRPC tok/s | OpenAI tok/s | direct tok/s | gRPC ÷ direct | "
+                        "OpenAI ÷ direct | TTFT ms gRPC / OpenAI / direct | TPOT ms gRPC / "
+                        "OpenAI / direct |\n|---|---|---|---|---|---|---|---|\n");
+        header = true;
+      }
+      absl::StrAppend(
+          md, "| ", p.concurrency, " | ", S(gw->tokens_per_s, "%.0f"), " | ",
+          S(oa->tokens_per_s, "%.0f"), " | ", S(di->tokens_per_s, "%.0f"), " | ", ratio(gw, di),
+          " | ", ratio(oa, di), " | ",
+          absl::StrFormat("%.0f / %.0f / %.0f | %.2f / %.2f / %.2f |\n",
+                          Summarize(gw->ttft_ms).median, Summarize(oa->ttft_ms).median,
+                          Summarize(di->ttft_ms).median, Summarize(gw->tpot_ms).median,
+                          Summarize(oa->tpot_ms).median, Summarize(di->tpot_ms).median));
+    }
   }
   absl::StrAppend(md,
                   "\nCPU time per 1000 streamed tokens (ms, median over repetitions), by "
                   "process: each service's `ced_process_cpu_seconds_total`, the bench's own "
                   "(`getrusage`) for the clients. What a path costs the machine, whatever the "
                   "contention. The counters tick in 10 ms steps: at c = 1 (128 tokens per "
-                  "repetition) a tick is 78 ms per 1000 tokens, so that row is coarse.\n\n| c | path |");
+                  "repetition) a tick is 78 ms per 1000 tokens, so that row is coarse. On the "
+                  "*-embedded paths the router's CPU is in the gateway's column.\n\n| c | path |");
   for (const std::string& name : CpuProcesses()) absl::StrAppend(md, " ", name, " |");
   absl::StrAppend(md, " all |\n|---|---|");
   for (size_t i = 0; i <= CpuProcesses().size(); ++i) absl::StrAppend(md, "---|");

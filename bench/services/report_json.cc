@@ -141,6 +141,7 @@ json Gateway(const GatewayReport& g) {
   const GatewayBenchOptions& o = g.options;
   return {{"preset", o.preset},
           {"cluster_flags", o.cluster_flags},
+          {"embedded_router", o.embedded_router},
           {"prompt_tokens", o.prompt_tokens},
           {"max_tokens", o.max_tokens},
           {"stream_tokens", o.stream_tokens},

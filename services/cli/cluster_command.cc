@@ -4,12 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -35,7 +34,8 @@ struct Child {
   std::string name;
   std::unique_ptr<services::Subprocess> proc;
   std::string grpc, metrics, kv, http;
-  std::thread reader;  // forwards its output, then reaps it (and says how it ended)
+  std::string router, router_metrics;  // a gateway's embedded router
+  std::thread reader;                  // forwards its output, then reaps it (and says how it ended)
   std::atomic<bool> exited{false};
 };
 
@@ -44,8 +44,9 @@ std::mutex g_print_mu;
 std::string Port(int base, int offset) { return base == 0 ? "0" : std::to_string(base + offset); }
 
 // Starts `ced serve --role=...`, forwards its output with a prefix and waits
-// (at most 120 s) for its "listening on" line.
-absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
+// (at most 120 s) for its "listening on" line (and, with `embedded_router`,
+// the gateway's "embedded router on ..." line after it).
+absl::Status Spawn(Child* c, const std::vector<std::string>& args, bool embedded_router = false) {
   services::SubprocessOptions o;
   o.program = "/proc/self/exe";
   o.argv = {"ced", "serve"};
@@ -56,16 +57,22 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args) {
   c->proc = *std::move(proc);
   FILE* out = fdopen(c->proc->ReleaseStdout(), "r");
   std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+?))?(, http (\S+?))?\))");
+  std::regex router_re(R"(embedded router on (\S+) \(metrics (\S+?)\))");
   char line[4096];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  bool ready = false;
+  bool ready = false, listening = false;
   while (!ready && std::chrono::steady_clock::now() < deadline && fgets(line, sizeof line, out)) {
     std::cmatch m;
-    if (std::regex_search(line, m, re)) {
+    if (!listening && std::regex_search(line, m, re)) {
       c->grpc = m[1];
       c->metrics = m[2];
       c->kv = m[4];
       c->http = m[6];
+      listening = true;
+      ready = !embedded_router;
+    } else if (listening && std::regex_search(line, m, router_re)) {
+      c->router = m[1];
+      c->router_metrics = m[2];
       ready = true;
     }
     std::lock_guard<std::mutex> lock(g_print_mu);
@@ -151,11 +158,14 @@ int RunCluster(const std::vector<std::string>& args) {
       {"model", "", "model directory shared by every role"},
       {"prefill", "1", "prefill workers"},
       {"decode", "1", "decode workers"},
-      {"base-port", "50050", "gateway port; router +1, prefill +10+i, decode +30+j, kv +50+j; 0 = any free ports"},
-      {"metrics-base-port", "9100", "gateway metrics port; router +1, prefill +10+i, decode +30+j; 0 = any"},
+      {"base-port", "50050",
+       "gateway port; router +1, prefill +10+i, decode +30+j, kv +50+j; 0 = any free ports"},
+      {"metrics-base-port", "9100",
+       "gateway metrics port; router +1, prefill +10+i, decode +30+j; 0 = any"},
       {"replay-on", "auto", "router default: prefill, decode or auto"},
       {"replay-mode", "bounded", "router default: bounded or exact"},
-      {"routing", "cache_aware", "router placement: cache_aware or load (ced serve --role=router --help)"},
+      {"routing", "cache_aware",
+       "router placement: cache_aware or load (ced serve --role=router --help)"},
       {"prefill-replay-capable", "true", "prefill workers hold the decoder too (true/false)"},
       {"kv-transport", "ucx", "ucx or inproc... (ucx between processes; nccl: GPU to GPU)"},
       {"device", "cpu", "compute backend of every worker: cpu, cuda or cuda-bf16"},
@@ -165,7 +175,8 @@ int RunCluster(const std::vector<std::string>& args) {
       {"kv-host-mb", "0", "every worker's host memory KV tier, MiB (0: off)"},
       {"kv-disk-dir", "", "local disk KV tier: worker W uses DIR/W (empty: off)"},
       {"kv-disk-mb", "1024", "local disk KV tier per worker, MiB"},
-      {"kv-tier-queue-mb", "256", "every worker's tier write queue, MiB (past it writes are dropped)"},
+      {"kv-tier-queue-mb", "256",
+       "every worker's tier write queue, MiB (past it writes are dropped)"},
       {"kv-store", "",
        "shared KV tier of every worker: local (a private redis-server on a free port, stopped "
        "with the cluster), redis[s]://[user:password@]host[:port][/db], or empty (off)"},
@@ -193,6 +204,10 @@ int RunCluster(const std::vector<std::string>& args) {
        "gateway: streamed OpenAI events written to the client's socket by the thread that "
        "receives the tokens (false: by the connection's thread)",
        true},
+      {"embed-router", "false",
+       "run the router inside the gateway process (on the router's port; no Route RPC on the "
+       "request path) instead of as a process of its own",
+       true},
   };
   // TLS / auth flags go to the roles (security_flags.h); this process is a
   // client of the router with the same identity.
@@ -204,10 +219,12 @@ int RunCluster(const std::vector<std::string>& args) {
   auto f = Flags::Parse(specs, own_args);
   if (!f.ok()) return Fail(kWords, std::string(f.status().message()), 2);
   if (f->help()) {
-    std::printf("%s%s", FormatHelp("ced cluster --model DIR [--prefill N] [--decode M]",
-                                   "Starts router, gateway, a prefill pool and a decode pool as "
-                                   "local processes on loopback; stops them on SIGINT/SIGTERM.",
-                                   specs).c_str(),
+    std::printf("%s%s",
+                FormatHelp("ced cluster --model DIR [--prefill N] [--decode M]",
+                           "Starts router, gateway, a prefill pool and a decode pool as "
+                           "local processes on loopback; stops them on SIGINT/SIGTERM.",
+                           specs)
+                    .c_str(),
                 SecurityHelp("cluster").c_str());
     return 0;
   }
@@ -218,8 +235,8 @@ int RunCluster(const std::vector<std::string>& args) {
   for (const auto& [name, value] : security) {
     if (value.empty()) continue;
     const bool gateway_only = name == "public-client-ca" || name == "auth-tokens-file";
-    (gateway_only ? gateway_security : tls_flags).insert(
-        (gateway_only ? gateway_security : tls_flags).end(), {"--" + name, value});
+    (gateway_only ? gateway_security : tls_flags)
+        .insert((gateway_only ? gateway_security : tls_flags).end(), {"--" + name, value});
   }
   gateway_security.insert(gateway_security.begin(), tls_flags.begin(), tls_flags.end());
   auto host_port = [](const std::string& host, const std::string& port) {
@@ -264,10 +281,10 @@ int RunCluster(const std::vector<std::string>& args) {
     return s;
   };
   std::vector<std::string> common_worker = tls_flags;
-  common_worker.insert(common_worker.end(), {"--model", model, "--kv-transport",
-                                            f->Get("kv-transport"), "--kv-cache-mb",
-                                            f->Get("kv-cache-mb"), "--device", f->Get("device"),
-                                            "--prefix-cache=" + f->Get("prefix-cache")});
+  common_worker.insert(common_worker.end(),
+                       {"--model", model, "--kv-transport", f->Get("kv-transport"), "--kv-cache-mb",
+                        f->Get("kv-cache-mb"), "--device", f->Get("device"),
+                        "--prefix-cache=" + f->Get("prefix-cache")});
   if (!f->Get("kv-format").empty()) {
     common_worker.insert(common_worker.end(), {"--kv-format", f->Get("kv-format")});
   }
@@ -306,57 +323,44 @@ int RunCluster(const std::vector<std::string>& args) {
     std::fflush(stdout);
   }
   auto tier_flags = [&](const std::string& worker) {
-    std::vector<std::string> a = {"--kv-host-mb", f->Get("kv-host-mb"), "--kv-disk-mb",
-                                  f->Get("kv-disk-mb"), "--kv-tier-queue-mb",
-                                  f->Get("kv-tier-queue-mb")};
+    std::vector<std::string> a = {"--kv-host-mb",       f->Get("kv-host-mb"),
+                                  "--kv-disk-mb",       f->Get("kv-disk-mb"),
+                                  "--kv-tier-queue-mb", f->Get("kv-tier-queue-mb")};
     if (!f->Get("kv-disk-dir").empty()) {
       a.insert(a.end(), {"--kv-disk-dir", f->Get("kv-disk-dir") + "/" + worker});
     }
     if (!kv_store.empty()) {
-      a.insert(a.end(), {"--kv-store", kv_store, "--kv-store-timeout-ms",
-                         f->Get("kv-store-timeout-ms")});
+      a.insert(a.end(),
+               {"--kv-store", kv_store, "--kv-store-timeout-ms", f->Get("kv-store-timeout-ms")});
     }
     a.insert(a.end(), kv_tls.begin(), kv_tls.end());
     return a;
   };
-  std::vector<std::string> router_args = {
-      "--role=router", "--listen", host_port(bind, Port(base, 1)), "--metrics-listen",
-      host_port(bind, Port(mbase, 1)), "--replay-on", f->Get("replay-on"), "--replay-mode",
-      f->Get("replay-mode"), "--model", model};
-  router_args.insert(router_args.end(), {"--routing", f->Get("routing")});
-  router_args.insert(router_args.end(), tls_flags.begin(), tls_flags.end());
-  absl::Status s = start("router", router_args);
-  const std::string router = s.ok() ? children.back()->grpc : "";
-  for (int i = 0; s.ok() && i < *np; ++i) {
-    std::vector<std::string> a = {"--role=prefill", "--worker-id", absl::StrCat("prefill-", i),
-                                  "--listen", host_port(bind, Port(base, 10 + i)),
-                                  "--metrics-listen", host_port(bind, Port(mbase, 10 + i)),
-                                  "--router", router};
-    a.insert(a.end(), common_worker.begin(), common_worker.end());
-    if (f->Get("prefill-replay-capable") == "true") a.push_back("--replay-capable");
-    for (const std::string& t : tier_flags(absl::StrCat("prefill-", i))) a.push_back(t);
-    s = start(absl::StrCat("prefill-", i), a);
-  }
-  for (int j = 0; s.ok() && j < *nd; ++j) {
-    std::vector<std::string> a = {"--role=decode", "--worker-id", absl::StrCat("decode-", j),
-                                  "--listen", host_port(bind, Port(base, 30 + j)),
-                                  "--metrics-listen", host_port(bind, Port(mbase, 30 + j)),
-                                  "--kv-listen", host_port(bind, Port(base, 50 + j)),
-                                  "--router", router};
-    a.insert(a.end(), common_worker.begin(), common_worker.end());
-    for (const std::string& t : tier_flags(absl::StrCat("decode-", j))) a.push_back(t);
-    s = start(absl::StrCat("decode-", j), a);
-  }
-  if (s.ok()) {
-    std::vector<std::string> a = {"--role=gateway", "--listen", host_port(public_bind, Port(base, 0)),
-                                  "--metrics-listen", host_port(bind, Port(mbase, 0)),
-                                  "--router", router, "--model", model,
-                                  "--migration-limit", f->Get("migration-limit"),
-                                  "--reserve-retries", f->Get("reserve-retries"),
-                                  absl::StrCat("--decode-mux=", f->GetBool("decode-mux") ? "true" : "false"),
-                                  absl::StrCat("--http-direct-stream=",
-                                               f->GetBool("http-direct-stream") ? "true"
-                                                                                : "false")};
+  const bool embed_router = f->GetBool("embed-router");
+  std::string router;  // the router's gRPC address, once it runs
+  auto start_gateway = [&]() -> absl::Status {
+    std::vector<std::string> a = {
+        "--role=gateway",
+        "--listen",
+        host_port(public_bind, Port(base, 0)),
+        "--metrics-listen",
+        host_port(bind, Port(mbase, 0)),
+        "--model",
+        model,
+        "--migration-limit",
+        f->Get("migration-limit"),
+        "--reserve-retries",
+        f->Get("reserve-retries"),
+        absl::StrCat("--decode-mux=", f->GetBool("decode-mux") ? "true" : "false"),
+        absl::StrCat("--http-direct-stream=", f->GetBool("http-direct-stream") ? "true" : "false")};
+    if (embed_router) {
+      a.insert(a.end(), {"--embed-router", "--router-listen", host_port(bind, Port(base, 1)),
+                         "--router-metrics-listen", host_port(bind, Port(mbase, 1)),
+                         "--router-replay-on", f->Get("replay-on"), "--router-replay-mode",
+                         f->Get("replay-mode"), "--router-routing", f->Get("routing")});
+    } else {
+      a.insert(a.end(), {"--router", router});
+    }
     if (f->Get("http") == "true") {
       a.insert(a.end(), {"--http-listen", host_port(public_bind, Port(base, 2))});
     }
@@ -364,8 +368,66 @@ int RunCluster(const std::vector<std::string>& args) {
       a.insert(a.end(), {"--chat-template", f->Get("chat-template")});
     }
     a.insert(a.end(), gateway_security.begin(), gateway_security.end());
-    s = start("gateway", a);
+    auto c = std::make_unique<Child>();
+    c->name = "gateway";
+    absl::Status st = Spawn(c.get(), a, embed_router);
+    children.push_back(std::move(c));
+    return st;
+  };
+  absl::Status s;
+  if (embed_router) {
+    // The workers register with the gateway's router: it starts first.
+    s = start_gateway();
+    if (s.ok()) router = children.back()->router;
+  } else {
+    std::vector<std::string> router_args = {"--role=router",
+                                            "--listen",
+                                            host_port(bind, Port(base, 1)),
+                                            "--metrics-listen",
+                                            host_port(bind, Port(mbase, 1)),
+                                            "--replay-on",
+                                            f->Get("replay-on"),
+                                            "--replay-mode",
+                                            f->Get("replay-mode"),
+                                            "--model",
+                                            model};
+    router_args.insert(router_args.end(), {"--routing", f->Get("routing")});
+    router_args.insert(router_args.end(), tls_flags.begin(), tls_flags.end());
+    s = start("router", router_args);
+    if (s.ok()) router = children.back()->grpc;
   }
+  for (int i = 0; s.ok() && i < *np; ++i) {
+    std::vector<std::string> a = {"--role=prefill",
+                                  "--worker-id",
+                                  absl::StrCat("prefill-", i),
+                                  "--listen",
+                                  host_port(bind, Port(base, 10 + i)),
+                                  "--metrics-listen",
+                                  host_port(bind, Port(mbase, 10 + i)),
+                                  "--router",
+                                  router};
+    a.insert(a.end(), common_worker.begin(), common_worker.end());
+    if (f->Get("prefill-replay-capable") == "true") a.push_back("--replay-capable");
+    for (const std::string& t : tier_flags(absl::StrCat("prefill-", i))) a.push_back(t);
+    s = start(absl::StrCat("prefill-", i), a);
+  }
+  for (int j = 0; s.ok() && j < *nd; ++j) {
+    std::vector<std::string> a = {"--role=decode",
+                                  "--worker-id",
+                                  absl::StrCat("decode-", j),
+                                  "--listen",
+                                  host_port(bind, Port(base, 30 + j)),
+                                  "--metrics-listen",
+                                  host_port(bind, Port(mbase, 30 + j)),
+                                  "--kv-listen",
+                                  host_port(bind, Port(base, 50 + j)),
+                                  "--router",
+                                  router};
+    a.insert(a.end(), common_worker.begin(), common_worker.end());
+    for (const std::string& t : tier_flags(absl::StrCat("decode-", j))) a.push_back(t);
+    s = start(absl::StrCat("decode-", j), a);
+  }
+  if (s.ok() && !embed_router) s = start_gateway();
   if (s.ok() && !WaitForWorkers(router, static_cast<int>(*np), static_cast<int>(*nd), 60)) {
     s = absl::UnavailableError("workers did not register with the router in time");
   }
@@ -373,8 +435,12 @@ int RunCluster(const std::vector<std::string>& args) {
     StopAll(children, 5000);
     return Fail(kWords, std::string(s.message()));
   }
-  std::string summary;
+  std::string summary, gateway_address;
   for (const auto& c : children) {
+    if (c->name == "gateway") gateway_address = c->grpc;
+    if (!c->router.empty()) {  // the gateway's embedded router, under its usual name
+      absl::StrAppend(&summary, "router grpc=", c->router, " metrics=", c->router_metrics, "\n");
+    }
     absl::StrAppend(&summary, c->name, " grpc=", c->grpc, " metrics=", c->metrics,
                     c->kv.empty() ? "" : " kv=" + c->kv, c->http.empty() ? "" : " http=" + c->http,
                     "\n");
@@ -385,7 +451,7 @@ int RunCluster(const std::vector<std::string>& args) {
   }
   {
     std::lock_guard<std::mutex> lock(g_print_mu);
-    std::printf("cluster ready: gateway %s\n%s", children.back()->grpc.c_str(), summary.c_str());
+    std::printf("cluster ready: gateway %s\n%s", gateway_address.c_str(), summary.c_str());
     std::fflush(stdout);
   }
   services::WaitForShutdownSignal();
@@ -405,7 +471,7 @@ std::string DefaultModelDir() {
     return env;
   }
   for (const std::string& dir : {std::string(CED_SHIPPED_MODEL_DIR),
-                                std::string("/usr/local/share/ced/models/ced-pydocs")}) {
+                                 std::string("/usr/local/share/ced/models/ced-pydocs")}) {
     if (!std::ifstream(dir + "/model.safetensors").fail()) return dir;
   }
   return "";
@@ -439,7 +505,8 @@ int RunUp(const std::vector<std::string>& args) {
         "processes on loopback and prints the addresses; Ctrl-C stops everything.\n"
         "Without --model or --preset it serves the trained default model, ced-pydocs (a\n"
         "small CED trained on the Python documentation; models/ced-pydocs/README.md)%s.\n\n"
-        "Own flags:\n  --model=DIR        model folder (config.json, model.safetensors, tokenizer)\n"
+        "Own flags:\n  --model=DIR        model folder (config.json, model.safetensors, "
+        "tokenizer)\n"
         "  --preset=NAME      serve a synthetic preset (random weights: text is noise), made\n"
         "                     in $HOME/.cache/ced/models/NAME when missing\n"
         "  --seed=1           weights seed for that preset\n\nCluster flags:\n",
@@ -469,8 +536,7 @@ int RunUp(const std::vector<std::string>& args) {
                    model.c_str());
       return 2;
     }
-    std::printf("making model '%s' (seed %s) in %s\n", preset.c_str(), seed.c_str(),
-                model.c_str());
+    std::printf("making model '%s' (seed %s) in %s\n", preset.c_str(), seed.c_str(), model.c_str());
     std::fflush(stdout);
     const int rc = RunCommand("model make", {"--preset", preset, "--seed", seed, "--out", model});
     if (rc != 0) return rc;

@@ -45,7 +45,8 @@ struct KeyDeleter {
 using X509Ptr = std::unique_ptr<X509, X509Deleter>;
 
 std::unique_ptr<BIO, BioDeleter> MemBio(const std::string& pem) {
-  return std::unique_ptr<BIO, BioDeleter>(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return std::unique_ptr<BIO, BioDeleter>(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
 }
 
 // Every certificate in a PEM bundle; an error when there is none.
@@ -83,13 +84,13 @@ absl::Status LoadKeyPair(const SecurityFiles& files, std::string* cert_pem, std:
   std::unique_ptr<EVP_PKEY, KeyDeleter> pkey(
       PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
   if (pkey == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tls-key '", files.key, "': no unencrypted PEM private key (BEGIN PRIVATE KEY) in the file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls-key '", files.key,
+                     "': no unencrypted PEM private key (BEGIN PRIVATE KEY) in the file"));
   }
   if (X509_check_private_key((*certs)[0].get(), pkey.get()) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--tls-key '", files.key,
-                                                   "' does not belong to --tls-cert '",
-                                                   files.cert, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-key '", files.key, "' does not belong to --tls-cert '", files.cert, "'"));
   }
   WarnIfNotValidNow("--tls-cert", files.cert, (*certs)[0].get());
   *cert_pem = *std::move(cert);
@@ -240,9 +241,17 @@ absl::StatusOr<std::vector<std::string>> LoadTokens(const std::string& file,
   return tokens;
 }
 
+SecurityConfig InternalServerSecurity(const SecurityConfig& process) {
+  SecurityConfig c = process;
+  c.client_ca_pem = c.tls_server() ? c.ca_pem : "";
+  c.bearer_tokens.clear();
+  c.health_address.clear();
+  return c;
+}
+
 absl::StatusOr<SecurityConfig> LoadSecurity(const std::string& role, const SecurityFiles& files) {
-  const bool server = role == "gateway" || role == "router" || role == "prefill" ||
-                      role == "decode";
+  const bool server =
+      role == "gateway" || role == "router" || role == "prefill" || role == "decode";
   const bool gateway = role == "gateway";
   SecurityConfig c;
   if (files.cert.empty() != files.key.empty()) {
@@ -307,8 +316,7 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const SecurityCon
   }
   grpc_server_credentials* creds = nullptr;
   if (config.tls_server()) {
-    grpc_ssl_pem_key_cert_pair pair{config.server_key_pem.c_str(),
-                                    config.server_cert_pem.c_str()};
+    grpc_ssl_pem_key_cert_pair pair{config.server_key_pem.c_str(), config.server_cert_pem.c_str()};
     const bool verify = !config.client_ca_pem.empty();
     creds = grpc_ssl_server_credentials_create_ex(
         verify ? config.client_ca_pem.c_str() : nullptr, &pair, 1,

@@ -17,12 +17,12 @@
 //     cert/key is presented as the client certificate.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/support/client_interceptor.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,10 +40,10 @@ struct SecurityConfig {
 
   // Client side (MakeChannel). TLS when `tls_client` is set.
   bool tls_client = false;
-  std::string ca_pem;                            // empty: the system roots
-  std::string client_cert_pem, client_key_pem;   // presented when set
-  std::string server_name;                       // non-empty: expected name in server certs
-  std::string bearer_token;  // sent on every call (MakeClientInterceptors)
+  std::string ca_pem;                           // empty: the system roots
+  std::string client_cert_pem, client_key_pem;  // presented when set
+  std::string server_name;                      // non-empty: expected name in server certs
+  std::string bearer_token;                     // sent on every call (MakeClientInterceptors)
 
   // Non-empty: RunningServer also listens here in plaintext for
   // grpc.health.v1.Health only (every other method: UNAUTHENTICATED), for
@@ -60,7 +60,7 @@ SecurityConfig ProcessSecurity();
 
 // Where a process's security comes from: file paths (flags or environment).
 struct SecurityFiles {
-  std::string cert, key, ca;  // --tls-cert, --tls-key, --tls-ca
+  std::string cert, key, ca;     // --tls-cert, --tls-key, --tls-ca
   std::string public_client_ca;  // --public-client-ca (gateway only)
   std::string server_name;       // --tls-server-name
   std::string auth_tokens_file;  // --auth-tokens-file (gateway only)
@@ -73,6 +73,13 @@ struct SecurityFiles {
 // ("gateway" is the public one; "router", "prefill", "decode" internal;
 // "client" / "cluster": channels only). Errors name the flag at fault.
 absl::StatusOr<SecurityConfig> LoadSecurity(const std::string& role, const SecurityFiles& files);
+
+// The configuration of an internal listener in a process whose own is
+// `process` (a gateway that embeds the router): the same certificate, peers
+// must present one the internal CA (`ca_pem`) signed, no bearer tokens, no
+// health-only listener. Equals what LoadSecurity("router", ...) makes of the
+// same files.
+SecurityConfig InternalServerSecurity(const SecurityConfig& process);
 
 // Credentials for a listener / a channel under `config`.
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(const SecurityConfig& config);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/cli/flags.h"
 #include "services/gateway/gateway_server.h"
+#include "services/router/router_command.h"
 
 namespace ced::gateway {
 namespace {
@@ -18,7 +19,7 @@ int Fail(const std::string& message, int code) {
 
 int RunGatewayCommand(const std::vector<std::string>& args) {
   using cli::FlagSpec;
-  const std::vector<FlagSpec> specs = {
+  std::vector<FlagSpec> specs = {
       {"listen", "127.0.0.1:50050", "public gRPC address (host:port; port 0 picks one)"},
       {"metrics-listen", "127.0.0.1:9100", "Prometheus /metrics address (empty: none)"},
       {"router", "127.0.0.1:50051", "router address"},
@@ -45,17 +46,27 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
        true},
       {"http-listen", "",
        "OpenAI-compatible HTTP API address (host:port; port 0 picks one; empty: off)"},
-      {"chat-template", "", "Jinja chat template file for /v1/chat/completions "
-                            "(default: the model's tokenizer_config.json, else a built-in one)"},
+      {"chat-template", "",
+       "Jinja chat template file for /v1/chat/completions "
+       "(default: the model's tokenizer_config.json, else a built-in one)"},
       {"http-direct-stream", "true",
        "on plain TCP, write streamed tokens to the client's socket from the thread that "
        "receives them (false: the connection's own thread writes every event)",
        true},
       {"http-include-usage", "false",
-       "HTTP API: end every stream with a usage chunk, as if stream_options.include_usage",
-       true},
+       "HTTP API: end every stream with a usage chunk, as if stream_options.include_usage", true},
       {"http-request-timeout-ms", "600000", "HTTP API: deadline of each request"},
+      {"embed-router", "false",
+       "run the router in this process (workers register at --router-listen; placement is a "
+       "function call instead of a Route RPC on every request); the --router-* flags are "
+       "`ced router`'s flags, --router is then unused",
+       true},
   };
+  for (FlagSpec spec : router::RouterFlagSpecs("router-")) {
+    if (spec.name == "router-listen") spec.default_value = "127.0.0.1:50051";
+    spec.help = "--embed-router: " + spec.help;
+    specs.push_back(spec);
+  }
   auto flags = cli::Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
   if (flags->help()) {
@@ -74,6 +85,20 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.listen_address = flags->Get("listen");
   options.metrics_address = flags->Get("metrics-listen");
   options.router_address = flags->Get("router");
+  if (flags->GetBool("embed-router")) {
+    if (flags->Has("router")) {
+      return Fail(
+          "--router names a router elsewhere; with --embed-router the gateway runs its "
+          "own (--router-listen)",
+          2);
+    }
+    router::RouterServerOptions router;
+    if (absl::Status s = router::ApplyRouterFlags(*flags, "router-", flags->Get("model"), &router);
+        !s.ok()) {
+      return Fail(std::string(s.message()), 2);
+    }
+    options.embedded_router = router;
+  }
   options.model_dir = flags->Get("model");
   options.model_name = flags->Get("model-name");
   if (options.model_dir.empty()) return Fail("--model is required", 2);
@@ -81,9 +106,8 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   auto inflight_tokens = flags->GetInt("max-inflight-tokens");
   auto request_bytes = flags->GetInt("max-request-bytes");
   auto route_timeout = flags->GetInt("route-timeout-ms");
-  for (const absl::Status& s :
-       {inflight.status(), inflight_tokens.status(), request_bytes.status(),
-        route_timeout.status()}) {
+  for (const absl::Status& s : {inflight.status(), inflight_tokens.status(), request_bytes.status(),
+                                route_timeout.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()), 2);
   }
   if (*inflight < 1 || *inflight > (1 << 20)) return Fail("--max-inflight must be >= 1", 2);
@@ -149,6 +173,12 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       (*server)->http_address().empty() ? "" : ", http " + (*server)->http_address();
   std::printf("gateway listening on %s (metrics %s%s)\n", (*server)->grpc_address().c_str(),
               metrics.c_str(), http.c_str());
+  if (!(*server)->embedded_router_address().empty()) {
+    const std::string router_metrics = (*server)->embedded_router_metrics_address();
+    std::printf("embedded router on %s (metrics %s)\n",
+                (*server)->embedded_router_address().c_str(),
+                router_metrics.empty() ? "none" : router_metrics.c_str());
+  }
   std::fflush(stdout);
   const int sig = services::WaitForShutdownSignal();
   std::fprintf(stderr, "gateway: signal %d, shutting down\n", sig);

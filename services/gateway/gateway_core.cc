@@ -12,9 +12,18 @@ GatewayCore::GatewayCore(GatewaySettings settings, std::unique_ptr<Tokenizer> to
     : settings_(std::move(settings)),
       tokenizer_(std::move(tokenizer)),
       metrics_(metrics),
-      router_(ced::internal::Router::NewStub(services::MakeChannel(settings_.router_address))) {
+      router_(ced::internal::Router::NewStub(
+          settings_.router_channel != nullptr ? settings_.router_channel
+                                              : services::MakeChannel(settings_.router_address))) {
   std::random_device device;
   id_state_ = (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+grpc::Status GatewayCore::Route(grpc::ClientContext* context,
+                                const ced::internal::RouteRequest& request,
+                                ced::internal::RouteResponse* response) {
+  if (settings_.local_route) return services::ToGrpc(settings_.local_route(request, response));
+  return router_->Route(context, request, response);
 }
 
 std::shared_ptr<grpc::Channel> GatewayCore::Channel(const std::string& address) {

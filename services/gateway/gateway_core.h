@@ -5,12 +5,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "ced/internal/router.grpc.pb.h"
@@ -27,6 +29,12 @@ namespace ced::gateway {
 
 struct GatewaySettings {
   std::string router_address;
+  // A router in this process (--embed-router): its channel (in-process, for
+  // ListWorkers and health) and its placement, called directly on every
+  // request's path instead of a Route RPC. Null: the router at router_address.
+  std::shared_ptr<grpc::Channel> router_channel;
+  std::function<absl::Status(const ced::internal::RouteRequest&, ced::internal::RouteResponse*)>
+      local_route;
   std::string model_name;
   ModelConfig model;
   RequestLimits limits;
@@ -76,6 +84,10 @@ class GatewayCore {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GatewayMetrics& metrics() const { return metrics_; }
   ced::internal::Router::Stub* router() { return router_.get(); }
+  // Places a request: settings().local_route when the router is embedded,
+  // else the Route RPC under `context` (its deadline bounds the call).
+  grpc::Status Route(grpc::ClientContext* context, const ced::internal::RouteRequest& request,
+                     ced::internal::RouteResponse* response);
   // The block chain prompts are hashed with for cache-aware routing.
   PrefixChain& prefix_chain() { return prefix_chain_; }
   // Where the calls' worker streams complete.

@@ -15,7 +15,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     return absl::InvalidArgumentError("gateway: max_inflight must be >= 1");
   if (options.max_inflight_tokens < 1)
     return absl::InvalidArgumentError("gateway: max_inflight_tokens must be >= 1");
-  if (options.router_address.empty()) {
+  if (options.router_address.empty() && !options.embedded_router.has_value()) {
     return absl::InvalidArgumentError("gateway: a router address is required");
   }
   GatewaySettings settings;
@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     }
     if (settings.model_name.empty()) settings.model_name = "ced";
   }
-  settings.router_address = options.router_address;
+  if (!options.embedded_router.has_value()) settings.router_address = options.router_address;
   settings.limits.vocab_size = settings.model.vocab_size;
   settings.limits.max_position = settings.model.max_position;
   settings.max_inflight = options.max_inflight;
@@ -56,9 +56,27 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   settings.decode_mux = options.decode_mux;
 
   std::unique_ptr<GatewayServer> server(new GatewayServer());
+  if (options.embedded_router.has_value()) {
+    router::RouterServerOptions ro = *options.embedded_router;
+    server->router_security_ = services::InternalServerSecurity(services::ProcessSecurity());
+    ro.security = &server->router_security_;
+    auto router = router::RouterServer::Start(ro);
+    if (!router.ok()) {
+      return absl::Status(router.status().code(),
+                          absl::StrCat("gateway: embedded router: ", router.status().message()));
+    }
+    server->router_ = *std::move(router);
+    router::RouterServer* r = server->router_.get();
+    settings.router_address = r->grpc_address();
+    settings.router_channel = r->InProcessChannel();
+    settings.local_route = [r](const ced::internal::RouteRequest& request,
+                               ced::internal::RouteResponse* response) {
+      return r->service().RouteCounted(request, response);
+    };
+  }
   RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&server->registry_));
-  ASSIGN_OR_RETURN(GatewayMetrics metrics, GatewayMetrics::Create(&server->registry_,
-                                                                  !options.http_address.empty()));
+  ASSIGN_OR_RETURN(GatewayMetrics metrics,
+                   GatewayMetrics::Create(&server->registry_, !options.http_address.empty()));
   server->core_ = std::make_unique<GatewayCore>(std::move(settings), std::move(tokenizer), metrics);
   server->service_ = std::make_unique<GatewayService>(server->core_.get());
 
@@ -96,6 +114,14 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
 }
 
 GatewayServer::~GatewayServer() { Shutdown(); }
+
+std::string GatewayServer::embedded_router_address() const {
+  return router_ == nullptr ? "" : router_->grpc_address();
+}
+
+std::string GatewayServer::embedded_router_metrics_address() const {
+  return router_ == nullptr ? "" : router_->metrics_address();
+}
 
 bool GatewayServer::serving() const {
   absl::MutexLock lock(&mu_);
@@ -143,6 +169,7 @@ void GatewayServer::Shutdown() {
   if (core_ != nullptr) core_->WaitForCalls();
   absl::MutexLock lock(&mu_);
   server_.reset();
+  if (router_ != nullptr) router_->Shutdown();
 }
 
 }  // namespace ced::gateway

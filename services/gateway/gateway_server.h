@@ -20,6 +20,7 @@
 #include "services/gateway/gateway_service.h"
 #include "services/gateway/openai/openai_server.h"
 #include "services/metrics/registry.h"
+#include "services/router/router_server.h"
 
 namespace ced::gateway {
 
@@ -27,12 +28,18 @@ struct GatewayServerOptions {
   std::string listen_address = "127.0.0.1:0";   // port 0 picks one
   std::string metrics_address = "127.0.0.1:0";  // empty: no /metrics endpoint
   std::string router_address = "127.0.0.1:50051";
+  // Set: the gateway runs the router itself (its own internal gRPC listener
+  // and /metrics endpoint, where the workers register) and places requests
+  // with a function call instead of a Route RPC; router_address is unused.
+  // Its listener takes the process's certificate with the internal CA
+  // required of peers (services::InternalServerSecurity), never tokens.
+  std::optional<router::RouterServerOptions> embedded_router;
   // The model: config.json in model_dir (weights are not needed), or `model`
   // when set (tests). model_name defaults to model_dir's last component.
   std::string model_dir;
   std::optional<ModelConfig> model;
   std::string model_name;
-  int max_inflight = 256;                           // RESOURCE_EXHAUSTED beyond
+  int max_inflight = 256;  // RESOURCE_EXHAUSTED beyond
   // Prompt + max_tokens summed over admitted requests; RESOURCE_EXHAUSTED beyond.
   int64_t max_inflight_tokens = int64_t{1} << 20;
   int max_request_bytes = 4 << 20;                  // larger messages: RESOURCE_EXHAUSTED
@@ -77,6 +84,9 @@ class GatewayServer {
   const std::string& metrics_address() const { return metrics_address_; }
   // The OpenAI HTTP API's "host:port"; empty when it is off.
   const std::string& http_address() const { return http_address_; }
+  // The embedded router's gRPC and /metrics addresses; empty without one.
+  std::string embedded_router_address() const;
+  std::string embedded_router_metrics_address() const;
   // What grpc.health.v1 reports (as of the last poll of the router).
   bool serving() const;
   std::string MetricsText() const { return registry_.Serialize(); }
@@ -89,6 +99,8 @@ class GatewayServer {
   bool PollRouter();
 
   metrics::Registry registry_;  // outlives everything below
+  services::SecurityConfig router_security_;
+  std::unique_ptr<router::RouterServer> router_;  // embedded; outlives the core
   std::unique_ptr<GatewayCore> core_;
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<services::RunningServer> server_;

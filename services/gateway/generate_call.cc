@@ -397,7 +397,7 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   route_request.set_session_id(request_.session_id);
   core_->prefix_chain().Fill(prompt, &route_request);
   a->route_ctx.set_deadline(Bounded(settings.route_timeout));
-  grpc::Status status = core_->router()->Route(&a->route_ctx, route_request, &a->route);
+  grpc::Status status = core_->Route(&a->route_ctx, route_request, &a->route);
   if (status.ok()) core_->prefix_chain().Learn(a->route);
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
@@ -450,8 +450,7 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   a->reserve_ctx.set_deadline(Bounded(settings.reserve_timeout));
   a->reserve_sent = true;
   status = a->decode_stub->Reserve(&a->reserve_ctx, reserve, &reserved);
-  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-      a->mux_entry != nullptr) {
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && a->mux_entry != nullptr) {
     // The multiplexed stream ended between its open and the Reserve: the
     // worker took nothing; reserve again with a stream of the request's own.
     a->mux->Detach(a->mux_entry.get());

@@ -1,8 +1,10 @@
 #include "services/router/router_command.h"
 
 #include <cstdio>
+#include <map>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
 #include "engine/model/config.h"
 #include "services/cli/flags.h"
 #include "services/router/router_server.h"
@@ -31,15 +33,13 @@ bool ParseReplayOn(const std::string& value, ReplayOnChoice* out) {
 
 }  // namespace
 
-int RunRouterCommand(const std::vector<std::string>& args) {
-  using cli::FlagSpec;
-  const std::vector<FlagSpec> specs = {
+std::vector<cli::FlagSpec> RouterFlagSpecs(const std::string& prefix) {
+  std::vector<cli::FlagSpec> specs = {
       {"listen", "127.0.0.1:50051", "gRPC address (host:port; port 0 picks one)"},
       {"metrics-listen", "127.0.0.1:9101", "Prometheus /metrics address (empty: none)"},
       {"heartbeat-timeout-ms", "3000", "a worker silent this long gets no new work"},
       {"replay-on", "auto", "default replay placement: prefill, decode or auto (by load)"},
       {"replay-mode", "bounded", "default replay length: bounded (R from config) or exact"},
-      {"model", "", "model directory: config.json tells whether the model is decoder-only"},
       {"decoder-only", "", "the model is decoder-only (E == L): there is no replay", true},
       {"local-prefill-max-prompt", "0",
        "prompts up to this many tokens may prefill on the decode worker (0 = never)"},
@@ -60,6 +60,84 @@ int RunRouterCommand(const std::vector<std::string>& args) {
        "prefix-cache block hashes the router keeps per worker (16 bytes each; bounds memory)"},
       {"max-sessions", "65536", "session ids whose last placement the router remembers"},
   };
+  for (cli::FlagSpec& spec : specs) spec.name = prefix + spec.name;
+  return specs;
+}
+
+absl::Status ApplyRouterFlags(const cli::Flags& flags, const std::string& prefix,
+                              const std::string& model_dir, RouterServerOptions* options) {
+  auto get = [&](const std::string& name) { return flags.Get(prefix + name); };
+  auto bad = [&](const std::string& name, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("--", prefix, name, " ", what));
+  };
+  options->listen_address = get("listen");
+  options->metrics_address = get("metrics-listen");
+  std::map<std::string, int64_t> ints;
+  for (const char* name :
+       {"heartbeat-timeout-ms", "local-prefill-max-prompt", "local-prefill-threshold-tokens",
+        "local-prefill-max-uncached-tokens", "max-blocks-per-worker", "max-sessions"}) {
+    auto v = flags.GetInt(prefix + name);
+    if (!v.ok()) return v.status();
+    ints[name] = *v;
+  }
+  const std::string routing = get("routing");
+  if (routing == "cache_aware") {
+    options->policy.routing = Routing::kCacheAware;
+  } else if (routing == "load") {
+    options->policy.routing = Routing::kLoad;
+  } else {
+    return bad("routing", "must be cache_aware or load");
+  }
+  if (ints["local-prefill-max-uncached-tokens"] < 0) {
+    return bad("local-prefill-max-uncached-tokens", "must be >= 0");
+  }
+  if (ints["max-blocks-per-worker"] < 2 || ints["max-blocks-per-worker"] > (int64_t{1} << 30)) {
+    return bad("max-blocks-per-worker", "must be in [2, 2^30]");
+  }
+  if (ints["max-sessions"] < 1 || ints["max-sessions"] > (int64_t{1} << 30)) {
+    return bad("max-sessions", "must be in [1, 2^30]");
+  }
+  auto cache_weight = flags.GetDouble(prefix + "decode-cache-weight");
+  if (!cache_weight.ok() || !(*cache_weight >= 0 && *cache_weight <= 1e6)) {
+    return bad("decode-cache-weight", "must be a number in [0, 1e6]");
+  }
+  if (ints["heartbeat-timeout-ms"] <= 0) return bad("heartbeat-timeout-ms", "must be > 0");
+  if (ints["local-prefill-max-prompt"] < 0) return bad("local-prefill-max-prompt", "must be >= 0");
+  if (ints["local-prefill-threshold-tokens"] < 0) {
+    return bad("local-prefill-threshold-tokens", "must be >= 0");
+  }
+  options->policy.local_prefill_max_uncached_tokens = ints["local-prefill-max-uncached-tokens"];
+  options->policy.decode_cache_weight = *cache_weight;
+  options->policy.sessions.max_sessions = ints["max-sessions"];
+  options->block_index.max_blocks_per_worker = ints["max-blocks-per-worker"];
+  options->heartbeat_timeout = absl::Milliseconds(ints["heartbeat-timeout-ms"]);
+  if (!ParseReplayOn(get("replay-on"), &options->policy.replay_on)) {
+    return bad("replay-on", "must be prefill, decode or auto");
+  }
+  const std::string mode = get("replay-mode");
+  if (mode == "bounded") {
+    options->default_replay_mode = ced::internal::REPLAY_MODE_BOUNDED;
+  } else if (mode == "exact") {
+    options->default_replay_mode = ced::internal::REPLAY_MODE_EXACT;
+  } else {
+    return bad("replay-mode", "must be bounded or exact");
+  }
+  options->policy.decoder_only = flags.GetBool(prefix + "decoder-only");
+  if (!model_dir.empty()) {
+    ASSIGN_OR_RETURN(ModelConfig config, LoadConfigFile(model_dir + "/config.json"));
+    options->policy.decoder_only = options->policy.decoder_only || config.IsDecoderOnly();
+  }
+  options->policy.local_prefill_max_prompt_tokens = ints["local-prefill-max-prompt"];
+  options->policy.local_prefill_threshold_tokens = ints["local-prefill-threshold-tokens"];
+  options->policy.local_prefill_fallback = flags.GetBool(prefix + "local-prefill-fallback");
+  return absl::OkStatus();
+}
+
+int RunRouterCommand(const std::vector<std::string>& args) {
+  std::vector<cli::FlagSpec> specs = RouterFlagSpecs("");
+  specs.insert(
+      specs.begin() + 5,
+      {"model", "", "model directory: config.json tells whether the model is decoder-only"});
   auto flags = cli::Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
   if (flags->help()) {
@@ -74,66 +152,14 @@ int RunRouterCommand(const std::vector<std::string>& args) {
     return Fail(absl::StrCat("unexpected argument '", flags->positional()[0], "'"), 2);
   }
   RouterServerOptions options;
-  options.listen_address = flags->Get("listen");
-  options.metrics_address = flags->Get("metrics-listen");
-  auto timeout = flags->GetInt("heartbeat-timeout-ms");
-  auto max_prompt = flags->GetInt("local-prefill-max-prompt");
-  auto threshold = flags->GetInt("local-prefill-threshold-tokens");
-  auto max_uncached = flags->GetInt("local-prefill-max-uncached-tokens");
-  auto max_blocks = flags->GetInt("max-blocks-per-worker");
-  auto max_sessions = flags->GetInt("max-sessions");
-  for (const absl::Status& s :
-       {timeout.status(), max_prompt.status(), threshold.status(), max_uncached.status(),
-        max_blocks.status(), max_sessions.status()}) {
-    if (!s.ok()) return Fail(std::string(s.message()), 2);
+  if (absl::Status s = ApplyRouterFlags(*flags, "", "", &options); !s.ok()) {
+    return Fail(std::string(s.message()), 2);
   }
-  const std::string routing = flags->Get("routing");
-  if (routing == "cache_aware") {
-    options.policy.routing = Routing::kCacheAware;
-  } else if (routing == "load") {
-    options.policy.routing = Routing::kLoad;
-  } else {
-    return Fail("--routing must be cache_aware or load", 2);
-  }
-  if (*max_uncached < 0) return Fail("--local-prefill-max-uncached-tokens must be >= 0", 2);
-  if (*max_blocks < 2 || *max_blocks > (int64_t{1} << 30)) {
-    return Fail("--max-blocks-per-worker must be in [2, 2^30]", 2);
-  }
-  if (*max_sessions < 1 || *max_sessions > (int64_t{1} << 30)) {
-    return Fail("--max-sessions must be in [1, 2^30]", 2);
-  }
-  auto cache_weight = flags->GetDouble("decode-cache-weight");
-  if (!cache_weight.ok() || !(*cache_weight >= 0 && *cache_weight <= 1e6)) {
-    return Fail("--decode-cache-weight must be a number in [0, 1e6]", 2);
-  }
-  options.policy.local_prefill_max_uncached_tokens = *max_uncached;
-  options.policy.decode_cache_weight = *cache_weight;
-  options.policy.sessions.max_sessions = *max_sessions;
-  options.block_index.max_blocks_per_worker = *max_blocks;
-  if (*timeout <= 0) return Fail("--heartbeat-timeout-ms must be > 0", 2);
-  if (*max_prompt < 0) return Fail("--local-prefill-max-prompt must be >= 0", 2);
-  if (*threshold < 0) return Fail("--local-prefill-threshold-tokens must be >= 0", 2);
-  options.heartbeat_timeout = absl::Milliseconds(*timeout);
-  if (!ParseReplayOn(flags->Get("replay-on"), &options.policy.replay_on)) {
-    return Fail("--replay-on must be prefill, decode or auto", 2);
-  }
-  const std::string mode = flags->Get("replay-mode");
-  if (mode == "bounded") {
-    options.default_replay_mode = ced::internal::REPLAY_MODE_BOUNDED;
-  } else if (mode == "exact") {
-    options.default_replay_mode = ced::internal::REPLAY_MODE_EXACT;
-  } else {
-    return Fail("--replay-mode must be bounded or exact", 2);
-  }
-  options.policy.decoder_only = flags->GetBool("decoder-only");
   if (!flags->Get("model").empty()) {
     auto config = LoadConfigFile(flags->Get("model") + "/config.json");
     if (!config.ok()) return Fail(std::string(config.status().message()), 1);
     options.policy.decoder_only = options.policy.decoder_only || config->IsDecoderOnly();
   }
-  options.policy.local_prefill_max_prompt_tokens = *max_prompt;
-  options.policy.local_prefill_threshold_tokens = *threshold;
-  options.policy.local_prefill_fallback = flags->GetBool("local-prefill-fallback");
 
   services::InstallShutdownSignals();
   auto server = RouterServer::Start(options);

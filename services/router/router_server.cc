@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
   grpc_options.services = {server->service_.get()};
   grpc_options.health_service_name = "ced.internal.Router";
   grpc_options.registry = &server->registry_;
+  grpc_options.security = options.security;
   ASSIGN_OR_RETURN(server->server_, services::RunningServer::Start(grpc_options));
   server->grpc_address_ = server->server_->grpc_address();
   server->metrics_address_ = server->server_->metrics_address();
@@ -43,6 +44,13 @@ RouterServer::~RouterServer() { Shutdown(); }
 
 const std::string& RouterServer::grpc_address() const { return grpc_address_; }
 const std::string& RouterServer::metrics_address() const { return metrics_address_; }
+
+std::shared_ptr<grpc::Channel> RouterServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  return server_->server()->InProcessChannel(args);
+}
 
 void RouterServer::StaleLoop(absl::Duration interval) {
   absl::MutexLock lock(&mu_);

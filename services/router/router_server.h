@@ -28,6 +28,9 @@ struct RouterServerOptions {
   CedRoutingPolicy::Options policy;  // replay_on default, decoder_only, local prefill, ...
   BlockIndex::Options block_index;   // memory bound of the prefix-cache block index
   ced::internal::ReplayMode default_replay_mode = ced::internal::REPLAY_MODE_BOUNDED;
+  // TLS / client certificates of the gRPC listener; null: the process's.
+  // (A gateway that embeds the router passes the internal identity's.)
+  const services::SecurityConfig* security = nullptr;
 };
 
 // Start() binds and serves; Shutdown() (or the destructor) stops everything.
@@ -43,6 +46,11 @@ class RouterServer {
   // "host:port" actually bound; metrics_address() is empty without an endpoint.
   const std::string& grpc_address() const;
   const std::string& metrics_address() const;
+  // The service itself: in-process callers (a gateway embedding the router)
+  // route through it without a network hop.
+  RouterServiceImpl& service() { return *service_; }
+  // A channel to this server that stays in the process (no socket, no TLS).
+  std::shared_ptr<grpc::Channel> InProcessChannel();
   // Prometheus text of every router metric (what /metrics serves).
   std::string MetricsText() const { return registry_.Serialize(); }
   // Idempotent; waits at most ~1 s for in-flight calls.

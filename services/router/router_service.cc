@@ -343,14 +343,20 @@ grpc::Status RouterServiceImpl::Heartbeat(grpc::ServerContext*,
   return services::ToGrpc(DoHeartbeat(*request, response));
 }
 
-grpc::ServerUnaryReactor* RouterServiceImpl::Route(grpc::CallbackServerContext* context,
-                                                   const ced::internal::RouteRequest* request,
-                                                   ced::internal::RouteResponse* response) {
-  absl::Status status = DoRoute(*request, response);
+absl::Status RouterServiceImpl::RouteCounted(const ced::internal::RouteRequest& request,
+                                             ced::internal::RouteResponse* response) {
+  absl::Status status = DoRoute(request, response);
   if (!status.ok()) {
     metrics_.route_errors->WithLabelValues({StatusCodeLabel(status.code())}).Increment();
     response->Clear();
   }
+  return status;
+}
+
+grpc::ServerUnaryReactor* RouterServiceImpl::Route(grpc::CallbackServerContext* context,
+                                                   const ced::internal::RouteRequest* request,
+                                                   ced::internal::RouteResponse* response) {
+  const absl::Status status = RouteCounted(*request, response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(services::ToGrpc(status));
   return reactor;

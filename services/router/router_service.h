@@ -73,6 +73,10 @@ class RouterServiceImpl final
                            ced::internal::HeartbeatResponse* response);
   absl::Status DoRoute(const ced::internal::RouteRequest& request,
                        ced::internal::RouteResponse* response);
+  // What the Route RPC does: DoRoute, and on an error counts it and clears
+  // `response`. A gateway embedding the router calls it in-process.
+  absl::Status RouteCounted(const ced::internal::RouteRequest& request,
+                            ced::internal::RouteResponse* response);
   void DoListWorkers(ced::internal::ListWorkersResponse* response) const;
 
  private:

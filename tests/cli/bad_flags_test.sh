@@ -62,5 +62,19 @@ done
 # A boolean flag takes true/false (1/0, yes/no) only: a typo is not "false".
 expect 2 "--decode-mux must be true or false (got 'flase')" -- \
   "$ced" serve --role=gateway --model "$model" --decode-mux=flase
+# The router's flags, on `ced router` and (prefixed) on a gateway that embeds it.
+expect 2 "--routing must be cache_aware or load" -- "$ced" serve --role=router --routing nearest
+expect 2 "--max-sessions must be in [1, 2^30]" -- "$ced" serve --role=router --max-sessions 0
+gw=("$ced" serve --role=gateway --model "$model" --listen 127.0.0.1:0 --metrics-listen "")
+expect 2 "--router names a router elsewhere; with --embed-router" -- \
+  "${gw[@]}" --embed-router --router 127.0.0.1:1
+expect 2 "--router-routing must be cache_aware or load" -- \
+  "${gw[@]}" --embed-router --router-routing nearest
+expect 2 "--router-heartbeat-timeout-ms must be > 0" -- \
+  "${gw[@]}" --embed-router --router-heartbeat-timeout-ms 0
+expect 2 "--router-decode-cache-weight must be a number in [0, 1e6]" -- \
+  "${gw[@]}" --embed-router --router-decode-cache-weight -1
+expect 2 "--embed-router must be true or false (got 'sometimes')" -- \
+  "$ced" cluster --model "$model" --embed-router=sometimes
 rm -f "$pem"
 exit $fail

@@ -577,7 +577,9 @@ TEST_F(SecurityClusterTest, HttpApiAnswersOnlyTlsClientsWithAToken) {
     auto client = https(Cert("other-ca.crt"));
     auto res = client->Get("/health");
     EXPECT_FALSE(res) << "a client of another CA got status " << res->status;
-    if (!res) { EXPECT_EQ(res.error(), httplib::Error::SSLServerVerification); }
+    if (!res) {
+      EXPECT_EQ(res.error(), httplib::Error::SSLServerVerification);
+    }
   }
 }
 
@@ -687,10 +689,63 @@ TEST_F(SecurityClusterTest, FlushCacheAnswersOnlyTheInternalIdentity) {
   const grpc::Status s = flush(decode, internal, &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.referenced_blocks(), 0);
-  EXPECT_TRUE(WaitUntil(
-      [&] { return cluster_->Log().find("prefix cache flushed") != std::string::npos; },
-      std::chrono::seconds(10)))
+  EXPECT_TRUE(
+      WaitUntil([&] { return cluster_->Log().find("prefix cache flushed") != std::string::npos; },
+                std::chrono::seconds(10)))
       << cluster_->Log();
+}
+
+// A gateway that embeds the router (--embed-router) serves it on an internal
+// listener of its own: the workers register there with the internal identity
+// and requests are served; the public side's bearer tokens open nothing there
+// and a client without the internal certificate gets no connection.
+TEST(SecurityEmbeddedRouterTest, EmbeddedRouterListenerNeedsTheInternalIdentity) {
+  const std::string model = MakeModelDir("tiny");
+  const std::string tokens = CertDir() + "/tokens-embedded.txt";
+  std::ofstream(tokens) << "secret-token-1\n";
+  LocalCluster cluster(
+      model, {"--prefill", "1", "--decode", "1", "--kv-cache-mb", "64", "--embed-router",
+              "--tls-cert", Cert("server.crt"), "--tls-key", Cert("server.key"), "--tls-ca",
+              Cert("ca.crt"), "--auth-tokens-file", tokens});
+  ASSERT_TRUE(cluster.ready()) << cluster.Log();
+  const auto prompt = Prompt(40, 8);
+  const GenResult r =
+      GenerateCall(Channel(cluster.gateway(), {Cert("ca.crt"), "", ""}), "secret-token-1",
+                   Request(prompt, 10, ced::v1::REPLAY_ON_DECODE));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << cluster.Log();
+  EXPECT_EQ(r.tokens, ColocatedEngine(model).Run(prompt, 10));
+
+  const std::string router = cluster.addresses().at("router").at("grpc");
+  const ClientIdentity internal{Cert("ca.crt"), Cert("server.crt"), Cert("server.key")};
+  EXPECT_TRUE(ListWorkersCall(Channel(router, internal)).ok());
+  for (const ClientIdentity& id :
+       {ClientIdentity{"", "", ""}, ClientIdentity{Cert("ca.crt"), "", ""},
+        ClientIdentity{Cert("ca.crt"), Cert("untrusted.crt"), Cert("untrusted.key")}}) {
+    auto stub = ced::internal::Router::NewStub(Channel(router, id));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(20));
+    ctx.AddMetadata("authorization", "Bearer secret-token-1");
+    ced::internal::RegisterRequest req;
+    ced::internal::RegisterResponse resp;
+    const grpc::Status st = stub->Register(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << (id.ca.empty()     ? "plaintext"
+            : id.cert.empty() ? "no client certificate"
+                              : "untrusted")
+        << ": " << st.error_message();
+  }
+  // The public listener is not the router: a token holder cannot register there.
+  {
+    auto stub =
+        ced::internal::Router::NewStub(Channel(cluster.gateway(), {Cert("ca.crt"), "", ""}));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(20));
+    ctx.AddMetadata("authorization", "Bearer secret-token-1");
+    ced::internal::RegisterRequest req;
+    ced::internal::RegisterResponse resp;
+    EXPECT_EQ(stub->Register(&ctx, req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  }
+  std::remove(tokens.c_str());
 }
 
 }  // namespace
