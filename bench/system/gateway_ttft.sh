@@ -39,7 +39,13 @@ cleanup() {
 }
 trap cleanup EXIT
 "$CED" model make --preset small --seed 1 --out "$work/small" >/dev/null
-ids=$($PY -c "import random; random.seed(7); print(','.join(str(random.randrange(3, 256)) for _ in range($TOKENS)))")
+# A prompt of its own for every request (seed = request number): the workers'
+# prefix caches would otherwise serve every request after the first from the
+# cache (2,032 of 2,048 tokens cached) and the router would prefill the
+# short rest on the decode worker.
+prompt_ids() {
+  $PY -c "import random; random.seed($1); print(','.join(str(random.randrange(3, 256)) for _ in range($TOKENS)))"
+}
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 # The variants this CPU runs: the ones `ced` accepts in CED_CPU_ISA.
 isas=""
@@ -60,11 +66,16 @@ for isa in $isas; do
   [[ -s $work/ready ]] || { cat "$work/cluster_$isa.log" >&2; echo "cluster did not start" >&2; exit 1; }
   gw=$(awk '$1 == "gateway" {sub("grpc=", "", $2); print $2}' "$work/ready")
   # One warm-up request (weights packed, connections made), then the measured ones.
-  "$CED" client generate --gateway "$gw" --prompt-ids "$ids" --max-tokens 1 >/dev/null 2>&1
+  "$CED" client generate --gateway "$gw" --prompt-ids "$(prompt_ids 1000)" --max-tokens 1 >/dev/null 2>&1
   : >"$work/gw_$isa"
   for r in $(seq "$REPS"); do
-    line=$("$CED" client generate --gateway "$gw" --prompt-ids "$ids" --max-tokens 1 2>&1 >/dev/null | tail -1)
+    line=$("$CED" client generate --gateway "$gw" --prompt-ids "$(prompt_ids "$r")" --max-tokens 1 2>&1 >/dev/null | tail -1)
     echo "[$isa] $line" >&2
+    # Every sample must be a whole prefill on the prefill worker.
+    if ! grep -q "(cached 0)" <<<"$line" || ! grep -q "prefill prefill-" <<<"$line"; then
+      echo "gateway_ttft.sh: request $r was not a whole prefill on the prefill worker: $line" >&2
+      exit 1
+    fi
     sed -n 's/.*| TTFT \([0-9.]*\) ms, TPOT.*/\1/p' <<<"$line" >>"$work/gw_$isa"
   done
   kill "$cluster_pid"; wait "$cluster_pid" 2>/dev/null || true; cluster_pid=""
@@ -84,7 +95,7 @@ cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)
   echo
   echo "- Command: \`bench/system/gateway_ttft.sh --tokens $TOKENS --reps $REPS\`"
   echo "- Date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ); CPU: $cpu, $(nproc) cores; load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "- Model \`small\` (seed 1), $TOKENS-token prompt of random ids, max_tokens 1; cluster: 1 prefill + 1 decode worker, router, gateway, K/V over UCX on loopback; replay bounded on the prefill worker (the router's default). Workers and engine bench run $threads kernel threads each (OMP_NUM_THREADS; \`ced cluster\` alone would split the cores among its workers)."
+  echo "- Model \`small\` (seed 1), $TOKENS-token prompts of random ids, a different one per request (no prefix-cache hit: every sample checked to have 0 cached tokens and its prefill on the prefill worker), max_tokens 1; cluster: 1 prefill + 1 decode worker, router, gateway, K/V over UCX on loopback; replay bounded on the prefill worker (the router's default). Workers and engine bench run $threads kernel threads each (OMP_NUM_THREADS; \`ced cluster\` alone would split the cores among its workers)."
   echo "- Gateway: client-side TTFT (ms), median of $REPS after one warm-up request (all samples in brackets). Engine: \`ced_engine_bench --sections=prefill\` CED bounded TTFT, median of $REPS."
   echo
   echo "| kernel variant | engine TTFT, ms | gateway TTFT, ms (samples) | ratio | <= 1.25 |"
