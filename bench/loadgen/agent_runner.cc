@@ -75,7 +75,9 @@ struct AgentRunner::State {
   absl::CondVar changed;  // a call ended
   std::vector<Session> sessions ABSL_GUARDED_BY(mu);
   std::vector<AgentTurnRecord> records ABSL_GUARDED_BY(mu);
-  std::set<Call*> live ABSL_GUARDED_BY(mu);
+  // The calls not yet finished, by address: Finished() gets the key of a
+  // call already freed, a number, never a pointer to use.
+  std::set<uintptr_t> live ABSL_GUARDED_BY(mu);
   // The live calls not yet freed: the only ones Cancel() may be called on.
   std::set<Call*> cancellable ABSL_GUARDED_BY(mu);
   int64_t issued ABSL_GUARDED_BY(mu) = 0;
@@ -140,12 +142,12 @@ class AgentRunner::Call final : public grpc::ClientReadReactor<ced::v1::Generate
     // call (like LoadRunner's calls): free this call (its context) first,
     // and touch nothing of it after.
     AgentRunner* owner = owner_;
-    Call* key = this;
+    const uintptr_t key = reinterpret_cast<uintptr_t>(this);
     AgentTurnRecord record = std::move(record_);
     std::vector<int32_t> answer = std::move(answer_);
     {
       absl::MutexLock lock(&owner->state_->mu);
-      owner->state_->cancellable.erase(key);
+      owner->state_->cancellable.erase(this);
     }
     delete this;
     owner->Finished(key, std::move(record), std::move(answer));
@@ -196,7 +198,7 @@ AgentRunner::AgentRunner(AgentRunOptions options, std::vector<sim::AgentSessionS
 AgentRunner::~AgentRunner() {
   absl::MutexLock lock(&state_->mu);
   state_->mu.Await(absl::Condition(
-      +[](std::set<Call*>* live) { return live->empty(); }, &state_->live));
+      +[](std::set<uintptr_t>* live) { return live->empty(); }, &state_->live));
 }
 
 double AgentRunner::Now() const {
@@ -280,13 +282,13 @@ void AgentRunner::Launch(int s) {
   Call* call = new Call(this, std::move(req), std::move(record));
   {
     absl::MutexLock lock(&state_->mu);
-    state_->live.insert(call);
+    state_->live.insert(reinterpret_cast<uintptr_t>(call));
     state_->cancellable.insert(call);
   }
   call->Start();
 }
 
-void AgentRunner::Finished(Call* call, AgentTurnRecord record, std::vector<int32_t> answer) {
+void AgentRunner::Finished(uintptr_t call, AgentTurnRecord record, std::vector<int32_t> answer) {
   absl::MutexLock lock(&state_->mu);
   State::Session& session = state_->sessions[static_cast<size_t>(record.session)];
   const sim::AgentSessionSpec& spec = trace_[static_cast<size_t>(record.session)];

@@ -91,8 +91,8 @@ class AgentRunner final {
   void Launch(int session);                                      // state mutex not held
   // FlushCache (waiting for the tiers) on every options_.flush_workers.
   absl::Status FlushWorkers();
-  // `call` is only a key: it was freed already.
-  void Finished(Call* call, AgentTurnRecord record, std::vector<int32_t> answer);
+  // `call`: the address the finished call had (it was freed already).
+  void Finished(uintptr_t call, AgentTurnRecord record, std::vector<int32_t> answer);
   double Now() const;
   bool Interrupted() const;
 

@@ -42,7 +42,7 @@ class CostModel {
     ModelConfig config;  // validated by Create
     GpuSpec gpu;
     double bytes_per_param = 0;          // 0: the device's (gpu.bytes_per_param)
-    std::optional<KvFormat> kv_format;   // unset: the model's kv_cache_dtype
+    std::optional<KvFormat> kv_format = std::nullopt;  // unset: the model's kv_cache_dtype
     double kv_room_fraction = 0.9;       // of HBM, before weights
     double link_bytes_per_s = 50e9;      // K/V link per prefill instance (unless the device sets one)
   };

@@ -264,8 +264,9 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
 
 bool Simulator::Route(int r) {
   Req& q = reqs_[r];
-  router::RouteRequest route{q.spec.prompt_tokens, q.spec.output_tokens,
-                             router::ReplayOnChoice::kUnspecified, /*exclude_ids=*/{}};
+  router::RouteRequest route;
+  route.prompt_tokens = q.spec.prompt_tokens;
+  route.max_tokens = q.spec.output_tokens;
   absl::StatusOr<router::Decision> decision = policy_->Select(route);
   if (!decision.ok()) {
     if (absl::IsResourceExhausted(decision.status())) return false;

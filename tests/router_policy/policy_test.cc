@@ -51,7 +51,11 @@ class PolicyTest : public ::testing::Test {
 
   static RouteRequest Request(int64_t prompt, int64_t max_tokens = 16,
                               ReplayOnChoice replay_on = ReplayOnChoice::kUnspecified) {
-    return RouteRequest{prompt, max_tokens, replay_on, /*exclude_ids=*/{}};
+    RouteRequest r;
+    r.prompt_tokens = prompt;
+    r.max_tokens = max_tokens;
+    r.replay_on = replay_on;
+    return r;
   }
 
   absl::Time now_ = absl::FromUnixSeconds(1000);
