@@ -1,6 +1,7 @@
 #include "services/common/worker_util.h"
 
 #include <cstdio>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -14,9 +15,9 @@ absl::Status CheckAdvertisable(const std::string& bound, const std::string& adve
   absl::StatusOr<HostPort> hp = ParseHostPort(bound);
   const std::string host = hp.ok() ? hp->host : bound;
   if (host == "0.0.0.0" || host == "::" || host.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, " is required when listening on the wildcard address '", bound,
-        "': the router would hand that address to peers, which cannot reach it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " is required when listening on the wildcard address '", bound,
+                     "': the router would hand that address to peers, which cannot reach it"));
   }
   return absl::OkStatus();
 }
@@ -53,8 +54,7 @@ void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out) {
 }
 
 ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string& worker_id,
-                                         ced::internal::Role role,
-                                         const std::string& grpc_address,
+                                         ced::internal::Role role, const std::string& grpc_address,
                                          const std::string& kv_transport) {
   ced::internal::WorkerInfo info;
   const CacheStats cs = engine.cache_stats();
@@ -79,9 +79,8 @@ absl::Status ValidatePrompt(const google::protobuf::RepeatedField<int32_t>& ids,
     }
   }
   if (ids.size() > config.max_position) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.size(),
-                                                   " tokens exceed max_position ",
-                                                   config.max_position));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", ids.size(), " tokens exceed max_position ", config.max_position));
   }
   return absl::OkStatus();
 }
@@ -90,18 +89,27 @@ grpc::ServerUnaryReactor* AnswerFlushCache(grpc::CallbackServerContext* ctx, con
                                            Engine& engine,
                                            const ced::internal::FlushCacheRequest& request,
                                            ced::internal::FlushCacheResponse* response) {
-  const int evicted = engine.FlushPrefixCache();
-  if (request.wait_for_tiers()) engine.FlushKvTiers();
-  const CacheStats cs = engine.cache_stats();
-  response->set_evicted_blocks(evicted);
-  response->set_cached_blocks(cs.cached_blocks);
-  response->set_referenced_blocks(cs.cached_blocks - cs.evictable_blocks);
-  std::fprintf(stderr, "%s: prefix cache flushed by %s%s%s: %d blocks evicted, %d held by running "
-               "requests\n",
-               who, ctx->peer().c_str(), request.reason().empty() ? "" : ": ",
-               request.reason().c_str(), evicted, cs.cached_blocks - cs.evictable_blocks);
+  // The flush waits for the tiers' writes (seconds for a large cache): off
+  // the gRPC callback thread, since callback handlers must not block (they
+  // run on the library's few threads that serve every RPC of the process:
+  // Reserve, Prefill, the token streams). The server's shutdown waits for
+  // Finish, and the engine outlives the server; the thread touches nothing
+  // after Finish.
   auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  std::thread([reactor, who, &engine, &request, response, peer = ctx->peer()]() {
+    const int evicted = engine.FlushPrefixCache();
+    if (request.wait_for_tiers()) engine.FlushKvTiers();
+    const CacheStats cs = engine.cache_stats();
+    response->set_evicted_blocks(evicted);
+    response->set_cached_blocks(cs.cached_blocks);
+    response->set_referenced_blocks(cs.cached_blocks - cs.evictable_blocks);
+    std::fprintf(stderr,
+                 "%s: prefix cache flushed by %s%s%s: %d blocks evicted, %d held by running "
+                 "requests\n",
+                 who, peer.c_str(), request.reason().empty() ? "" : ": ", request.reason().c_str(),
+                 evicted, cs.cached_blocks - cs.evictable_blocks);
+    reactor->Finish(grpc::Status::OK);
+  }).detach();
   return reactor;
 }
 

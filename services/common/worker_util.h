@@ -37,7 +37,9 @@ ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string
 // The FlushCache admin call of both workers: logs who asked (`who`: "decode
 // worker", "prefill worker"), evicts every cached block of `engine` nobody
 // holds (Engine::FlushPrefixCache: none of their spills is dropped), waits for
-// the tiers' writes when asked, and answers with the counts.
+// the tiers' writes when asked, and answers with the counts. The work runs on
+// a thread of its own, not on the gRPC callback thread; `engine` must outlive
+// the server (whose shutdown waits for the answer).
 grpc::ServerUnaryReactor* AnswerFlushCache(grpc::CallbackServerContext* ctx, const char* who,
                                            Engine& engine,
                                            const ced::internal::FlushCacheRequest& request,
