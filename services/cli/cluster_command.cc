@@ -273,10 +273,11 @@ int RunCluster(const std::vector<std::string>& args) {
          std::to_string(std::max<long>(1, cores / std::max<int64_t>(1, *np + *nd))).c_str(), 0);
   services::InstallShutdownSignals();
   std::vector<std::unique_ptr<Child>> children;
-  auto start = [&](const std::string& name, std::vector<std::string> a) -> absl::Status {
+  auto start = [&](const std::string& name, std::vector<std::string> a,
+                   bool embedded_router = false) -> absl::Status {
     auto c = std::make_unique<Child>();
     c->name = name;
-    absl::Status s = Spawn(c.get(), a);
+    absl::Status s = Spawn(c.get(), a, embedded_router);
     children.push_back(std::move(c));
     return s;
   };
@@ -368,11 +369,7 @@ int RunCluster(const std::vector<std::string>& args) {
       a.insert(a.end(), {"--chat-template", f->Get("chat-template")});
     }
     a.insert(a.end(), gateway_security.begin(), gateway_security.end());
-    auto c = std::make_unique<Child>();
-    c->name = "gateway";
-    absl::Status st = Spawn(c.get(), a, embed_router);
-    children.push_back(std::move(c));
-    return st;
+    return start("gateway", a, embed_router);
   };
   absl::Status s;
   if (embed_router) {
@@ -396,36 +393,33 @@ int RunCluster(const std::vector<std::string>& args) {
     s = start("router", router_args);
     if (s.ok()) router = children.back()->grpc;
   }
-  for (int i = 0; s.ok() && i < *np; ++i) {
-    std::vector<std::string> a = {"--role=prefill",
+  // A worker's own flags: role, id, its ports (offset from the base ports), the router.
+  auto worker_args = [&](const std::string& role, const std::string& id, int offset) {
+    std::vector<std::string> a = {"--role=" + role,
                                   "--worker-id",
-                                  absl::StrCat("prefill-", i),
+                                  id,
                                   "--listen",
-                                  host_port(bind, Port(base, 10 + i)),
+                                  host_port(bind, Port(base, offset)),
                                   "--metrics-listen",
-                                  host_port(bind, Port(mbase, 10 + i)),
+                                  host_port(bind, Port(mbase, offset)),
                                   "--router",
                                   router};
     a.insert(a.end(), common_worker.begin(), common_worker.end());
+    return a;
+  };
+  for (int i = 0; s.ok() && i < *np; ++i) {
+    const std::string id = absl::StrCat("prefill-", i);
+    std::vector<std::string> a = worker_args("prefill", id, 10 + i);
     if (f->Get("prefill-replay-capable") == "true") a.push_back("--replay-capable");
-    for (const std::string& t : tier_flags(absl::StrCat("prefill-", i))) a.push_back(t);
-    s = start(absl::StrCat("prefill-", i), a);
+    for (const std::string& t : tier_flags(id)) a.push_back(t);
+    s = start(id, a);
   }
   for (int j = 0; s.ok() && j < *nd; ++j) {
-    std::vector<std::string> a = {"--role=decode",
-                                  "--worker-id",
-                                  absl::StrCat("decode-", j),
-                                  "--listen",
-                                  host_port(bind, Port(base, 30 + j)),
-                                  "--metrics-listen",
-                                  host_port(bind, Port(mbase, 30 + j)),
-                                  "--kv-listen",
-                                  host_port(bind, Port(base, 50 + j)),
-                                  "--router",
-                                  router};
-    a.insert(a.end(), common_worker.begin(), common_worker.end());
-    for (const std::string& t : tier_flags(absl::StrCat("decode-", j))) a.push_back(t);
-    s = start(absl::StrCat("decode-", j), a);
+    const std::string id = absl::StrCat("decode-", j);
+    std::vector<std::string> a = worker_args("decode", id, 30 + j);
+    a.insert(a.end(), {"--kv-listen", host_port(bind, Port(base, 50 + j))});
+    for (const std::string& t : tier_flags(id)) a.push_back(t);
+    s = start(id, a);
   }
   if (s.ok() && !embed_router) s = start_gateway();
   if (s.ok() && !WaitForWorkers(router, static_cast<int>(*np), static_cast<int>(*nd), 60)) {
