@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -163,12 +164,7 @@ absl::Status PrefixCache::Release(absl::Span<const int> blocks) {
   return absl::OkStatus();
 }
 
-int PrefixCache::EvictAll() {
-  std::lock_guard<std::mutex> lock(mu_);
-  const int n = static_cast<int>(lru_.size());
-  EvictLocked(n);
-  return n;
-}
+int PrefixCache::EvictAll() { return EvictUpTo(std::numeric_limits<int>::max()); }
 
 int PrefixCache::EvictUpTo(int max_blocks) {
   std::lock_guard<std::mutex> lock(mu_);
