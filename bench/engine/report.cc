@@ -115,6 +115,7 @@ void AppendHeader(const Json& d, std::string* md) {
                       IsaName(m.value("kernel_isa", "")), m.value("blas_core", ""),
                       coretype.empty() ? "auto-detected, OPENBLAS_CORETYPE unset"
                                        : "forced by OPENBLAS_CORETYPE=" + coretype),
+      "- CPU kernels: ", m.value("kernel_summary", ""), "\n",
       "- Load average (1/5/15 min) at start: ", d.value("load_average_start", ""),
       "; at end: ", d.value("load_average_end", ""), "\n",  //
       "- Compiler: GCC ", m.value("compiler", ""), "\n",

@@ -166,6 +166,7 @@ Json BuildJson(const BenchReport& report) {
                   {"blas_core", m.blas_core},
                   {"blas_isa", BlasIsa(m.blas_core)},
                   {"kernel_isa", KernelIsa()},
+                  {"kernel_summary", kernels::CpuIsaSummary()},
                   {"compiler", m.compiler},
                   {"omp_wait_policy", m.omp_wait_policy},
                   {"openblas_coretype_env", m.blas_coretype_env}};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_packed.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 // Last: everything below is compiled for the variant.
 #include "kernels/cpu/gemm_panel.h"
@@ -21,15 +22,25 @@ namespace {
 constexpr int kRows = CED_TILE_ROWS;  // x rows per register tile
 constexpr int kVecs = kPanel / kLanes;  // registers per tile row
 // k values per pass: a panel slice of 32 KiB (AVX-512) or 16 KiB stays in L1.
+#ifndef CED_PF_HINT
+#define CED_PF_HINT 2
+#endif
+#ifndef CED_PF_HINT_GEMV
+#define CED_PF_HINT_GEMV 3
+#endif
 constexpr int kDepth = 256;
+
+// __builtin_prefetch's locality argument for a PrefetchHint (kernels/cpu/isa.h).
+constexpr int Locality(PrefetchHint hint) { return hint == PrefetchHint::kL2 ? 2 : 0; }
 
 // y[MR, kPanel] (+)= x[MR, kc] * panel[kc, kPanel]; only `cols` columns are
 // stored. Also prefetches pf_lines cache lines from pf, one per k from the
 // first: with few row tiles (a decode batch) each tile has a large share of
-// the next slice to fetch. Non-temporal (prefetchnta): on AVX-512 (Zen 5)
-// batch-16 products ran 10-20% faster than prefetching into L2, prefill
-// shapes about 5%; on the AVX2 kernels the two timed the same.
-template <int MR>
+// the next slice to fetch. The hint is the CPU's (isa.h): non-temporal on
+// AMD (on Zen 5 batch-16 products ran 10-20% faster than into L2, prefill
+// shapes about 5%; on Zen 3 the two timed the same); into L2 on Intel, whose
+// prefetchnta fills L1 only, where the next slice evicts the current one.
+template <int MR, PrefetchHint kHint>
 void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size_t ldy, int cols,
           bool add, const char* pf, int pf_lines) {
   VF acc[MR][kVecs];
@@ -40,7 +51,7 @@ void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size
   }
   for (int k = 0; k < kc; ++k) {
     if (pf_lines > 0) {
-      __builtin_prefetch(pf, 0, 0);
+      __builtin_prefetch(pf, 0, Locality(kHint));
       pf += 64;
       --pf_lines;
     }
@@ -73,15 +84,16 @@ void Tile(const float* x, size_t ldx, const float* panel, int kc, float* y, size
   }
 }
 
-template <int MR>
+template <int MR, PrefetchHint kHint>
 void TileRowsAtMost(int mr, const float* x, size_t ldx, const float* panel, int kc, float* y,
                     size_t ldy, int cols, bool add, const char* pf, int pf_lines) {
   if constexpr (MR > 1) {
     if (mr < MR) {
-      return TileRowsAtMost<MR - 1>(mr, x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+      return TileRowsAtMost<MR - 1, kHint>(mr, x, ldx, panel, kc, y, ldy, cols, add, pf,
+                                           pf_lines);
     }
   }
-  Tile<MR>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
+  Tile<MR, kHint>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
 }
 
 // One panel (kPanel output columns) of one target over all n rows.
@@ -104,10 +116,9 @@ void CheckLayout(const PackedGemmTarget* targets, int count) {
   }
 }
 
-}  // namespace
-
-void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t panel_stride,
-               int cols, float* y, size_t ldy, bool accumulate) {
+template <PrefetchHint kHint>
+void PanelGemmHinted(const float* x, size_t ldx, int n, int in, const float* b,
+                     size_t panel_stride, int cols, float* y, size_t ldy, bool accumulate) {
   for (int c0 = 0, p = 0; c0 < cols; c0 += kPanel, ++p) {
     const int pc = std::min(kPanel, cols - c0);
     const float* panel = b + p * panel_stride;
@@ -128,7 +139,7 @@ void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t
       const int per_tile = (lines + tiles - 1) / tiles;
       for (int r0 = 0, t = 0; r0 < n; r0 += kRows, ++t) {
         const int pf0 = std::min(lines, t * per_tile), pf1 = std::min(lines, pf0 + per_tile);
-        TileRowsAtMost<kRows>(std::min(kRows, n - r0), x + r0 * ldx + k0, ldx, slice, kc,
+        TileRowsAtMost<kRows, kHint>(std::min(kRows, n - r0), x + r0 * ldx + k0, ldx, slice, kc,
                               y + r0 * ldy + c0, ldy, pc, add,
                               next + static_cast<size_t>(pf0) * 64, pf1 - pf0);
       }
@@ -136,9 +147,13 @@ void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t
   }
 }
 
-void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, bool accumulate) {
-  // Four k rows per iteration into separate accumulators (FMA latency), and
-  // prefetch kAhead rows ahead of the stream (about 3 KiB).
+// Four k rows per iteration into separate accumulators (FMA latency), and
+// prefetch kAhead rows ahead of the stream (about 3 KiB) with the CPU's hint
+// (on Intel, into L2: the batch-1 decode step of `small` ran ~1.9x faster
+// than with prefetchnta; on AMD the hints timed the same).
+template <PrefetchHint kHint>
+void PanelGemvHinted(const float* x, int in, const float* panel, int cols, float* y,
+                     bool accumulate) {
   constexpr int kAhead = 24 * 32 / kPanel;
   constexpr int kLines = kPanel * 4 / 64;  // cache lines per panel row
   VF a[4][kVecs] = {};
@@ -148,7 +163,7 @@ void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, b
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
 #pragma GCC unroll 2
-      for (int l = 0; l < kLines; ++l) __builtin_prefetch(p + (kAhead + j) * kPanel + l * 16, 0, 0);
+      for (int l = 0; l < kLines; ++l) __builtin_prefetch(p + (kAhead + j) * kPanel + l * 16, 0, Locality(kHint));
     }
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
@@ -165,6 +180,26 @@ void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, b
   float r[kPanel];
   for (int v = 0; v < kVecs; ++v) StoreVF(r + v * kLanes, (a[0][v] + a[1][v]) + (a[2][v] + a[3][v]));
   for (int j = 0; j < cols; ++j) y[j] = accumulate ? y[j] + r[j] : r[j];
+}
+
+}  // namespace
+
+void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t panel_stride,
+               int cols, float* y, size_t ldy, bool accumulate) {
+  if (ActivePrefetchHint() == PrefetchHint::kL2) {
+    PanelGemmHinted<PrefetchHint::kL2>(x, ldx, n, in, b, panel_stride, cols, y, ldy, accumulate);
+  } else {
+    PanelGemmHinted<PrefetchHint::kNonTemporal>(x, ldx, n, in, b, panel_stride, cols, y, ldy,
+                                                accumulate);
+  }
+}
+
+void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, bool accumulate) {
+  if (ActivePrefetchHint() == PrefetchHint::kL2) {
+    PanelGemvHinted<PrefetchHint::kL2>(x, in, panel, cols, y, accumulate);
+  } else {
+    PanelGemvHinted<PrefetchHint::kNonTemporal>(x, in, panel, cols, y, accumulate);
+  }
 }
 
 namespace {

@@ -11,6 +11,7 @@ namespace {
 
 constexpr const char* kEnv = "CED_CPU_ISA";
 constexpr const char* kHideEnv = "CED_CPU_HIDE";
+constexpr const char* kPrefetchEnv = "CED_CPU_PREFETCH";
 
 // CED_CPU_HIDE=avx512[,avx2]: behave as on a CPU without these variants (a
 // hidden avx2 hides avx512 too), to exercise fallbacks and start-up errors
@@ -148,7 +149,82 @@ std::vector<CpuIsa> SupportedCpuIsas() {
 
 CpuIsa BestCpuIsa() { return SupportedCpuIsas().back(); }
 
-std::string ValidateCpuIsaEnv() {
+namespace {
+
+bool ParsePrefetchHint(std::string_view name, PrefetchHint* out) {
+  for (PrefetchHint h : {PrefetchHint::kNonTemporal, PrefetchHint::kL2}) {
+    if (PrefetchHintName(h) == name) {
+      *out = h;
+      return true;
+    }
+  }
+  return false;
+}
+
+// CED_CPU_PREFETCH when it names a hint (or anything but `auto`), else null.
+const char* ForcedPrefetchEnv() {
+  const char* env = std::getenv(kPrefetchEnv);
+  if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return nullptr;
+  return env;
+}
+
+bool IsIntel() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+
+std::once_flag g_prefetch_once;
+std::atomic<int> g_prefetch{-1};
+bool g_prefetch_forced = false;  // by CED_CPU_PREFETCH
+std::atomic<bool> g_prefetch_set{false};  // by SetActivePrefetchHint
+
+std::string ValidatePrefetchEnv() {
+  const char* env = ForcedPrefetchEnv();
+  PrefetchHint hint;
+  if (env == nullptr || ParsePrefetchHint(env, &hint)) return "";
+  return std::string(kPrefetchEnv) + "=" + env +
+         ": unknown prefetch hint (expected auto, nta or l2)";
+}
+
+}  // namespace
+
+std::string_view PrefetchHintName(PrefetchHint hint) {
+  return hint == PrefetchHint::kL2 ? "l2" : "nta";
+}
+
+PrefetchHint ActivePrefetchHint() {
+  const int v = g_prefetch.load(std::memory_order_acquire);
+  if (v >= 0) return static_cast<PrefetchHint>(v);
+  std::call_once(g_prefetch_once, [] {
+    const std::string error = ValidatePrefetchEnv();
+    if (!error.empty()) {
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      std::exit(2);
+    }
+    PrefetchHint hint = IsIntel() ? PrefetchHint::kL2 : PrefetchHint::kNonTemporal;
+    if (const char* env = ForcedPrefetchEnv(); env != nullptr) {
+      ParsePrefetchHint(env, &hint);
+      g_prefetch_forced = true;
+    }
+    int expected = -1;
+    g_prefetch.compare_exchange_strong(expected, static_cast<int>(hint));
+  });
+  return static_cast<PrefetchHint>(g_prefetch.load(std::memory_order_acquire));
+}
+
+void SetActivePrefetchHint(PrefetchHint hint) {
+  ActivePrefetchHint();  // reads (and checks) the environment first
+  g_prefetch_set.store(true);
+  g_prefetch.store(static_cast<int>(hint), std::memory_order_release);
+}
+
+namespace {
+
+std::string ValidateIsaEnv() {
   const char* env = ForcedEnv();
   if (env == nullptr) return "";
   CpuIsa isa;
@@ -162,6 +238,13 @@ std::string ValidateCpuIsaEnv() {
            " kernels (it supports " + SupportedList() + "; CPU features: " + CpuFeatures() + ")";
   }
   return "";
+}
+
+}  // namespace
+
+std::string ValidateCpuIsaEnv() {
+  std::string error = ValidateIsaEnv();
+  return error.empty() ? ValidatePrefetchEnv() : error;
 }
 
 CpuIsa ActiveCpuIsa() {
@@ -189,6 +272,15 @@ std::string CpuIsaSummary() {
     s += "set by the process; best is " + std::string(CpuIsaName(BestCpuIsa()));
   } else {
     s += "best this CPU supports";
+  }
+  const PrefetchHint hint = ActivePrefetchHint();
+  s += "; prefetch " + std::string(PrefetchHintName(hint)) + ": ";
+  if (g_prefetch_set.load()) {
+    s += "set by the process";
+  } else if (g_prefetch_forced) {
+    s += std::string("forced by ") + kPrefetchEnv + "=" + std::getenv(kPrefetchEnv);
+  } else {
+    s += IsIntel() ? "Intel CPU" : "not an Intel CPU";
   }
   return s + ")";
 }

@@ -38,7 +38,8 @@ CpuIsa BestCpuIsa();
 
 // Checks CED_CPU_ISA: empty string when it is unset, `auto`, or names a
 // variant this CPU supports; otherwise a message naming the variable, the
-// value and what this CPU supports. Binaries call it first thing in main().
+// value and what this CPU supports. Checks CED_CPU_PREFETCH the same way.
+// Binaries call it first thing in main().
 std::string ValidateCpuIsaEnv();
 
 // The variant the kernels run. The first call reads CED_CPU_ISA; an invalid
@@ -51,8 +52,29 @@ CpuIsa ActiveCpuIsa();
 // another variant must be made again (PackedMatrix checks).
 bool SetActiveCpuIsa(CpuIsa isa);
 
-// A one-line description: the active variant, what the CPU supports and why
-// (e.g. "avx2 (cpu: avx2 fma f16c; forced by CED_CPU_ISA=avx2)").
+// Where the GEMM and GEMV kernels prefetch the weights they stream: tuned per
+// CPU vendor, not per instruction set. On AMD Zen a non-temporal prefetch
+// (prefetchnta: into L1/L2 without polluting the other levels) timed best; on
+// Intel it fills only L1, where the next weight slice evicted the one the
+// register tiles were reading, and prefetching into L2 (prefetcht1) ran the
+// prefill products 15-20% and the batch-1 decode step up to ~2x faster
+// (bench/results/engine_intel.md). The environment variable CED_CPU_PREFETCH
+// (`auto` or unset = by vendor, `nta`, `l2`) forces one, for benches.
+enum class PrefetchHint : int {
+  kNonTemporal = 0,  // prefetchnta (AMD, and any CPU of unknown vendor)
+  kL2 = 1,           // prefetcht1 (Intel)
+};
+// "nta", "l2".
+std::string_view PrefetchHintName(PrefetchHint hint);
+// The hint the kernels use: CED_CPU_PREFETCH if set (an invalid value prints
+// ValidateCpuIsaEnv()'s message and exits with status 2), else by vendor.
+PrefetchHint ActivePrefetchHint();
+// Switches the hint for the whole process (benches comparing the two).
+void SetActivePrefetchHint(PrefetchHint hint);
+
+// A one-line description: the active variant, what the CPU supports and why,
+// and the prefetch hint (e.g. "avx2 (cpu: avx2 fma f16c; forced by
+// CED_CPU_ISA=avx2; prefetch nta: AMD)").
 std::string CpuIsaSummary();
 
 }  // namespace ced::kernels

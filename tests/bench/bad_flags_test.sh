@@ -23,6 +23,7 @@ expect 1 "--variants must be all or active" -- "$engine" --variants=some
 expect 1 "--peers must be auto, on or off" -- "$engine" --peers=maybe
 expect 1 "--ced_model and --dec_model go together" -- "$engine" --ced_model=/nonexistent
 expect 2 "CED_CPU_ISA=avx3: unknown kernel variant" -- env CED_CPU_ISA=avx3 "$engine"
+expect 2 "CED_CPU_PREFETCH=t9: unknown prefetch hint" -- env CED_CPU_PREFETCH=t9 "$engine"
 expect 2 "CED_CPU_ISA=avx512: this CPU cannot run the avx512 kernels" -- \
   env CED_CPU_HIDE=avx512 CED_CPU_ISA=avx512 "$engine"
 if [[ -n $blas ]]; then

@@ -87,6 +87,38 @@ TEST(IsaTest, EnvironmentValidation) {
   }
 }
 
+TEST(IsaTest, PrefetchHintEnvironmentValidation) {
+  EnvGuard isa("CED_CPU_ISA", nullptr);
+  for (const char* ok : {"auto", "nta", "l2"}) {
+    EnvGuard env("CED_CPU_PREFETCH", ok);
+    EXPECT_EQ(ValidateCpuIsaEnv(), "") << ok;
+  }
+  EnvGuard env("CED_CPU_PREFETCH", "t0");
+  const std::string e = ValidateCpuIsaEnv();
+  EXPECT_NE(e.find("CED_CPU_PREFETCH=t0: unknown prefetch hint (expected auto, nta or l2)"),
+            std::string::npos)
+      << e;
+}
+
+TEST(IsaTest, PrefetchHintFollowsTheVendorAndIsReported) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (std::getenv("CED_CPU_PREFETCH") == nullptr) {
+    __builtin_cpu_init();
+    EXPECT_EQ(ActivePrefetchHint(),
+              __builtin_cpu_is("intel") ? PrefetchHint::kL2 : PrefetchHint::kNonTemporal);
+  }
+#endif
+  const PrefetchHint old = ActivePrefetchHint();
+  for (PrefetchHint hint : {PrefetchHint::kNonTemporal, PrefetchHint::kL2}) {
+    SetActivePrefetchHint(hint);
+    EXPECT_EQ(ActivePrefetchHint(), hint);
+    const std::string want = "; prefetch " + std::string(PrefetchHintName(hint)) +
+                             ": set by the process)";
+    EXPECT_NE(CpuIsaSummary().find(want), std::string::npos) << CpuIsaSummary();
+  }
+  SetActivePrefetchHint(old);
+}
+
 TEST(IsaTest, HiddenVariantsAreUnsupportedAndRefused) {
   EnvGuard hide("CED_CPU_HIDE", "avx512");
   EXPECT_FALSE(CpuSupports(CpuIsa::kAvx512));

@@ -75,6 +75,21 @@ TEST(MathTest, PoolServesConcurrentAndNestedCallers) {
 
 class MathIsaTest : public IsaTest {};
 
+// The packed GEMM and GEMV run with each prefetch hint (kernels/cpu/isa.h).
+constexpr PrefetchHint kHints[] = {PrefetchHint::kNonTemporal, PrefetchHint::kL2};
+
+// Sets the hint for a scope; restores the one the process had.
+class HintGuard {
+ public:
+  explicit HintGuard(PrefetchHint hint) : old_(ActivePrefetchHint()) {
+    SetActivePrefetchHint(hint);
+  }
+  ~HintGuard() { SetActivePrefetchHint(old_); }
+
+ private:
+  PrefetchHint old_;
+};
+
 TEST_P(MathIsaTest, GemmMultiMatchesReference) {
   // Batch 1 takes the GEMV path, larger batches BLAS; odd sizes hit the tails.
   for (int n : {1, 3, 64}) {
@@ -124,14 +139,24 @@ TEST_P(MathIsaTest, PackedGemmMatchesReference) {
       for (size_t t = 0; t < outs.size(); ++t) {
         targets.push_back({packed[t].get(), y[t].data(), t == 2});
       }
-      GemmPackedMultiCpu(x.data(), n, in, targets.data(), static_cast<int>(targets.size()));
-      for (size_t t = 0; t < outs.size(); ++t) {
-        const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
-        for (size_t i = 0; i < ref.size(); ++i) {
-          const double want = ref[i] + (t == 2 ? before[t][i] : 0.0);
-          ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
-              << "n " << n << " in " << in << " target " << t << " elem " << i;
+      // Every prefetch hint (isa.h): the same arithmetic, so the same bits.
+      std::vector<std::vector<float>> first;
+      for (PrefetchHint hint : kHints) {
+        HintGuard guard(hint);
+        y = before;
+        for (size_t t = 0; t < outs.size(); ++t) targets[t].y = y[t].data();
+        GemmPackedMultiCpu(x.data(), n, in, targets.data(), static_cast<int>(targets.size()));
+        for (size_t t = 0; t < outs.size(); ++t) {
+          const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
+          for (size_t i = 0; i < ref.size(); ++i) {
+            const double want = ref[i] + (t == 2 ? before[t][i] : 0.0);
+            ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
+                << "n " << n << " in " << in << " target " << t << " elem " << i << " prefetch "
+                << PrefetchHintName(hint);
+          }
         }
+        if (first.empty()) first = y;
+        ASSERT_EQ(y, first) << "n " << n << " in " << in << " prefetch " << PrefetchHintName(hint);
       }
     }
   }
@@ -156,14 +181,23 @@ TEST_P(MathIsaTest, PackedGemvMatchesReference) {
     for (size_t t = 0; t < outs.size(); ++t) {
       targets.push_back({packed[t].get(), y[t].data(), t % 2 == 1});
     }
-    GemvPackedMultiCpu(x.data(), in, targets.data(), static_cast<int>(targets.size()));
-    for (size_t t = 0; t < outs.size(); ++t) {
-      const std::vector<double> ref = Reference(x, 1, in, w[t], outs[t]);
-      for (size_t i = 0; i < ref.size(); ++i) {
-        const double want = ref[i] + (t % 2 == 1 ? before[t][i] : 0.0);
-        ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
-            << "in " << in << " target " << t << " elem " << i;
+    std::vector<std::vector<float>> first;
+    for (PrefetchHint hint : kHints) {
+      HintGuard guard(hint);
+      y = before;
+      for (size_t t = 0; t < outs.size(); ++t) targets[t].y = y[t].data();
+      GemvPackedMultiCpu(x.data(), in, targets.data(), static_cast<int>(targets.size()));
+      for (size_t t = 0; t < outs.size(); ++t) {
+        const std::vector<double> ref = Reference(x, 1, in, w[t], outs[t]);
+        for (size_t i = 0; i < ref.size(); ++i) {
+          const double want = ref[i] + (t % 2 == 1 ? before[t][i] : 0.0);
+          ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
+              << "in " << in << " target " << t << " elem " << i << " prefetch "
+              << PrefetchHintName(hint);
+        }
       }
+      if (first.empty()) first = y;
+      ASSERT_EQ(y, first) << "in " << in << " prefetch " << PrefetchHintName(hint);
     }
   }
 }
