@@ -90,10 +90,15 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
 
   std::fprintf(stderr, "[decode] warm-up\n");
   probe->Measure();
+  // One probe per batch size as large as its step's reads (weights + K/V).
+  std::vector<std::unique_ptr<ReadBandwidthProbe>> ws_probes;
   for (int i = 0; i < nb; ++i) {
-    ASSIGN_OR_RETURN(Measurement ignored,
+    ASSIGN_OR_RETURN(Measurement warm,
                      RunSteps(*engine, seqs, next, options.batch_sizes[i], options.steps));
-    (void)ignored;
+    const auto step_bytes = static_cast<size_t>((warm.weight_bytes + warm.kv_bytes) / warm.steps);
+    ASSIGN_OR_RETURN(auto ws, ReadBandwidthProbe::Create(step_bytes));
+    ws->Measure();
+    ws_probes.push_back(std::move(ws));
   }
   for (int rep = 0; rep < options.repetitions; ++rep) {
     const ProbeSample sample = probe->Measure();
@@ -105,9 +110,13 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
     for (int k = 0; k < nb; ++k) {
       const int i = (rep + k) % nb;
       DecodeBatchResult& r = report.batches[i];
+      const ProbeSample ws = ws_probes[i]->Measure();
+      r.working_set_bandwidth.push_back(ws.rate);
+      r.working_set_share.push_back(ws.cpu_share);
       ASSIGN_OR_RETURN(Measurement m, RunSteps(*engine, seqs, next, r.batch, options.steps));
       const double tokens = static_cast<double>(r.batch) * m.steps;
-      const double roofline_s = (m.weight_bytes + m.kv_bytes) / bw;  // this rep's bandwidth
+      // This repetition's bandwidth: the faster of the two probes.
+      const double roofline_s = (m.weight_bytes + m.kv_bytes) / std::max(bw, ws.rate);
       r.tokens_per_s.push_back(tokens / m.seconds);
       r.bytes_per_step_samples.push_back((m.weight_bytes + m.kv_bytes) / m.steps);
       r.step_ms.push_back(m.seconds / m.steps * 1e3);
@@ -125,10 +134,15 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
   }
   report.best_bandwidth = *std::max_element(report.bandwidth.begin(), report.bandwidth.end());
   for (DecodeBatchResult& r : report.batches) {
+    r.roofline_bandwidth =
+        std::max(report.best_bandwidth, *std::max_element(r.working_set_bandwidth.begin(),
+                                                          r.working_set_bandwidth.end()));
     for (size_t i = 0; i < r.tokens_per_s.size(); ++i) {
-      const double roofline = r.batch * report.best_bandwidth / r.bytes_per_step_samples[i];
+      const double roofline = r.batch * r.roofline_bandwidth / r.bytes_per_step_samples[i];
       r.roofline_tokens_per_s.push_back(roofline);
       r.fraction.push_back(r.tokens_per_s[i] / roofline);
+      r.dram_fraction.push_back(r.tokens_per_s[i] * r.bytes_per_step_samples[i] /
+                                (r.batch * report.best_bandwidth));
     }
   }
   return report;

@@ -40,13 +40,15 @@ class ReadBandwidthProbe {
  public:
   static absl::StatusOr<std::unique_ptr<ReadBandwidthProbe>> Create(size_t bytes);
   ~ReadBandwidthProbe();
-  // The faster of two full passes (an AVX2 sum, and on AVX-512 CPUs a
-  // 512-bit sum with software prefetch); rate in bytes read per second.
+  // The fastest of the full passes (an AVX2 sum, and on AVX-512 CPUs 512-bit
+  // sums with either software-prefetch hint); rate in bytes read per second.
   ProbeSample Measure();
   size_t bytes() const { return bytes_; }
 
  private:
-  ProbeSample Pass(bool avx512);
+  // A sum with 256-bit loads, or 512-bit loads with prefetchnta / prefetcht1.
+  enum class Kind { kAvx2, kAvx512Nta, kAvx512L2 };
+  ProbeSample Pass(Kind pass);
   ReadBandwidthProbe(float* data, size_t bytes) : data_(data), bytes_(bytes) {}
   float* data_;
   size_t bytes_;

@@ -252,9 +252,13 @@ void AppendDecode(const Json& d, std::string* md) {
       md, "## 2. Decode throughput against the memory roofline (`small`)\n\n",
       absl::StrFormat(
           "Read bandwidth: STREAM-like sum over a %.0f MiB buffer on every thread, one sample "
-          "per repetition (the faster of an AVX2 pass and an AVX-512 pass with software "
-          "prefetch): %s; the roofline uses the best, %.2f GB/s (CPU-normalized: %.2f "
-          "GB/s, median). Each repetition runs %d "
+          "per repetition (the fastest of an AVX2 pass and AVX-512 passes with each software "
+          "prefetch): %s; best %.2f GB/s (CPU-normalized: %.2f "
+          "GB/s, median): the DRAM roofline. Before each batch size's measurement the same "
+          "probe also reads a buffer as large as that batch's step (weights + K/V): on a CPU "
+          "whose last-level cache holds much of the model the steps are partly served from it, "
+          "and the roofline of a batch size is the faster of the two (best samples of the "
+          "run). Each repetition runs %d "
           "greedy decode steps per batch size on sequences prefilled with %d tokens; roofline "
           "tokens/s = batch x bandwidth / bytes read per step (f32 weights incl. LM head and "
           "norms + the K/V each layer reads at each sequence's context, from the "
@@ -265,18 +269,25 @@ void AppendDecode(const Json& d, std::string* md) {
           d.value("read_bandwidth_cpu_normalized_bytes_per_s", 0.0) * 1e-9, d.value("steps", 0),
           d.value("context", 0)),
       "| batch | mean context | MB read per step (weights + K/V) | tokens/s | ms per step | "
-      "roofline tokens/s | fraction of roofline | CPU-normalized | CPU share |\n"
-      "|---|---|---|---|---|---|---|---|---|\n");
+      "working-set probe GB/s | roofline tokens/s | fraction of roofline | CPU-normalized | "
+      "fraction of the DRAM roofline | CPU share |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Json& b : d["batches"]) {
     const double w = b.value("weight_bytes_per_step", 0.0), kv = b.value("kv_bytes_per_step", 0.0);
     absl::StrAppend(
-        md, absl::StrFormat("| %d | %.0f | %.1f (%.1f + %.1f) | %s | %s | %.1f | %s | %.0f%% | "
-                            "%.0f%% |\n",
+        md, absl::StrFormat("| %d | %.0f | %.1f (%.1f + %.1f) | %s | %s | %s | %.1f | %s | "
+                            "%.0f%% | %s | %.0f%% |\n",
                             b.value("batch", 0), b.value("mean_context", 0.0), (w + kv) * 1e-6,
                             w * 1e-6, kv * 1e-6, Range(b["tokens_per_s"], "%.1f"),
-                            Range(b["step_ms"], "%.2f"), Median(b["roofline_tokens_per_s"]),
-                            Percent(b["fraction_of_roofline"]),
+                            Range(b["step_ms"], "%.2f"),
+                            b.contains("working_set_bandwidth_bytes_per_s")
+                                ? Range(b["working_set_bandwidth_bytes_per_s"], "%.2f", 1e-9)
+                                : "-",
+                            Median(b["roofline_tokens_per_s"]), Percent(b["fraction_of_roofline"]),
                             100 * Median(b["fraction_of_roofline_cpu_normalized"]),
+                            b.contains("fraction_of_dram_roofline")
+                                ? Percent(b["fraction_of_dram_roofline"])
+                                : "-",
                             100 * Median(b["cpu_share"])));
   }
   absl::StrAppend(md, "\n");

@@ -116,9 +116,11 @@ Json DecodeJson(const DecodeReport& d) {
   const double bw_cpu = Summarize(Normalized(d.bandwidth, d.bandwidth_share)).median;
   j["read_bandwidth_cpu_normalized_bytes_per_s"] = bw_cpu;
   for (const DecodeBatchResult& b : d.batches) {
+    const double ws_cpu =
+        Summarize(Normalized(b.working_set_bandwidth, b.working_set_share)).median;
     std::vector<double> fraction_cpu;
     for (size_t i = 0; i < b.tokens_per_s.size() && bw_cpu > 0; ++i) {
-      const double roofline = b.batch * bw_cpu / b.bytes_per_step_samples[i];
+      const double roofline = b.batch * std::max(bw_cpu, ws_cpu) / b.bytes_per_step_samples[i];
       fraction_cpu.push_back(b.tokens_per_s[i] / b.cpu_share[i] / roofline);
     }
     j["batches"].push_back({{"batch", b.batch},
@@ -128,7 +130,11 @@ Json DecodeJson(const DecodeReport& d) {
                             {"tokens_per_s", SummaryJson(b.tokens_per_s)},
                             {"step_ms", SummaryJson(b.step_ms)},
                             {"roofline_tokens_per_s", SummaryJson(b.roofline_tokens_per_s)},
+                            {"working_set_bandwidth_bytes_per_s",
+                             SummaryJson(b.working_set_bandwidth)},
+                            {"roofline_bandwidth_bytes_per_s", b.roofline_bandwidth},
                             {"fraction_of_roofline", SummaryJson(b.fraction)},
+                            {"fraction_of_dram_roofline", SummaryJson(b.dram_fraction)},
                             {"fraction_of_roofline_cpu_normalized", SummaryJson(fraction_cpu)},
                             {"cpu_share", SummaryJson(b.cpu_share)}});
   }
