@@ -253,7 +253,7 @@ void AppendDecode(const Json& d, std::string* md) {
       absl::StrFormat(
           "Read bandwidth: STREAM-like sum over a %.0f MiB buffer on every thread, one sample "
           "per repetition (the fastest of an AVX2 pass and AVX-512 passes with each software "
-          "prefetch): %s; best %.2f GB/s (CPU-normalized: %.2f "
+          "prefetch hint, nta and t1): %s; best %.2f GB/s (CPU-normalized: %.2f "
           "GB/s, median): the DRAM roofline. Before each batch size's measurement the same "
           "probe also reads a buffer as large as that batch's step (weights + K/V): on a CPU "
           "whose last-level cache holds much of the model the steps are partly served from it, "
