@@ -194,6 +194,22 @@ int main(int argc, char** argv) {
   if (std::getenv("CED_BLAS_COMPARE_ENV") == nullptr) {
     setenv("OMP_WAIT_POLICY", "passive", 0);
     setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+    // A CPU model newer than the linked OpenBLAS (Debian 12's 0.3.21 takes
+    // an Emerald Rapids Xeon for a Prescott) gets its SSE3 kernels; the peer
+    // a user would tune gets the kernels of the CPU's instruction set.
+    const std::string core = openblas_get_corename();
+    if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+      const char* want = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                         : __builtin_cpu_supports("avx2")  ? "Haswell"
+                                                           : nullptr;
+      const bool weak = core == "Prescott" || core == "Core2" || core == "Penryn" ||
+                        core == "Nehalem" || core == "Dunnington" || core == "Atom" ||
+                        core == "Katmai" || core == "Banias" || core == "Northwood";
+      if (want != nullptr && weak) {
+        setenv("OPENBLAS_CORETYPE", want, 1);
+        setenv("CED_BLAS_COMPARE_DETECTED", core.c_str(), 1);
+      }
+    }
     setenv("CED_BLAS_COMPARE_ENV", "1", 1);
     execv("/proc/self/exe", argv);
     std::fprintf(stderr, "blas_compare: cannot run itself again (%s); idle library threads may spin\n",
@@ -251,6 +267,11 @@ int main(int argc, char** argv) {
   std::printf("# CPU: %s\n# OpenBLAS: %s\n# oneDNN: %d.%d.%d\n# %d thread(s) each, %d reps of ~%.0f ms\n",
               m.cpu_model.c_str(), openblas_get_config(), v->major, v->minor, v->patch, threads,
               reps, target_s * 1e3);
+  if (const char* detected = std::getenv("CED_BLAS_COMPARE_DETECTED"); detected != nullptr) {
+    std::printf("# OpenBLAS auto-detection took this CPU for a %s (a model newer than the "
+                "library); forced OPENBLAS_CORETYPE=%s, the kernels of its instruction set\n",
+                detected, std::getenv("OPENBLAS_CORETYPE"));
+  }
   std::printf("# Idle threads: OMP_WAIT_POLICY=%s OPENBLAS_THREAD_TIMEOUT=%s (no contender's idle "
               "threads spin while another runs)\n",
               std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset",
