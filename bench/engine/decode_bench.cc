@@ -3,13 +3,16 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 #include "bench/common/stats.h"
 #include "bench/engine/bench_models.h"
 #include "bench/engine/machine.h"
 #include "engine/accounting/accounting.h"
 #include "engine/common/status.h"
+#include "kernels/cpu/gemm_packed.h"
 
 namespace ced::bench {
 namespace {
@@ -18,12 +21,29 @@ namespace {
 // (incl. the LM head), the norms and one embedding row per sequence. On MoE
 // layers: the activated experts, plus the further routed experts the batch's
 // other tokens are expected to touch (engine/accounting).
-double WeightBytesPerStep(const ModelConfig& c, int batch) {
+// `matmul_bytes` per matmul weight: 4, or 2 where the packed copies are bf16
+// (kernels/cpu/gemm_packed.h: a model stored in bf16); norms and embedding
+// rows are read as f32.
+double WeightBytesPerStep(const ModelConfig& c, int batch, double matmul_bytes) {
   const Accounting a = ComputeAccounting(c);
   const double norms = (2.0 * c.num_layers + 2) * c.hidden_size;
   const double experts = NumMoeLayers(c, 0, c.num_layers) * MoeExtraParamsReadPerLayer(c, batch);
-  return 4.0 * (static_cast<double>(a.params_per_generated_token) + experts + norms +
-                static_cast<double>(batch) * c.hidden_size);
+  return matmul_bytes * (static_cast<double>(a.params_per_generated_token) + experts) +
+         4.0 * (norms + static_cast<double>(batch) * c.hidden_size);
+}
+
+// Whether the engine packs this model's matmul weights as bf16: they are all
+// bf16 values (checked on the LM head, which every stored dtype shares with
+// the rest) and CED_CPU_WEIGHTS allows it.
+bool PackedAsBf16(const ModelWeights& w) {
+  if (!kernels::PackedBf16Allowed() || !w.lm_head.loaded()) return false;
+  const int64_t n = w.lm_head.rows * w.lm_head.cols;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, w.lm_head.data + i, sizeof bits);
+    if ((bits & 0xffffu) != 0) return false;
+  }
+  return true;
 }
 
 struct Measurement {
@@ -33,7 +53,8 @@ struct Measurement {
 
 // `steps` greedy decode steps over sequences [0, batch); tokens fed back.
 absl::StatusOr<Measurement> RunSteps(Engine& engine, const std::vector<SeqId>& seqs,
-                                     std::vector<int32_t>& next, int batch, int steps) {
+                                     std::vector<int32_t>& next, int batch, int steps,
+                                     double matmul_bytes) {
   const ModelConfig& c = engine.config();
   Measurement m;
   std::vector<DecodeInput> in(batch);
@@ -44,7 +65,7 @@ absl::StatusOr<Measurement> RunSteps(Engine& engine, const std::vector<SeqId>& s
       m.kv_bytes += KvBytesReadPerDecodeStep(c, engine.kv_format(), context);
       m.context_sum += context;
     }
-    m.weight_bytes += WeightBytesPerStep(c, batch);
+    m.weight_bytes += WeightBytesPerStep(c, batch, matmul_bytes);
     const double c0 = ProcessCpuSeconds();
     const double t0 = NowSeconds();
     ASSIGN_OR_RETURN(std::vector<float> logits, engine.Decode(in));
@@ -84,6 +105,8 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
   ASSIGN_OR_RETURN(auto probe, ReadBandwidthProbe::Create(options.bandwidth_bytes));
 
   DecodeReport report;
+  report.bf16_weights = PackedAsBf16(*weights);
+  const double matmul_bytes = report.bf16_weights ? 2.0 : 4.0;
   report.options = options;
   report.batches.resize(nb);
   for (int i = 0; i < nb; ++i) report.batches[i].batch = options.batch_sizes[i];
@@ -94,7 +117,8 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
   std::vector<std::unique_ptr<ReadBandwidthProbe>> ws_probes;
   for (int i = 0; i < nb; ++i) {
     ASSIGN_OR_RETURN(Measurement warm,
-                     RunSteps(*engine, seqs, next, options.batch_sizes[i], options.steps));
+                     RunSteps(*engine, seqs, next, options.batch_sizes[i], options.steps,
+                              matmul_bytes));
     const auto step_bytes = static_cast<size_t>((warm.weight_bytes + warm.kv_bytes) / warm.steps);
     ASSIGN_OR_RETURN(auto ws, ReadBandwidthProbe::Create(step_bytes));
     ws->Measure();
@@ -113,7 +137,7 @@ absl::StatusOr<DecodeReport> RunDecodeBench(const DecodeBenchOptions& options,
       const ProbeSample ws = ws_probes[i]->Measure();
       r.working_set_bandwidth.push_back(ws.rate);
       r.working_set_share.push_back(ws.cpu_share);
-      ASSIGN_OR_RETURN(Measurement m, RunSteps(*engine, seqs, next, r.batch, options.steps));
+      ASSIGN_OR_RETURN(Measurement m, RunSteps(*engine, seqs, next, r.batch, options.steps, matmul_bytes));
       const double tokens = static_cast<double>(r.batch) * m.steps;
       // This repetition's bandwidth: the faster of the two probes.
       const double roofline_s = (m.weight_bytes + m.kv_bytes) / std::max(bw, ws.rate);

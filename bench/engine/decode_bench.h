@@ -47,6 +47,7 @@ struct DecodeReport {
   std::vector<double> bandwidth;        // B/s, one sample per repetition
   std::vector<double> bandwidth_share;  // the CPU share of each sample
   double best_bandwidth = 0;            // max of `bandwidth`: the DRAM roofline's bandwidth
+  bool bf16_weights = false;  // matmul weights packed as bf16 (2 bytes each in the roofline)
   std::vector<DecodeBatchResult> batches;
 };
 

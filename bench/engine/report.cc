@@ -260,14 +260,17 @@ void AppendDecode(const Json& d, std::string* md) {
           "and the roofline of a batch size is the faster of the two (best samples of the "
           "run). Each repetition runs %d "
           "greedy decode steps per batch size on sequences prefilled with %d tokens; roofline "
-          "tokens/s = batch x bandwidth / bytes read per step (f32 weights incl. LM head and "
+          "tokens/s = batch x bandwidth / bytes read per step (%s weights incl. LM head, f32 "
           "norms + the K/V each layer reads at each sequence's context, from the "
           "accounting).\n\n",
           d.value("bandwidth_buffer_bytes", 0.0) / 1048576.0,
           Range(d["read_bandwidth_bytes_per_s"], "%.2f", 1e-9, " GB/s"),
           d.value("roofline_bandwidth_bytes_per_s", 0.0) * 1e-9,
           d.value("read_bandwidth_cpu_normalized_bytes_per_s", 0.0) * 1e-9, d.value("steps", 0),
-          d.value("context", 0)),
+          d.value("context", 0),
+          d.value("matmul_weight_bytes", 4) == 2 ? "matmul weights packed as bf16 (the model's "
+                                                   "values are bf16), 2 bytes each"
+                                                 : "f32"),
       "| batch | mean context | MB read per step (weights + K/V) | tokens/s | ms per step | "
       "working-set probe GB/s | roofline tokens/s | fraction of roofline | CPU-normalized | "
       "fraction of the DRAM roofline | CPU share |\n"

@@ -111,6 +111,7 @@ Json DecodeJson(const DecodeReport& d) {
   j["steps"] = d.options.steps;
   j["repetitions"] = d.options.repetitions;
   j["bandwidth_buffer_bytes"] = d.options.bandwidth_bytes;
+  j["matmul_weight_bytes"] = d.bf16_weights ? 2 : 4;
   j["read_bandwidth_bytes_per_s"] = SummaryJson(d.bandwidth);
   j["roofline_bandwidth_bytes_per_s"] = d.best_bandwidth;
   const double bw_cpu = Summarize(Normalized(d.bandwidth, d.bandwidth_share)).median;

@@ -7,6 +7,10 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -96,13 +100,6 @@ void TileRowsAtMost(int mr, const float* x, size_t ldx, const float* panel, int 
   Tile<MR, kHint>(x, ldx, panel, kc, y, ldy, cols, add, pf, pf_lines);
 }
 
-// One panel (kPanel output columns) of one target over all n rows.
-void Panel(const float* x, int n, int in, const PackedGemmTarget& t, int p) {
-  const PackedMatrix& w = *t.w;
-  const int c0 = p * kPanel;
-  PanelGemm(x, in, n, in, w.panel(p), 0, std::min(kPanel, w.out() - c0), t.y + c0, w.out(),
-            t.accumulate);
-}
 
 void CheckLayout(const PackedGemmTarget* targets, int count) {
   for (int i = 0; i < count; ++i) {
@@ -116,12 +113,42 @@ void CheckLayout(const PackedGemmTarget* targets, int count) {
   }
 }
 
-template <PrefetchHint kHint>
-void PanelGemmHinted(const float* x, size_t ldx, int n, int in, const float* b,
-                     size_t panel_stride, int cols, float* y, size_t ldy, bool accumulate) {
+// A vector of kLanes bf16 values (the upper halves of floats), widened.
+inline VF LoadBf16(const uint16_t* p) {
+  typedef uint16_t VH __attribute__((vector_size(2 * kLanes)));
+  typedef uint32_t VU __attribute__((vector_size(4 * kLanes)));
+  VH h;
+  std::memcpy(&h, p, sizeof h);
+  const VU u = __builtin_convertvector(h, VU) << 16;
+  VF f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline VF LoadW(const float* p) { return LoadVF(p); }
+inline VF LoadW(const uint16_t* p) { return LoadBf16(p); }
+
+// A panel slice of kDepth x kPanel floats, widened from bf16, per thread (on
+// the heap: a static thread-local array this large would enlarge every
+// thread's static TLS, and threads made with small stacks would fail to start).
+float* WideSlice() {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<float, Free> slice(
+      static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kDepth * kPanel)));
+  if (slice == nullptr) throw std::bad_alloc();
+  return slice.get();
+}
+
+// y (+)= x * B over panels of kPanel columns of T (float, or bf16 as
+// uint16_t: each slice widened once into an L1 buffer all row tiles read).
+template <PrefetchHint kHint, typename T>
+void PanelGemmHinted(const float* x, size_t ldx, int n, int in, const T* b, size_t panel_stride,
+                     int cols, float* y, size_t ldy, bool accumulate) {
   for (int c0 = 0, p = 0; c0 < cols; c0 += kPanel, ++p) {
     const int pc = std::min(kPanel, cols - c0);
-    const float* panel = b + p * panel_stride;
+    const T* panel = b + p * panel_stride;
     if (in == 0 && !accumulate) {
       for (int r = 0; r < n; ++r) std::fill(y + r * ldy + c0, y + r * ldy + c0 + pc, 0.0f);
     }
@@ -133,9 +160,17 @@ void PanelGemmHinted(const float* x, size_t ldx, int n, int in, const float* b,
     for (int k0 = 0; k0 < in; k0 += kDepth) {
       const int kc = std::min(kDepth, in - k0);
       const bool add = k0 > 0 || accumulate;
-      const float* slice = panel + static_cast<size_t>(k0) * kPanel;
-      const char* next = reinterpret_cast<const char*>(slice + static_cast<size_t>(kc) * kPanel);
-      const int lines = kDepth * kPanel * static_cast<int>(sizeof(float)) / 64;
+      const T* src = panel + static_cast<size_t>(k0) * kPanel;
+      const float* slice;
+      if constexpr (std::is_same_v<T, float>) {
+        slice = src;
+      } else {
+        float* wide = WideSlice();
+        for (int i = 0; i < kc * kPanel; i += kLanes) StoreVF(wide + i, LoadBf16(src + i));
+        slice = wide;
+      }
+      const char* next = reinterpret_cast<const char*>(src + static_cast<size_t>(kc) * kPanel);
+      const int lines = kDepth * kPanel * static_cast<int>(sizeof(T)) / 64;
       const int per_tile = (lines + tiles - 1) / tiles;
       for (int r0 = 0, t = 0; r0 < n; r0 += kRows, ++t) {
         const int pf0 = std::min(lines, t * per_tile), pf1 = std::min(lines, pf0 + per_tile);
@@ -151,31 +186,32 @@ void PanelGemmHinted(const float* x, size_t ldx, int n, int in, const float* b,
 // prefetch kAhead rows ahead of the stream (about 3 KiB) with the CPU's hint
 // (on Intel, into L2: the batch-1 decode step of `small` ran ~1.9x faster
 // than with prefetchnta; on AMD the hints timed the same).
-template <PrefetchHint kHint>
-void PanelGemvHinted(const float* x, int in, const float* panel, int cols, float* y,
+// Panels of T: float, or bf16 as uint16_t (widened as loaded); the
+// prefetch distance is the same in bytes.
+template <PrefetchHint kHint, typename T>
+void PanelGemvHinted(const float* x, int in, const T* panel, int cols, float* y,
                      bool accumulate) {
-  constexpr int kAhead = 24 * 32 / kPanel;
-  constexpr int kLines = kPanel * 4 / 64;  // cache lines per panel row
+  constexpr int kAheadBytes = 24 * 32 * 4;
+  constexpr int kGroupLines = 4 * kPanel * static_cast<int>(sizeof(T)) / 64;  // per 4 rows
+  static_assert(kGroupLines >= 1, "4 panel rows fill at least a cache line");
   VF a[4][kVecs] = {};
   int k = 0;
   for (; k + 4 <= in; k += 4) {
-    const float* p = panel + static_cast<size_t>(k) * kPanel;
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-#pragma GCC unroll 2
-      for (int l = 0; l < kLines; ++l) __builtin_prefetch(p + (kAhead + j) * kPanel + l * 16, 0, Locality(kHint));
-    }
+    const T* p = panel + static_cast<size_t>(k) * kPanel;
+    const char* ahead = reinterpret_cast<const char*>(p) + kAheadBytes;
+#pragma GCC unroll 8
+    for (int l = 0; l < kGroupLines; ++l) __builtin_prefetch(ahead + l * 64, 0, Locality(kHint));
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const float xv = x[k + j];
 #pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) a[j][v] += xv * LoadVF(p + j * kPanel + v * kLanes);
+      for (int v = 0; v < kVecs; ++v) a[j][v] += xv * LoadW(p + j * kPanel + v * kLanes);
     }
   }
   for (; k < in; ++k) {
-    const float* p = panel + static_cast<size_t>(k) * kPanel;
+    const T* p = panel + static_cast<size_t>(k) * kPanel;
     const float xv = x[k];
-    for (int v = 0; v < kVecs; ++v) a[0][v] += xv * LoadVF(p + v * kLanes);
+    for (int v = 0; v < kVecs; ++v) a[0][v] += xv * LoadW(p + v * kLanes);
   }
   float r[kPanel];
   for (int v = 0; v < kVecs; ++v) StoreVF(r + v * kLanes, (a[0][v] + a[1][v]) + (a[2][v] + a[3][v]));
@@ -203,6 +239,35 @@ void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, b
 }
 
 namespace {
+
+// One panel (kPanel output columns) of one target over all n rows.
+void Panel(const float* x, int n, int in, const PackedGemmTarget& t, int p) {
+  const PackedMatrix& w = *t.w;
+  const int c0 = p * kPanel, cols = std::min(kPanel, w.out() - c0);
+  if (!w.bf16()) {
+    PanelGemm(x, in, n, in, w.panel(p), 0, cols, t.y + c0, w.out(), t.accumulate);
+  } else if (ActivePrefetchHint() == PrefetchHint::kL2) {
+    PanelGemmHinted<PrefetchHint::kL2>(x, in, n, in, w.panel_bf16(p), 0, cols, t.y + c0, w.out(),
+                                       t.accumulate);
+  } else {
+    PanelGemmHinted<PrefetchHint::kNonTemporal>(x, in, n, in, w.panel_bf16(p), 0, cols, t.y + c0,
+                                                w.out(), t.accumulate);
+  }
+}
+
+// One panel of one target at batch 1.
+void PanelVector(const float* x, int in, const PackedGemmTarget& t, int p) {
+  const PackedMatrix& w = *t.w;
+  const int c0 = p * kPanel, cols = std::min(kPanel, w.out() - c0);
+  if (!w.bf16()) {
+    PanelGemv(x, in, w.panel(p), cols, t.y + c0, t.accumulate);
+  } else if (ActivePrefetchHint() == PrefetchHint::kL2) {
+    PanelGemvHinted<PrefetchHint::kL2>(x, in, w.panel_bf16(p), cols, t.y + c0, t.accumulate);
+  } else {
+    PanelGemvHinted<PrefetchHint::kNonTemporal>(x, in, w.panel_bf16(p), cols, t.y + c0,
+                                                t.accumulate);
+  }
+}
 
 // Runs one(k) for every k in [0, n) on the pool in static shares of
 // consecutive tasks: each thread reads one contiguous stream (a target's
@@ -261,13 +326,9 @@ void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int cou
   double bytes = 0;
   for (int i = 0; i < count; ++i) {
     for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
-    bytes += 4.0 * targets[i].w->panels() * kPanel * in;
+    bytes += static_cast<double>(targets[i].w->bytes());
   }
-  auto one = [&](int k) {
-    const PackedGemmTarget& t = targets[tasks[k].first];
-    const int p = tasks[k].second, c0 = p * kPanel;
-    PanelGemv(x, in, t.w->panel(p), std::min(kPanel, t.w->out() - c0), t.y + c0, t.accumulate);
-  };
+  auto one = [&](int k) { PanelVector(x, in, targets[tasks[k].first], tasks[k].second); };
   RunInShares(static_cast<int>(tasks.size()), one, bytes >= 4e5);
 }
 

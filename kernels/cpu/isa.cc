@@ -6,12 +6,15 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "kernels/cpu/gemm_packed.h"  // PackedBf16Allowed
+
 namespace ced::kernels {
 namespace {
 
 constexpr const char* kEnv = "CED_CPU_ISA";
 constexpr const char* kHideEnv = "CED_CPU_HIDE";
 constexpr const char* kPrefetchEnv = "CED_CPU_PREFETCH";
+constexpr const char* kWeightsEnv = "CED_CPU_WEIGHTS";
 
 // CED_CPU_HIDE=avx512[,avx2]: behave as on a CPU without these variants (a
 // hidden avx2 hides avx512 too), to exercise fallbacks and start-up errors
@@ -190,7 +193,30 @@ std::string ValidatePrefetchEnv() {
          ": unknown prefetch hint (expected auto, nta or l2)";
 }
 
+// CED_CPU_WEIGHTS: unset, empty, `auto` or `f32`.
+std::string ValidateWeightsEnv() {
+  const char* env = std::getenv(kWeightsEnv);
+  if (env == nullptr || *env == '\0') return "";
+  const std::string_view v(env);
+  if (v == "auto" || v == "f32") return "";
+  return std::string(kWeightsEnv) + "=" + env +
+         ": unknown packed-weight storage (expected auto or f32)";
+}
+
 }  // namespace
+
+bool PackedBf16Allowed() {
+  static const bool allowed = [] {
+    const std::string error = ValidateWeightsEnv();
+    if (!error.empty()) {
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      std::exit(2);
+    }
+    const char* env = std::getenv(kWeightsEnv);
+    return env == nullptr || std::string_view(env) != "f32";
+  }();
+  return allowed;
+}
 
 std::string_view PrefetchHintName(PrefetchHint hint) {
   return hint == PrefetchHint::kL2 ? "l2" : "nta";
@@ -243,8 +269,10 @@ std::string ValidateIsaEnv() {
 }  // namespace
 
 std::string ValidateCpuIsaEnv() {
-  std::string error = ValidateIsaEnv();
-  return error.empty() ? ValidatePrefetchEnv() : error;
+  for (const std::string& error : {ValidateIsaEnv(), ValidatePrefetchEnv(), ValidateWeightsEnv()}) {
+    if (!error.empty()) return error;
+  }
+  return "";
 }
 
 CpuIsa ActiveCpuIsa() {
@@ -282,6 +310,8 @@ std::string CpuIsaSummary() {
   } else {
     s += IsIntel() ? "Intel CPU" : "not an Intel CPU";
   }
+  s += PackedBf16Allowed() ? "; weights bf16 where lossless"
+                           : std::string("; weights f32: forced by ") + kWeightsEnv + "=f32";
   return s + ")";
 }
 

@@ -38,7 +38,8 @@ CpuIsa BestCpuIsa();
 
 // Checks CED_CPU_ISA: empty string when it is unset, `auto`, or names a
 // variant this CPU supports; otherwise a message naming the variable, the
-// value and what this CPU supports. Checks CED_CPU_PREFETCH the same way.
+// value and what this CPU supports. Checks CED_CPU_PREFETCH and
+// CED_CPU_WEIGHTS (kernels/cpu/gemm_packed.h) the same way.
 // Binaries call it first thing in main().
 std::string ValidateCpuIsaEnv();
 
@@ -73,8 +74,9 @@ PrefetchHint ActivePrefetchHint();
 void SetActivePrefetchHint(PrefetchHint hint);
 
 // A one-line description: the active variant, what the CPU supports and why,
-// and the prefetch hint (e.g. "avx2 (cpu: avx2 fma f16c; forced by
-// CED_CPU_ISA=avx2; prefetch nta: AMD)").
+// the prefetch hint and the packed-weight storage (e.g. "avx2 (cpu: avx2 fma
+// f16c; forced by CED_CPU_ISA=avx2; prefetch nta: not an Intel CPU; weights
+// bf16 where lossless)").
 std::string CpuIsaSummary();
 
 }  // namespace ced::kernels

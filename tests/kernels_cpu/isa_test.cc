@@ -100,6 +100,19 @@ TEST(IsaTest, PrefetchHintEnvironmentValidation) {
       << e;
 }
 
+TEST(IsaTest, PackedWeightStorageEnvironmentValidation) {
+  EnvGuard isa("CED_CPU_ISA", nullptr);
+  for (const char* ok : {"auto", "f32", ""}) {
+    EnvGuard env("CED_CPU_WEIGHTS", ok);
+    EXPECT_EQ(ValidateCpuIsaEnv(), "") << ok;
+  }
+  EnvGuard env("CED_CPU_WEIGHTS", "bf8");
+  const std::string e = ValidateCpuIsaEnv();
+  EXPECT_NE(e.find("CED_CPU_WEIGHTS=bf8: unknown packed-weight storage (expected auto or f32)"),
+            std::string::npos)
+      << e;
+}
+
 TEST(IsaTest, PrefetchHintFollowsTheVendorAndIsReported) {
 #if defined(__x86_64__) || defined(__i386__)
   if (std::getenv("CED_CPU_PREFETCH") == nullptr) {
@@ -113,7 +126,7 @@ TEST(IsaTest, PrefetchHintFollowsTheVendorAndIsReported) {
     SetActivePrefetchHint(hint);
     EXPECT_EQ(ActivePrefetchHint(), hint);
     const std::string want = "; prefetch " + std::string(PrefetchHintName(hint)) +
-                             ": set by the process)";
+                             ": set by the process; weights ";
     EXPECT_NE(CpuIsaSummary().find(want), std::string::npos) << CpuIsaSummary();
   }
   SetActivePrefetchHint(old);

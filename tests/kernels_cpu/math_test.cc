@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
@@ -160,6 +161,79 @@ TEST_P(MathIsaTest, PackedGemmMatchesReference) {
       }
     }
   }
+}
+
+// Random values rounded (to nearest even) to bf16, as a bf16 checkpoint's
+// weights are after loading; computed here without the kernels' codecs.
+std::vector<float> RandomBf16(size_t n, uint32_t seed) {
+  std::vector<float> v = Random(n, seed);
+  for (float& x : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &bits, sizeof bits);
+  }
+  return v;
+}
+
+TEST_P(MathIsaTest, Bf16WeightsArePackedAsBf16AndGiveTheSameBits) {
+  // Weights that are all bf16 values are packed at half the bytes; the
+  // products widen them back to the same floats, so they equal the f32
+  // layout's bit for bit (GEMM at several batch sizes, and the GEMV), and
+  // the double-precision reference. One value with low bits keeps f32.
+  for (int in : {3, 64, 300, 600}) {
+    const std::vector<int> outs = {32, 37, 300, 16, 9};
+    std::vector<std::vector<float>> w;
+    std::vector<std::unique_ptr<PackedMatrix>> bf16, f32;
+    for (size_t t = 0; t < outs.size(); ++t) {
+      w.push_back(RandomBf16(static_cast<size_t>(outs[t]) * in, 700 + t + in));
+      bf16.push_back(std::make_unique<PackedMatrix>(w[t].data(), outs[t], in));
+      f32.push_back(std::make_unique<PackedMatrix>(w[t].data(), outs[t], in,
+                                                   PackedMatrix::Storage::kF32));
+      ASSERT_TRUE(bf16[t]->bf16()) << "in " << in << " target " << t;
+      ASSERT_FALSE(f32[t]->bf16());
+      EXPECT_LT(bf16[t]->bytes(), f32[t]->bytes() / 2 + 64);
+    }
+    for (int n : {1, 2, 8, 13, 64}) {
+      const std::vector<float> x = Random(static_cast<size_t>(n) * in, 5 + n + in);
+      std::vector<std::vector<float>> y_bf16, y_f32;
+      for (size_t t = 0; t < outs.size(); ++t) {
+        y_bf16.push_back(Random(static_cast<size_t>(n) * outs[t], 800 + t));
+      }
+      y_f32 = y_bf16;
+      const std::vector<std::vector<float>> before = y_bf16;
+      for (PrefetchHint hint : kHints) {
+        HintGuard guard(hint);
+        for (auto* ys : {&y_bf16, &y_f32}) {
+          *ys = before;
+          const auto& packed = ys == &y_bf16 ? bf16 : f32;
+          std::vector<PackedGemmTarget> targets;
+          for (size_t t = 0; t < outs.size(); ++t) {
+            targets.push_back({packed[t].get(), (*ys)[t].data(), t == 2});
+          }
+          if (n == 1) {
+            GemvPackedMultiCpu(x.data(), in, targets.data(), static_cast<int>(targets.size()));
+          } else {
+            GemmPackedMultiCpu(x.data(), n, in, targets.data(), static_cast<int>(targets.size()));
+          }
+        }
+        ASSERT_EQ(y_bf16, y_f32) << "n " << n << " in " << in << " prefetch "
+                                 << PrefetchHintName(hint);
+        for (size_t t = 0; t < outs.size(); ++t) {
+          const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
+          for (size_t i = 0; i < ref.size(); ++i) {
+            const double want = ref[i] + (t == 2 ? before[t][i] : 0.0);
+            ASSERT_NEAR(y_bf16[t][i], want, 1e-4 * (1 + std::abs(want)))
+                << "n " << n << " in " << in << " target " << t << " elem " << i;
+          }
+        }
+      }
+    }
+  }
+  std::vector<float> w = RandomBf16(64 * 40, 9);
+  EXPECT_TRUE(PackedMatrix(w.data(), 40, 64).bf16());
+  w[1234] = std::nextafter(w[1234], 2.0f);  // one value that is not a bf16
+  EXPECT_FALSE(PackedMatrix(w.data(), 40, 64).bf16());
 }
 
 TEST_P(MathIsaTest, PackedGemvMatchesReference) {
