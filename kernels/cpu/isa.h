@@ -58,7 +58,7 @@ bool SetActiveCpuIsa(CpuIsa isa);
 // (prefetchnta: into L1/L2 without polluting the other levels) timed best; on
 // Intel it fills only L1, where the next weight slice evicted the one the
 // register tiles were reading, and prefetching into L2 (prefetcht1) ran the
-// prefill products 15-20% and the batch-1 decode step up to ~2x faster
+// prefill products 15-20% and the batch-1 decode step about 2.3x faster
 // (bench/results/engine_intel.md). The environment variable CED_CPU_PREFETCH
 // (`auto` or unset = by vendor, `nta`, `l2`) forces one, for benches.
 enum class PrefetchHint : int {
