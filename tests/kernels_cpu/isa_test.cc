@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/gemm_packed.h"
@@ -87,30 +88,30 @@ TEST(IsaTest, EnvironmentValidation) {
   }
 }
 
-TEST(IsaTest, PrefetchHintEnvironmentValidation) {
+TEST(IsaTest, PrefetchAndWeightEnvironmentValidation) {
+  // Each tuning variable: the values taken, and one refused with its message.
+  struct Case {
+    const char* name;
+    std::vector<const char*> ok;
+    const char* bad;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"CED_CPU_PREFETCH", {"auto", "nta", "l2", ""}, "t0",
+       "CED_CPU_PREFETCH=t0: unknown prefetch hint (expected auto, nta or l2)"},
+      {"CED_CPU_WEIGHTS", {"auto", "f32", ""}, "bf8",
+       "CED_CPU_WEIGHTS=bf8: unknown packed-weight storage (expected auto or f32)"},
+  };
   EnvGuard isa("CED_CPU_ISA", nullptr);
-  for (const char* ok : {"auto", "nta", "l2"}) {
-    EnvGuard env("CED_CPU_PREFETCH", ok);
-    EXPECT_EQ(ValidateCpuIsaEnv(), "") << ok;
+  for (const Case& c : cases) {
+    for (const char* ok : c.ok) {
+      EnvGuard env(c.name, ok);
+      EXPECT_EQ(ValidateCpuIsaEnv(), "") << c.name << "=" << ok;
+    }
+    EnvGuard env(c.name, c.bad);
+    const std::string e = ValidateCpuIsaEnv();
+    EXPECT_NE(e.find(c.message), std::string::npos) << e;
   }
-  EnvGuard env("CED_CPU_PREFETCH", "t0");
-  const std::string e = ValidateCpuIsaEnv();
-  EXPECT_NE(e.find("CED_CPU_PREFETCH=t0: unknown prefetch hint (expected auto, nta or l2)"),
-            std::string::npos)
-      << e;
-}
-
-TEST(IsaTest, PackedWeightStorageEnvironmentValidation) {
-  EnvGuard isa("CED_CPU_ISA", nullptr);
-  for (const char* ok : {"auto", "f32", ""}) {
-    EnvGuard env("CED_CPU_WEIGHTS", ok);
-    EXPECT_EQ(ValidateCpuIsaEnv(), "") << ok;
-  }
-  EnvGuard env("CED_CPU_WEIGHTS", "bf8");
-  const std::string e = ValidateCpuIsaEnv();
-  EXPECT_NE(e.find("CED_CPU_WEIGHTS=bf8: unknown packed-weight storage (expected auto or f32)"),
-            std::string::npos)
-      << e;
 }
 
 TEST(IsaTest, PrefetchHintFollowsTheVendorAndIsReported) {
