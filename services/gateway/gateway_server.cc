@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   std::unique_ptr<GatewayServer> server(new GatewayServer());
   if (options.embedded_router.has_value()) {
     router::RouterServerOptions ro = *options.embedded_router;
+    ro.process_metrics = false;  // the gateway's endpoint exports them
     server->router_security_ = services::InternalServerSecurity(services::ProcessSecurity());
     ro.security = &server->router_security_;
     auto router = router::RouterServer::Start(ro);

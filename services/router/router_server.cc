@@ -10,7 +10,9 @@ namespace ced::router {
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(
     const RouterServerOptions& options) {
   std::unique_ptr<RouterServer> server(new RouterServer());
-  RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&server->registry_));
+  if (options.process_metrics) {
+    RETURN_IF_ERROR(metrics::RegisterProcessMetrics(&server->registry_));
+  }
   RouterServiceOptions so;
   so.heartbeat_timeout = options.heartbeat_timeout;
   so.heartbeat_interval = options.heartbeat_interval;

@@ -31,6 +31,11 @@ struct RouterServerOptions {
   // TLS / client certificates of the gRPC listener; null: the process's.
   // (A gateway that embeds the router passes the internal identity's.)
   const services::SecurityConfig* security = nullptr;
+  // Export the process's CPU, memory and start time (ced_process_*) on this
+  // router's /metrics. A gateway that embeds the router exports them once,
+  // on its own endpoint: the same process on two endpoints would count its
+  // CPU twice in any sum over the fleet.
+  bool process_metrics = true;
 };
 
 // Start() binds and serves; Shutdown() (or the destructor) stops everything.

@@ -78,6 +78,14 @@ TEST(E2eEmbeddedRouterTest, GatewayWithTheRouterInsideServesEqualTokens) {
     }
   }
   EXPECT_EQ(decisions, 8) << text;
+  // The process's own metrics once, on the gateway's endpoint, not again on
+  // the router's (a fleet-wide sum would count this process's CPU twice).
+  EXPECT_EQ(text.find("ced_process_cpu_seconds_total"), std::string::npos) << text;
+  const std::string gateway_text =
+      HttpGet(cluster.addresses().at("gateway").at("metrics"), "/metrics", &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(MetricValue(gateway_text, "ced_process_cpu_seconds_total").has_value())
+      << gateway_text;
   // A bad request is still refused naming the field, before any placement.
   auto bad = Request(Prompt(10, 1), 4, ced::v1::REPLAY_ON_AUTO);
   bad.add_prompt_token_ids(1 << 30);
