@@ -90,11 +90,26 @@ std::string SupportedList() {
   return s;
 }
 
-// CED_CPU_ISA when it names a variant (or anything but `auto`), else null.
-const char* ForcedEnv() {
-  const char* env = std::getenv(kEnv);
+// The value of one of the CED_CPU_* variables when it sets something (not
+// unset, empty or `auto`), else null.
+const char* SetValue(const char* name) {
+  const char* env = std::getenv(name);
   if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return nullptr;
   return env;
+}
+
+// CED_CPU_ISA when it names a variant (or anything but `auto`), else null.
+const char* ForcedEnv() { return SetValue(kEnv); }
+
+// Stops the process (status 2) with ValidateCpuIsaEnv()'s message when a
+// CED_CPU_* variable is invalid: the first use of each setting calls it, so
+// a binary that did not validate at start-up still never runs with one.
+void ExitOnInvalidEnv() {
+  const std::string error = ValidateCpuIsaEnv();
+  if (!error.empty()) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    std::exit(2);
+  }
 }
 
 std::once_flag g_once;
@@ -103,11 +118,7 @@ bool g_forced = false;
 
 void Init() {
   std::call_once(g_once, [] {
-    const std::string error = ValidateCpuIsaEnv();
-    if (!error.empty()) {
-      std::fprintf(stderr, "error: %s\n", error.c_str());
-      std::exit(2);
-    }
+    ExitOnInvalidEnv();
     CpuIsa isa = BestCpuIsa();
     if (const char* env = ForcedEnv(); env != nullptr) {
       ParseCpuIsa(env, &isa);
@@ -164,13 +175,6 @@ bool ParsePrefetchHint(std::string_view name, PrefetchHint* out) {
   return false;
 }
 
-// CED_CPU_PREFETCH when it names a hint (or anything but `auto`), else null.
-const char* ForcedPrefetchEnv() {
-  const char* env = std::getenv(kPrefetchEnv);
-  if (env == nullptr || *env == '\0' || std::string_view(env) == "auto") return nullptr;
-  return env;
-}
-
 bool IsIntel() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -186,7 +190,7 @@ bool g_prefetch_forced = false;  // by CED_CPU_PREFETCH
 std::atomic<bool> g_prefetch_set{false};  // by SetActivePrefetchHint
 
 std::string ValidatePrefetchEnv() {
-  const char* env = ForcedPrefetchEnv();
+  const char* env = SetValue(kPrefetchEnv);
   PrefetchHint hint;
   if (env == nullptr || ParsePrefetchHint(env, &hint)) return "";
   return std::string(kPrefetchEnv) + "=" + env +
@@ -195,10 +199,8 @@ std::string ValidatePrefetchEnv() {
 
 // CED_CPU_WEIGHTS: unset, empty, `auto` or `f32`.
 std::string ValidateWeightsEnv() {
-  const char* env = std::getenv(kWeightsEnv);
-  if (env == nullptr || *env == '\0') return "";
-  const std::string_view v(env);
-  if (v == "auto" || v == "f32") return "";
+  const char* env = SetValue(kWeightsEnv);
+  if (env == nullptr || std::string_view(env) == "f32") return "";
   return std::string(kWeightsEnv) + "=" + env +
          ": unknown packed-weight storage (expected auto or f32)";
 }
@@ -207,13 +209,8 @@ std::string ValidateWeightsEnv() {
 
 bool PackedBf16Allowed() {
   static const bool allowed = [] {
-    const std::string error = ValidateWeightsEnv();
-    if (!error.empty()) {
-      std::fprintf(stderr, "error: %s\n", error.c_str());
-      std::exit(2);
-    }
-    const char* env = std::getenv(kWeightsEnv);
-    return env == nullptr || std::string_view(env) != "f32";
+    ExitOnInvalidEnv();
+    return SetValue(kWeightsEnv) == nullptr;  // else `f32`
   }();
   return allowed;
 }
@@ -226,13 +223,9 @@ PrefetchHint ActivePrefetchHint() {
   const int v = g_prefetch.load(std::memory_order_acquire);
   if (v >= 0) return static_cast<PrefetchHint>(v);
   std::call_once(g_prefetch_once, [] {
-    const std::string error = ValidatePrefetchEnv();
-    if (!error.empty()) {
-      std::fprintf(stderr, "error: %s\n", error.c_str());
-      std::exit(2);
-    }
+    ExitOnInvalidEnv();
     PrefetchHint hint = IsIntel() ? PrefetchHint::kL2 : PrefetchHint::kNonTemporal;
-    if (const char* env = ForcedPrefetchEnv(); env != nullptr) {
+    if (const char* env = SetValue(kPrefetchEnv); env != nullptr) {
       ParsePrefetchHint(env, &hint);
       g_prefetch_forced = true;
     }
