@@ -3,9 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cstdio>
-#include <cstring>
 
 #include "bench/common/stats.h"
 #include "bench/engine/bench_models.h"
@@ -36,14 +34,9 @@ double WeightBytesPerStep(const ModelConfig& c, int batch, double matmul_bytes) 
 // bf16 values (checked on the LM head, which every stored dtype shares with
 // the rest) and CED_CPU_WEIGHTS allows it.
 bool PackedAsBf16(const ModelWeights& w) {
-  if (!kernels::PackedBf16Allowed() || !w.lm_head.loaded()) return false;
-  const int64_t n = w.lm_head.rows * w.lm_head.cols;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, w.lm_head.data + i, sizeof bits);
-    if ((bits & 0xffffu) != 0) return false;
-  }
-  return true;
+  return kernels::PackedBf16Allowed() && w.lm_head.loaded() &&
+         kernels::AllBf16Values(w.lm_head.data,
+                                static_cast<size_t>(w.lm_head.rows * w.lm_head.cols));
 }
 
 struct Measurement {

@@ -25,10 +25,7 @@ int PackedPanelWidth() { return ActiveKernels().panel_width; }
 
 void PackedMatrix::Free::operator()(void* p) const { std::free(p); }
 
-namespace {
-
-// Whether every value of w [out, in] is a bf16: its low 16 bits are zero.
-bool AllBf16(const float* w, size_t count) {
+bool AllBf16Values(const float* w, size_t count) {
   std::atomic<bool> all{true};
   constexpr size_t kChunk = 1 << 16;
   const int chunks = static_cast<int>((count + kChunk - 1) / kChunk);
@@ -49,11 +46,9 @@ bool AllBf16(const float* w, size_t count) {
   return all.load();
 }
 
-}  // namespace
-
 PackedMatrix::PackedMatrix(const float* w, int out, int in)
     : PackedMatrix(w, out, in,
-                   PackedBf16Allowed() && AllBf16(w, static_cast<size_t>(out) * in)
+                   PackedBf16Allowed() && AllBf16Values(w, static_cast<size_t>(out) * in)
                        ? Storage::kBf16
                        : Storage::kF32) {}
 

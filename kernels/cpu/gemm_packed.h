@@ -28,6 +28,10 @@ int PackedPanelWidth();
 // unknown value is refused by ValidateCpuIsaEnv() (kernels/cpu/isa.h).
 bool PackedBf16Allowed();
 
+// Whether every one of the `count` floats at w is a bf16 value (its low 16
+// bits zero): what PackedMatrix checks before packing a matrix as bf16.
+bool AllBf16Values(const float* w, size_t count);
+
 class PackedMatrix {
  public:
   enum class Storage { kF32, kBf16 };
@@ -35,7 +39,9 @@ class PackedMatrix {
   // as bf16 when every value of w is one and PackedBf16Allowed() (a model
   // stored in bf16: its weights were widened to f32 when loaded), else f32.
   PackedMatrix(const float* w, int out, int in);
-  PackedMatrix(const float* w, int out, int in, Storage storage);  // f32: always f32
+  // With the storage given: kBf16 keeps the upper half of each value (exact
+  // only for bf16 values: callers check AllBf16Values first).
+  PackedMatrix(const float* w, int out, int in, Storage storage);
   int out() const { return out_; }
   int in() const { return in_; }
   int panels() const { return panels_; }
