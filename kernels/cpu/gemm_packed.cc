@@ -209,54 +209,58 @@ void PanelGemvHinted(const float* x, int in, const T* panel, int cols, float* y,
   for (int j = 0; j < cols; ++j) y[j] = accumulate ? y[j] + r[j] : r[j];
 }
 
+// Calls fn with std::integral_constant<PrefetchHint, the CPU's hint>: the
+// kernels are instantiated per hint, and the hint is read once per product.
+template <typename Fn>
+void WithPrefetchHint(const Fn& fn) {
+  if (ActivePrefetchHint() == PrefetchHint::kL2) {
+    fn(std::integral_constant<PrefetchHint, PrefetchHint::kL2>{});
+  } else {
+    fn(std::integral_constant<PrefetchHint, PrefetchHint::kNonTemporal>{});
+  }
+}
+
 }  // namespace
 
 void PanelGemm(const float* x, size_t ldx, int n, int in, const float* b, size_t panel_stride,
                int cols, float* y, size_t ldy, bool accumulate) {
-  if (ActivePrefetchHint() == PrefetchHint::kL2) {
-    PanelGemmHinted<PrefetchHint::kL2>(x, ldx, n, in, b, panel_stride, cols, y, ldy, accumulate);
-  } else {
-    PanelGemmHinted<PrefetchHint::kNonTemporal>(x, ldx, n, in, b, panel_stride, cols, y, ldy,
-                                                accumulate);
-  }
+  WithPrefetchHint([&](auto hint) {
+    PanelGemmHinted<decltype(hint)::value>(x, ldx, n, in, b, panel_stride, cols, y, ldy,
+                                           accumulate);
+  });
 }
 
 void PanelGemv(const float* x, int in, const float* panel, int cols, float* y, bool accumulate) {
-  if (ActivePrefetchHint() == PrefetchHint::kL2) {
-    PanelGemvHinted<PrefetchHint::kL2>(x, in, panel, cols, y, accumulate);
-  } else {
-    PanelGemvHinted<PrefetchHint::kNonTemporal>(x, in, panel, cols, y, accumulate);
-  }
+  WithPrefetchHint([&](auto hint) {
+    PanelGemvHinted<decltype(hint)::value>(x, in, panel, cols, y, accumulate);
+  });
 }
 
 namespace {
 
-// One panel (kPanel output columns) of one target over all n rows.
+// One panel (kPanel output columns) of one target over all n rows, f32 or
+// bf16 storage.
+template <PrefetchHint kHint>
 void Panel(const float* x, int n, int in, const PackedGemmTarget& t, int p) {
   const PackedMatrix& w = *t.w;
   const int c0 = p * kPanel, cols = std::min(kPanel, w.out() - c0);
-  if (!w.bf16()) {
-    PanelGemm(x, in, n, in, w.panel(p), 0, cols, t.y + c0, w.out(), t.accumulate);
-  } else if (ActivePrefetchHint() == PrefetchHint::kL2) {
-    PanelGemmHinted<PrefetchHint::kL2>(x, in, n, in, w.panel_bf16(p), 0, cols, t.y + c0, w.out(),
-                                       t.accumulate);
+  if (w.bf16()) {
+    PanelGemmHinted<kHint>(x, in, n, in, w.panel_bf16(p), 0, cols, t.y + c0, w.out(),
+                           t.accumulate);
   } else {
-    PanelGemmHinted<PrefetchHint::kNonTemporal>(x, in, n, in, w.panel_bf16(p), 0, cols, t.y + c0,
-                                                w.out(), t.accumulate);
+    PanelGemmHinted<kHint>(x, in, n, in, w.panel(p), 0, cols, t.y + c0, w.out(), t.accumulate);
   }
 }
 
 // One panel of one target at batch 1.
+template <PrefetchHint kHint>
 void PanelVector(const float* x, int in, const PackedGemmTarget& t, int p) {
   const PackedMatrix& w = *t.w;
   const int c0 = p * kPanel, cols = std::min(kPanel, w.out() - c0);
-  if (!w.bf16()) {
-    PanelGemv(x, in, w.panel(p), cols, t.y + c0, t.accumulate);
-  } else if (ActivePrefetchHint() == PrefetchHint::kL2) {
-    PanelGemvHinted<PrefetchHint::kL2>(x, in, w.panel_bf16(p), cols, t.y + c0, t.accumulate);
+  if (w.bf16()) {
+    PanelGemvHinted<kHint>(x, in, w.panel_bf16(p), cols, t.y + c0, t.accumulate);
   } else {
-    PanelGemvHinted<PrefetchHint::kNonTemporal>(x, in, w.panel_bf16(p), cols, t.y + c0,
-                                                t.accumulate);
+    PanelGemvHinted<kHint>(x, in, w.panel(p), cols, t.y + c0, t.accumulate);
   }
 }
 
@@ -319,8 +323,12 @@ void GemvPacked(const float* x, int in, const PackedGemmTarget* targets, int cou
     for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
     bytes += static_cast<double>(targets[i].w->bytes());
   }
-  auto one = [&](int k) { PanelVector(x, in, targets[tasks[k].first], tasks[k].second); };
-  RunInShares(static_cast<int>(tasks.size()), one, bytes >= 4e5);
+  WithPrefetchHint([&](auto hint) {
+    auto one = [&](int k) {
+      PanelVector<decltype(hint)::value>(x, in, targets[tasks[k].first], tasks[k].second);
+    };
+    RunInShares(static_cast<int>(tasks.size()), one, bytes >= 4e5);
+  });
 }
 
 void GemmPacked(const float* x, int n, int in, const PackedGemmTarget* targets, int count) {
@@ -332,9 +340,12 @@ void GemmPacked(const float* x, int n, int in, const PackedGemmTarget* targets, 
     for (int p = 0; p < targets[i].w->panels(); ++p) tasks.emplace_back(i, p);
     flops += 2.0 * n * in * targets[i].w->out();
   }
-  RunInShares(
-      static_cast<int>(tasks.size()),
-      [&](int k) { Panel(x, n, in, targets[tasks[k].first], tasks[k].second); }, flops >= 2e5);
+  WithPrefetchHint([&](auto hint) {
+    auto one = [&](int k) {
+      Panel<decltype(hint)::value>(x, n, in, targets[tasks[k].first], tasks[k].second);
+    };
+    RunInShares(static_cast<int>(tasks.size()), one, flops >= 2e5);
+  });
 }
 
 }  // namespace ced::kernels::CED_VARIANT_NS
