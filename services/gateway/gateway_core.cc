@@ -19,11 +19,15 @@ GatewayCore::GatewayCore(GatewaySettings settings, std::unique_ptr<Tokenizer> to
   id_state_ = (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
-grpc::Status GatewayCore::Route(grpc::ClientContext* context,
-                                const ced::internal::RouteRequest& request,
-                                ced::internal::RouteResponse* response) {
-  if (settings_.local_route) return services::ToGrpc(settings_.local_route(request, response));
-  return router_->Route(context, request, response);
+void GatewayCore::RouteAsync(grpc::ClientContext* context,
+                             const ced::internal::RouteRequest* request,
+                             ced::internal::RouteResponse* response,
+                             std::function<void(grpc::Status)> done) {
+  if (settings_.local_route) {
+    done(services::ToGrpc(settings_.local_route(*request, response)));
+    return;
+  }
+  router_->async()->Route(context, request, response, std::move(done));
 }
 
 std::shared_ptr<grpc::Channel> GatewayCore::Channel(const std::string& address) {

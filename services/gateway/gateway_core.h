@@ -84,10 +84,13 @@ class GatewayCore {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GatewayMetrics& metrics() const { return metrics_; }
   ced::internal::Router::Stub* router() { return router_.get(); }
-  // Places a request: settings().local_route when the router is embedded,
-  // else the Route RPC under `context` (its deadline bounds the call).
-  grpc::Status Route(grpc::ClientContext* context, const ced::internal::RouteRequest& request,
-                     ced::internal::RouteResponse* response);
+  // Places a request: settings().local_route when the router is embedded
+  // (`done` runs inline), else the Route RPC under `context` (its deadline
+  // bounds the call; `done` runs on a gRPC thread when it completes). `done`
+  // runs once; `request` and `response` must outlive it.
+  void RouteAsync(grpc::ClientContext* context, const ced::internal::RouteRequest* request,
+                  ced::internal::RouteResponse* response,
+                  std::function<void(grpc::Status)> done);
   // The block chain prompts are hashed with for cache-aware routing.
   PrefixChain& prefix_chain() { return prefix_chain_; }
   // Where the calls' worker streams complete.

@@ -113,6 +113,9 @@ grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
 void GenerateCall::Launch(std::shared_ptr<GenerateCall> call) {
   GatewayCore* core = call->core_;
   core->CallStarted();
+  // Routing and the Reserve start here, without waiting for a call thread:
+  // they overlap the hand-off (the thread waits for their outcome).
+  call->BeginAttempt(Attempt::Cause::kNew, {});
   core->call_threads().Run([call = std::move(call), core]() mutable {
     call->Run();
     call.reset();
@@ -227,8 +230,12 @@ grpc::Status GenerateCall::Execute() {
   const GatewayMetrics& metrics = core_->metrics();
   Attempt::Cause cause = Attempt::Cause::kNew;
   std::vector<std::string> exclude;
+  // Launch began the first attempt on the thread that received the request.
+  Attempt* begun = attempts_.empty() ? nullptr : attempts_.front().get();
   while (true) {
-    grpc::Status status = RunAttempt(cause, exclude);
+    Attempt* a = begun != nullptr ? begun : BeginAttempt(cause, exclude);
+    begun = nullptr;
+    grpc::Status status = FinishAttempt(a);
     const char* outcome = current()->reserved ? "ok" : "failed";
     if (cause == Attempt::Cause::kMigration) {
       metrics.migrations->WithLabelValues({outcome}).Increment();
@@ -355,19 +362,24 @@ bool GenerateCall::FinishedBeforeLoss(Attempt* a) {
   return true;
 }
 
-grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
-                                      const std::vector<std::string>& exclude) {
+GenerateCall::Attempt* GenerateCall::BeginAttempt(Attempt::Cause cause,
+                                                  const std::vector<std::string>& exclude) {
   const GatewaySettings& settings = core_->settings();
   Attempt* a;
+  bool cancelled;
   {
     auto attempt = std::make_unique<Attempt>();
     a = attempt.get();
     absl::MutexLock lock(&mu_);
     a->index = static_cast<int>(attempts_.size());
     attempts_.push_back(std::move(attempt));
-    if (cancelled_) return CancelStatus();
+    cancelled = cancelled_;
   }
   a->cause = cause;
+  if (cancelled) {
+    Placed(a, CancelStatus());
+    return a;
+  }
   // A continuation gets an id of its own: the old one may still be held (a
   // live decode worker cancelling it, a prefill worker finishing it).
   a->worker_request_id =
@@ -376,13 +388,13 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   const int k = assembler_.emitted();
   a->base_step = k;
   const std::vector<int32_t>& streamed = assembler_.emitted_ids();
-  std::vector<int32_t> prompt = request_.prompt_token_ids;
-  prompt.insert(prompt.end(), streamed.begin(), streamed.begin() + k);
+  a->prompt = request_.prompt_token_ids;
+  a->prompt.insert(a->prompt.end(), streamed.begin(), streamed.begin() + k);
 
   // 1. Placement.
-  ced::internal::RouteRequest route_request;
+  ced::internal::RouteRequest& route_request = a->route_request;
   route_request.set_request_id(a->worker_request_id);
-  route_request.set_prompt_tokens(static_cast<int64_t>(prompt.size()));
+  route_request.set_prompt_tokens(static_cast<int64_t>(a->prompt.size()));
   route_request.set_max_tokens(request_.max_tokens - k);
   route_request.set_replay_on(request_.replay_on != ced::internal::REPLAY_ON_UNSPECIFIED
                                   ? request_.replay_on
@@ -395,33 +407,43 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   route_request.set_replay_mode(mode);
   for (const std::string& id : exclude) route_request.add_exclude_worker_ids(id);
   route_request.set_session_id(request_.session_id);
-  core_->prefix_chain().Fill(prompt, &route_request);
+  core_->prefix_chain().Fill(a->prompt, &route_request);
   a->route_ctx.set_deadline(Bounded(settings.route_timeout));
-  grpc::Status status = core_->Route(&a->route_ctx, route_request, &a->route);
-  if (status.ok()) core_->prefix_chain().Learn(a->route);
+  core_->RouteAsync(&a->route_ctx, &a->route_request, &a->route,
+                    [this, a](grpc::Status status) { OnRouted(a, std::move(status)); });
+  return a;
+}
+
+void GenerateCall::OnRouted(Attempt* a, grpc::Status status) {
+  const GatewaySettings& settings = core_->settings();
   if (!status.ok()) {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
         std::chrono::system_clock::now() < client_deadline_) {
-      return grpc::Status(
-          grpc::StatusCode::UNAVAILABLE,
-          absl::StrCat("router at ", settings.router_address, " did not answer within ",
-                       absl::FormatDuration(settings.route_timeout)));
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            absl::StrCat("router at ", settings.router_address,
+                                         " did not answer within ",
+                                         absl::FormatDuration(settings.route_timeout)));
+    } else {
+      status = WithPrefix(absl::StrCat("router at ", settings.router_address, ": "), status);
     }
-    return WithPrefix(absl::StrCat("router at ", settings.router_address, ": "), status);
+    Placed(a, status);
+    return;
   }
+  core_->prefix_chain().Learn(a->route);
   const ced::internal::RouteResponse& route = a->route;
   if (route.decode().grpc_address().empty() ||
       (!route.local_prefill() && route.prefill().grpc_address().empty())) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, "router: route without worker addresses");
+    Placed(a, grpc::Status(grpc::StatusCode::INTERNAL, "router: route without worker addresses"));
+    return;
   }
 
   // 2. Reserve the sequence on the decode worker.
-  const std::string& decode_id = route.decode().worker_id();
+  const int k = a->base_step;
   a->decode_stub =
       ced::internal::DecodeWorker::NewStub(core_->Channel(route.decode().grpc_address()));
-  ced::internal::ReserveRequest reserve;
+  ced::internal::ReserveRequest& reserve = a->reserve;
   reserve.set_request_id(a->worker_request_id);
-  *reserve.mutable_prompt_token_ids() = {prompt.begin(), prompt.end()};
+  *reserve.mutable_prompt_token_ids() = {a->prompt.begin(), a->prompt.end()};
   SamplingParams sampling = request_.sampling;
   sampling.step_offset = static_cast<uint64_t>(k);
   services::ToProto(sampling, reserve.mutable_sampling());
@@ -437,28 +459,73 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
   reserve.set_local_prefill(route.local_prefill());
   if (!route.local_prefill()) reserve.set_prefill_worker_id(route.prefill().worker_id());
   // The tokens come on the gateway's multiplexed stream to this worker when
-  // it has one (registered before the Reserve: none is lost).
+  // it has one (registered before the Reserve: none is lost). One that is
+  // not open yet is opened (and waited for) on the call's thread.
   if (settings.decode_mux) {
-    a->mux = core_->muxes().Get(route.decode().grpc_address(),
-                                core_->Channel(route.decode().grpc_address()),
-                                absl::StrCat("mux-", core_->NewRequestId()),
-                                absl::FromChrono(Bounded(settings.mux_open_timeout)));
+    bool must_open = false;
+    a->mux = core_->muxes().GetOpen(route.decode().grpc_address(), &must_open);
+    if (a->mux == nullptr && must_open) {
+      a->reserve_on_run_thread = true;
+      Placed(a, grpc::Status::OK);
+      return;
+    }
     if (a->mux != nullptr) a->mux_entry = a->mux->Register(a->worker_request_id);
     if (a->mux_entry != nullptr) reserve.set_subscriber_id(a->mux->subscriber_id());
   }
-  ced::internal::ReserveResponse reserved;
+  if (Cancelled()) {
+    Placed(a, CancelStatus());
+    return;
+  }
   a->reserve_ctx.set_deadline(Bounded(settings.reserve_timeout));
   a->reserve_sent = true;
-  status = a->decode_stub->Reserve(&a->reserve_ctx, reserve, &reserved);
+  a->decode_stub->async()->Reserve(&a->reserve_ctx, &a->reserve, &a->reserved_response,
+                                   [this, a](grpc::Status status) {
+                                     // 3. Follow the token stream and start the prefill.
+                                     if (status.ok()) StartStreaming(a);
+                                     Placed(a, status);
+                                   });
+}
+
+void GenerateCall::Placed(Attempt* a, grpc::Status status) {
+  absl::MutexLock lock(&place_mu_);
+  a->placement = std::move(status);
+  a->placed = true;
+}
+
+grpc::Status GenerateCall::ReserveOnRunThread(Attempt* a) {
+  const GatewaySettings& settings = core_->settings();
+  const std::string& address = a->route.decode().grpc_address();
+  a->mux = core_->muxes().Get(address, core_->Channel(address),
+                              absl::StrCat("mux-", core_->NewRequestId()),
+                              absl::FromChrono(Bounded(settings.mux_open_timeout)));
+  if (a->mux != nullptr) a->mux_entry = a->mux->Register(a->worker_request_id);
+  if (a->mux_entry != nullptr) a->reserve.set_subscriber_id(a->mux->subscriber_id());
+  if (Cancelled()) return CancelStatus();
+  a->reserve_ctx.set_deadline(Bounded(settings.reserve_timeout));
+  a->reserve_sent = true;
+  return a->decode_stub->Reserve(&a->reserve_ctx, a->reserve, &a->reserved_response);
+}
+
+grpc::Status GenerateCall::FinishAttempt(Attempt* a) {
+  grpc::Status status;
+  {
+    absl::MutexLock lock(&place_mu_);
+    place_mu_.Await(absl::Condition(&a->placed));
+    status = a->placement;
+  }
+  if (a->reserve_on_run_thread && status.ok()) status = ReserveOnRunThread(a);
+  // Routing failed, or the call was cancelled before its Reserve.
+  if (!a->reserve_sent) return status;
+  const std::string& decode_id = a->route.decode().worker_id();
   if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && a->mux_entry != nullptr) {
     // The multiplexed stream ended between its open and the Reserve: the
     // worker took nothing; reserve again with a stream of the request's own.
     a->mux->Detach(a->mux_entry.get());
     a->mux_entry.reset();
-    reserve.clear_subscriber_id();
+    a->reserve.clear_subscriber_id();
     grpc::ClientContext again;
-    again.set_deadline(Bounded(settings.reserve_timeout));
-    status = a->decode_stub->Reserve(&again, reserve, &reserved);
+    again.set_deadline(Bounded(core_->settings().reserve_timeout));
+    status = a->decode_stub->Reserve(&again, a->reserve, &a->reserved_response);
   }
   // The id is another request's on that worker (another gateway's client
   // chose it too): nothing of ours landed there, and a Cancel would end theirs.
@@ -473,27 +540,35 @@ grpc::Status GenerateCall::RunAttempt(Attempt::Cause cause,
     a->reserve_unavailable = true;
   }
   if (!status.ok()) return WithPrefix(absl::StrCat("decode worker ", decode_id, ": "), status);
+  if (!a->relay_started) StartStreaming(a);
+  return AwaitRelay(a);
+}
+
+void GenerateCall::StartStreaming(Attempt* a) {
+  const ced::internal::RouteResponse& route = a->route;
   a->reserved = true;
   a->prefill_start = absl::Now();
-
-  // 3. Follow the token stream and start the prefill.
+  a->relay_started = true;
   a->decode_ctx.set_deadline(client_deadline_);
-  if (route.local_prefill()) return Relay(a, nullptr);
+  if (route.local_prefill()) {
+    StartRelay(a, nullptr);
+    return;
+  }
   a->prefill_stub =
       ced::internal::PrefillWorker::NewStub(core_->Channel(route.prefill().grpc_address()));
-  ced::internal::PrefillRequest prefill;
+  ced::internal::PrefillRequest& prefill = a->prefill_request;
   prefill.set_request_id(a->worker_request_id);
-  *prefill.mutable_token_ids() = reserve.prompt_token_ids();
-  prefill.set_decode_worker_id(decode_id);
+  *prefill.mutable_token_ids() = a->reserve.prompt_token_ids();
+  prefill.set_decode_worker_id(route.decode().worker_id());
   prefill.set_decode_kv_address(route.decode().kv_address());
-  prefill.set_transfer_token(reserved.transfer_token());
-  *prefill.mutable_replay() = reserve.replay();
-  *prefill.mutable_sampling() = reserve.sampling();
-  prefill.set_skip_prefix_tokens(reserved.cached_prefix_tokens());
-  prefill.set_kv_format(reserved.kv_format());
+  prefill.set_transfer_token(a->reserved_response.transfer_token());
+  *prefill.mutable_replay() = a->reserve.replay();
+  *prefill.mutable_sampling() = a->reserve.sampling();
+  prefill.set_skip_prefix_tokens(a->reserved_response.cached_prefix_tokens());
+  prefill.set_kv_format(a->reserved_response.kv_format());
   a->prefill_ctx.set_deadline(client_deadline_);
   a->prefill_started = true;
-  return Relay(a, &prefill);
+  StartRelay(a, &prefill);
 }
 
 bool GenerateCall::Cancelled() const {

@@ -109,7 +109,12 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
     Cause cause = Cause::kNew;
     std::string worker_request_id;  // the request's id on the workers
     int base_step = 0;              // tokens streamed before this attempt: its step 0 is this step
+    std::vector<int32_t> prompt;  // the request's prompt + the tokens streamed before it
+    ced::internal::RouteRequest route_request;
     ced::internal::RouteResponse route;
+    ced::internal::ReserveRequest reserve;
+    ced::internal::ReserveResponse reserved_response;
+    ced::internal::PrefillRequest prefill_request;
     std::unique_ptr<ced::internal::DecodeWorker::Stub> decode_stub;
     std::unique_ptr<ced::internal::PrefillWorker::Stub> prefill_stub;
     // Contexts of every downstream call: TryCancel at any time (before,
@@ -126,6 +131,11 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
     std::unique_ptr<grpc::Alarm> grace;
     Op grace_op;
     bool grace_pending = false;
+    // The placement's outcome (GenerateCall::place_mu_).
+    bool placed = false;
+    grpc::Status placement;
+    bool reserve_on_run_thread = false;  // its decode worker's mux must be opened first
+    bool relay_started = false;
     bool reserve_sent = false;
     bool reserved = false;
     bool prefill_started = false;
@@ -149,9 +159,21 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
 
   void Run();
   grpc::Status Execute();
-  // Routes, reserves and streams the request's remaining tokens (all of them
-  // for the first attempt) on a new attempt, until it ends.
-  grpc::Status RunAttempt(Attempt::Cause cause, const std::vector<std::string>& exclude);
+  // An attempt at the request's remaining tokens (all of them for the first):
+  // BeginAttempt adds it and starts its placement without blocking (Route,
+  // then the Reserve, then its streams: each step starts the next from the
+  // completion of the one before, on whichever thread that completes);
+  // FinishAttempt, on the Run thread, waits for the placement's outcome,
+  // does what needs the Run thread (opening a worker's multiplexed stream,
+  // a Reserve again) and then follows the streams until the attempt ends.
+  Attempt* BeginAttempt(Attempt::Cause cause, const std::vector<std::string>& exclude);
+  void OnRouted(Attempt* a, grpc::Status status);
+  // The placement's outcome: the Run thread's FinishAttempt goes on.
+  void Placed(Attempt* a, grpc::Status status);
+  grpc::Status ReserveOnRunThread(Attempt* a);
+  grpc::Status FinishAttempt(Attempt* a);
+  // After a successful Reserve: starts the prefill and follows the tokens.
+  void StartStreaming(Attempt* a);
   // Decides, after an attempt that failed with `status`, whether and how to
   // go on: false to end the request with *status (possibly reworded).
   bool PlanNext(grpc::Status* status, Attempt::Cause* cause, std::vector<std::string>* exclude);
@@ -163,9 +185,11 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   // The request finished before its decode worker died (every token or a
   // stop token streamed): sets up the final chunk; false otherwise.
   bool FinishedBeforeLoss(Attempt* a);
-  // Relays the attempt's worker streams to the client until they end: starts
-  // them on the relay and waits for the outcome OnCompletion decides.
-  grpc::Status Relay(Attempt* a, ced::internal::PrefillRequest* prefill);
+  // Relays the attempt's worker streams to the client until they end:
+  // StartRelay starts them on the relay (any thread); AwaitRelay (the Run
+  // thread) waits for the outcome OnCompletion decides.
+  void StartRelay(Attempt* a, const ced::internal::PrefillRequest* prefill);
+  grpc::Status AwaitRelay(Attempt* a);
   // After the attempt's final chunk: the final message, or the error it carried.
   grpc::Status Conclude(Attempt* a);
   grpc::Status CheckChunk(const ced::internal::TokenChunk& chunk) const;
@@ -276,6 +300,9 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   std::unique_ptr<RelayState> relay_state_ ABSL_GUARDED_BY(relay_mu_);
   std::optional<grpc::Status> relay_result_ ABSL_GUARDED_BY(relay_mu_);
   int open_ops_ ABSL_GUARDED_BY(relay_mu_) = 0;  // streams and timers not yet finished
+
+  // Guards each attempt's placed and placement (not annotated: they are the attempt's).
+  absl::Mutex place_mu_;
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -48,7 +48,7 @@ void GenerateCall::StartStream(Attempt* a, bool decode, AsyncStream<Message>* st
   stream->reader->StartCall(&stream->start);
 }
 
-grpc::Status GenerateCall::Relay(Attempt* a, ced::internal::PrefillRequest* prefill) {
+void GenerateCall::StartRelay(Attempt* a, const ced::internal::PrefillRequest* prefill) {
   grpc::CompletionQueue* cq = core_->relay().cq();
   const bool mux = a->mux_entry != nullptr;
   {
@@ -81,6 +81,10 @@ grpc::Status GenerateCall::Relay(Attempt* a, ced::internal::PrefillRequest* pref
   // later ones (on its reader thread). Not under relay_mu_: each delivery
   // takes it.
   if (mux) a->mux->Attach(a->mux_entry.get(), this, a);
+}
+
+grpc::Status GenerateCall::AwaitRelay(Attempt* a) {
+  const bool mux = a->mux_entry != nullptr;
   absl::MutexLock lock(&relay_mu_);
   // The relay threads take it from here until the attempt has an outcome.
   // A per-request stream ends at the client's deadline (its context's); the

@@ -57,6 +57,11 @@ bool TokenMux::broken() const {
   return state_ == State::kEnded;
 }
 
+bool TokenMux::open() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kOpen;
+}
+
 std::shared_ptr<TokenMux::Entry> TokenMux::Register(const std::string& request_id) {
   absl::MutexLock lock(&mu_);
   if (state_ == State::kEnded) return nullptr;
@@ -178,6 +183,19 @@ TokenMuxPool::~TokenMuxPool() {
     muxes.swap(muxes_);
   }
   muxes.clear();  // cancels and joins each
+}
+
+std::shared_ptr<TokenMux> TokenMuxPool::GetOpen(const std::string& address, bool* must_open) {
+  absl::MutexLock lock(&mu_);
+  auto u = unsupported_.find(address);
+  if (u != unsupported_.end() && absl::Now() < u->second) {
+    *must_open = false;
+    return nullptr;
+  }
+  auto it = muxes_.find(address);
+  if (it != muxes_.end() && it->second->open()) return it->second;
+  *must_open = true;
+  return nullptr;
 }
 
 std::shared_ptr<TokenMux> TokenMuxPool::Get(const std::string& address,

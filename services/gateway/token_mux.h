@@ -56,6 +56,8 @@ class TokenMux {
   grpc::Status WaitOpen(absl::Time deadline);
   // True once the stream broke or ended: register nothing more on it.
   bool broken() const;
+  // True while the stream is open (opened and not broken).
+  bool open() const;
 
   // Registers `request_id` (its chunks are kept until Attach); nullptr when
   // the stream is broken.
@@ -97,6 +99,10 @@ class TokenMuxPool {
   std::shared_ptr<TokenMux> Get(const std::string& address,
                                 const std::shared_ptr<grpc::Channel>& channel,
                                 const std::string& new_id, absl::Time deadline);
+  // Without waiting: the open mux of `address`, or nullptr. *must_open (when
+  // nullptr is returned) tells whether Get would open or wait for one (true)
+  // or the worker has no Subscribe (false: use a per-request Stream).
+  std::shared_ptr<TokenMux> GetOpen(const std::string& address, bool* must_open);
 
  private:
   absl::Mutex mu_;
