@@ -16,9 +16,13 @@
 // decode worker that refused it, at most GatewaySettings::reserve_retries
 // times. When none takes it the client gets RESOURCE_EXHAUSTED naming them.
 //
-// Threads: Run() executes on a thread of its own (one of CallThreads'): the unary calls (Route,
-// Reserve, Cancel) are synchronous, and the decisions between attempts are
-// its own. The decode and prefill streams complete on the gateway's shared
+// Threads: Run() executes on a thread of its own (one of CallThreads'): the
+// decisions between attempts are its own, and so are the clean-up Cancels
+// (synchronous). An attempt's placement does not wait for it: the Route, the
+// Reserve and the start of the worker streams each start from the completion
+// of the one before (the first attempt's from the thread that received the
+// request, while the call is handed to its thread), and the Run thread waits
+// for the outcome. The decode and prefill streams complete on the gateway's shared
 // StreamRelay: while an attempt streams, the relay's threads assemble its
 // tokens and write them to the client (the Run thread waits for the
 // attempt's outcome), so a token reaches the client from the thread that
