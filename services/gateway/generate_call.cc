@@ -480,8 +480,9 @@ void GenerateCall::OnRouted(Attempt* a, grpc::Status status) {
   a->reserve_sent = true;
   a->decode_stub->async()->Reserve(&a->reserve_ctx, &a->reserve, &a->reserved_response,
                                    [this, a](grpc::Status status) {
-                                     // 3. Follow the token stream and start the prefill.
-                                     if (status.ok()) StartStreaming(a);
+                                     // 3. Follow the token stream and start the prefill
+                                     // (not for a request cancelled meanwhile).
+                                     if (status.ok() && !Cancelled()) StartStreaming(a);
                                      Placed(a, status);
                                    });
 }
@@ -540,7 +541,12 @@ grpc::Status GenerateCall::FinishAttempt(Attempt* a) {
     a->reserve_unavailable = true;
   }
   if (!status.ok()) return WithPrefix(absl::StrCat("decode worker ", decode_id, ": "), status);
-  if (!a->relay_started) StartStreaming(a);
+  if (!a->relay_started) {
+    // Cancelled while the Reserve was on its way: the clean-up cancels it
+    // on the decode worker; the prefill never starts.
+    if (Cancelled()) return CancelStatus();
+    StartStreaming(a);
+  }
   return AwaitRelay(a);
 }
 

@@ -41,8 +41,14 @@ void FakeDecodeWorker::SetScript(Script script) {
 grpc::Status FakeDecodeWorker::Reserve(grpc::ServerContext*,
                                        const ced::internal::ReserveRequest* request,
                                        ced::internal::ReserveResponse* response) {
+  absl::Duration delay;
+  {
+    absl::MutexLock lock(&mu_);
+    reserves_.push_back(*request);
+    delay = script_.reserve_delay;
+  }
+  absl::SleepFor(delay);
   absl::MutexLock lock(&mu_);
-  reserves_.push_back(*request);
   if (!script_.reserve_status.ok()) return script_.reserve_status;
   response->set_transfer_token(42);
   response->set_kv_address("inproc://d0");
@@ -111,6 +117,14 @@ bool FakeDecodeWorker::WaitForStreams(int count, absl::Duration timeout) const {
 bool FakeDecodeWorker::WaitForCancelledStreams(int count, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return cancelled_streams_ >= count; };
+  return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+}
+
+bool FakeDecodeWorker::WaitForReserves(int count, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return static_cast<int>(reserves_.size()) >= count;
+  };
   return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
 }
 

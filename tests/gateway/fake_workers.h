@@ -25,6 +25,7 @@ class FakeDecodeWorker final : public ced::internal::DecodeWorker::Service {
     grpc::Status reserve_status;
     std::vector<ced::internal::TokenChunk> chunks;  // streamed in order
     bool hold_open = false;  // after the chunks, keep the stream open until cancelled
+    absl::Duration reserve_delay;  // Reserve answers after this long
   };
   void SetScript(Script script);
 
@@ -43,6 +44,8 @@ class FakeDecodeWorker final : public ced::internal::DecodeWorker::Service {
   bool WaitForCancel(const std::string& request_id, absl::Duration timeout) const;
   bool WaitForStreams(int count, absl::Duration timeout) const;
   bool WaitForCancelledStreams(int count, absl::Duration timeout) const;
+  // Waits until `count` Reserve calls arrived.
+  bool WaitForReserves(int count, absl::Duration timeout) const;
 
  private:
   mutable absl::Mutex mu_;

@@ -237,6 +237,35 @@ TEST_F(GatewayTest, ClientCancelCancelsBothWorkers) {
   EXPECT_TRUE(decode_.WaitForCancelledStreams(1, absl::Seconds(10)));
 }
 
+// The placement runs on completions (Route, then Reserve, then the streams):
+// a client that leaves while the Reserve is on its way gets CANCELLED, the
+// reservation is cancelled on the decode worker once it answered, and no
+// prefill starts.
+TEST_F(GatewayTest, ClientCancelDuringTheReserveCancelsItAndStartsNoPrefill) {
+  // A first request: the gateway learns that the fake worker has no
+  // multiplexed stream, so the next Reserve goes out asynchronously.
+  decode_.SetScript({grpc::Status::OK, {Chunk(0, "Hi", FINISH_REASON_LENGTH)}, false});
+  const GenerateResult first = Generate(Request("hi", 2));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_EQ(prefill_.prefills().size(), 1u);
+
+  decode_.SetScript({grpc::Status::OK, {Chunk(0, "Hi", FINISH_REASON_LENGTH)}, false,
+                     /*reserve_delay=*/absl::Milliseconds(1500)});
+  grpc::ClientContext ctx;
+  GenerateRequest request = Request("hi", 2);
+  request.set_request_id("cancel-in-reserve");
+  auto reader = stub_->Generate(&ctx, request);
+  ASSERT_TRUE(decode_.WaitForReserves(2, absl::Seconds(10)));
+  ctx.TryCancel();
+  ced::v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(decode_.WaitForCancel("cancel-in-reserve", absl::Seconds(10)));
+  EXPECT_EQ(prefill_.prefills().size(), 1u) << "no prefill for the cancelled request";
+  EXPECT_EQ(decode_.reserves().size(), 2u);
+}
+
 TEST_F(GatewayTest, DeadlinePropagatesAndExpires) {
   decode_.SetScript({grpc::Status::OK, {}, /*hold_open=*/true});
   prefill_.SetScript({std::nullopt, true, false, false, grpc::Status::OK});
