@@ -469,15 +469,11 @@ void GenerateCall::OnRouted(Attempt* a, grpc::Status status) {
       Placed(a, grpc::Status::OK);
       return;
     }
-    if (a->mux != nullptr) a->mux_entry = a->mux->Register(a->worker_request_id);
-    if (a->mux_entry != nullptr) reserve.set_subscriber_id(a->mux->subscriber_id());
   }
-  if (Cancelled()) {
+  if (!ReadyToReserve(a)) {
     Placed(a, CancelStatus());
     return;
   }
-  a->reserve_ctx.set_deadline(Bounded(settings.reserve_timeout));
-  a->reserve_sent = true;
   a->decode_stub->async()->Reserve(&a->reserve_ctx, &a->reserve, &a->reserved_response,
                                    [this, a](grpc::Status status) {
                                      // 3. Follow the token stream and start the prefill
@@ -493,17 +489,21 @@ void GenerateCall::Placed(Attempt* a, grpc::Status status) {
   a->placed = true;
 }
 
+bool GenerateCall::ReadyToReserve(Attempt* a) {
+  if (a->mux != nullptr) a->mux_entry = a->mux->Register(a->worker_request_id);
+  if (a->mux_entry != nullptr) a->reserve.set_subscriber_id(a->mux->subscriber_id());
+  if (Cancelled()) return false;
+  a->reserve_ctx.set_deadline(Bounded(core_->settings().reserve_timeout));
+  a->reserve_sent = true;
+  return true;
+}
+
 grpc::Status GenerateCall::ReserveOnRunThread(Attempt* a) {
-  const GatewaySettings& settings = core_->settings();
   const std::string& address = a->route.decode().grpc_address();
   a->mux = core_->muxes().Get(address, core_->Channel(address),
                               absl::StrCat("mux-", core_->NewRequestId()),
-                              absl::FromChrono(Bounded(settings.mux_open_timeout)));
-  if (a->mux != nullptr) a->mux_entry = a->mux->Register(a->worker_request_id);
-  if (a->mux_entry != nullptr) a->reserve.set_subscriber_id(a->mux->subscriber_id());
-  if (Cancelled()) return CancelStatus();
-  a->reserve_ctx.set_deadline(Bounded(settings.reserve_timeout));
-  a->reserve_sent = true;
+                              absl::FromChrono(Bounded(core_->settings().mux_open_timeout)));
+  if (!ReadyToReserve(a)) return CancelStatus();
   return a->decode_stub->Reserve(&a->reserve_ctx, a->reserve, &a->reserved_response);
 }
 

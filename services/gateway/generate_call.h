@@ -174,6 +174,10 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   void OnRouted(Attempt* a, grpc::Status status);
   // The placement's outcome: the Run thread's FinishAttempt goes on.
   void Placed(Attempt* a, grpc::Status status);
+  // Registers the attempt on its decode worker's mux (a->mux, when it has
+  // one) and readies its Reserve; false when the call was cancelled (no
+  // Reserve may go out).
+  bool ReadyToReserve(Attempt* a);
   grpc::Status ReserveOnRunThread(Attempt* a);
   grpc::Status FinishAttempt(Attempt* a);
   // After a successful Reserve: starts the prefill and follows the tokens.

@@ -185,10 +185,17 @@ TokenMuxPool::~TokenMuxPool() {
   muxes.clear();  // cancels and joins each
 }
 
+bool TokenMuxPool::UnsupportedLocked(const std::string& address) {
+  auto u = unsupported_.find(address);
+  if (u == unsupported_.end()) return false;
+  if (absl::Now() < u->second) return true;
+  unsupported_.erase(u);
+  return false;
+}
+
 std::shared_ptr<TokenMux> TokenMuxPool::GetOpen(const std::string& address, bool* must_open) {
   absl::MutexLock lock(&mu_);
-  auto u = unsupported_.find(address);
-  if (u != unsupported_.end() && absl::Now() < u->second) {
+  if (UnsupportedLocked(address)) {
     *must_open = false;
     return nullptr;
   }
@@ -204,11 +211,7 @@ std::shared_ptr<TokenMux> TokenMuxPool::Get(const std::string& address,
   std::shared_ptr<TokenMux> mux, replaced;
   {
     absl::MutexLock lock(&mu_);
-    auto u = unsupported_.find(address);
-    if (u != unsupported_.end()) {
-      if (absl::Now() < u->second) return nullptr;
-      unsupported_.erase(u);
-    }
+    if (UnsupportedLocked(address)) return nullptr;
     auto it = muxes_.find(address);
     if (it != muxes_.end() && !it->second->broken()) {
       mux = it->second;

@@ -105,6 +105,10 @@ class TokenMuxPool {
   std::shared_ptr<TokenMux> GetOpen(const std::string& address, bool* must_open);
 
  private:
+  // Whether `address` answered UNIMPLEMENTED less than a while ago (an
+  // expired entry is dropped).
+  bool UnsupportedLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<TokenMux>> muxes_ ABSL_GUARDED_BY(mu_);
   // Workers that answered UNIMPLEMENTED, and when to ask again.
