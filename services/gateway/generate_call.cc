@@ -541,6 +541,7 @@ grpc::Status GenerateCall::FinishAttempt(Attempt* a) {
     a->reserve_unavailable = true;
   }
   if (!status.ok()) return WithPrefix(absl::StrCat("decode worker ", decode_id, ": "), status);
+  a->reserved = true;
   if (!a->relay_started) {
     // Cancelled while the Reserve was on its way: the clean-up cancels it
     // on the decode worker; the prefill never starts.
@@ -552,7 +553,6 @@ grpc::Status GenerateCall::FinishAttempt(Attempt* a) {
 
 void GenerateCall::StartStreaming(Attempt* a) {
   const ced::internal::RouteResponse& route = a->route;
-  a->reserved = true;
   a->prefill_start = absl::Now();
   a->relay_started = true;
   a->decode_ctx.set_deadline(client_deadline_);

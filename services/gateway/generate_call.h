@@ -141,7 +141,7 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
     bool reserve_on_run_thread = false;  // its decode worker's mux must be opened first
     bool relay_started = false;
     bool reserve_sent = false;
-    bool reserved = false;
+    bool reserved = false;  // the Reserve succeeded (set by the Run thread)
     bool prefill_started = false;
     bool decode_complete = false;      // final chunk and OK status received
     bool reserve_unavailable = false;  // Reserve: UNAVAILABLE (draining, or gone)
