@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,6 +41,28 @@ std::vector<double> Reference(const std::vector<float>& x, int n, int in,
     }
   }
   return y;
+}
+
+// Asserts y[t] = x * w[t]^T, plus before[t] where accumulates(t), against
+// the double reference for every target; `where` names the case in failures.
+void ExpectProducts(const std::vector<float>& x, int n, int in,
+                    const std::vector<std::vector<float>>& w, const std::vector<int>& outs,
+                    const std::vector<std::vector<float>>& before,
+                    const std::vector<std::vector<float>>& y,
+                    const std::function<bool(size_t)>& accumulates, const std::string& where) {
+  for (size_t t = 0; t < outs.size(); ++t) {
+    const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double want = ref[i] + (accumulates(t) ? before[t][i] : 0.0);
+      ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
+          << where << " target " << t << " elem " << i;
+    }
+  }
+}
+
+std::string Case(int n, int in, PrefetchHint hint) {
+  return "n " + std::to_string(n) + " in " + std::to_string(in) + " prefetch " +
+         std::string(PrefetchHintName(hint));
 }
 
 TEST(MathTest, PoolRunsEveryIndexOnce) {
@@ -109,14 +133,9 @@ TEST_P(MathIsaTest, GemmMultiMatchesReference) {
         targets.push_back({w[t].data(), outs[t], y[t].data(), t == 1});
       }
       GemmMultiCpu(x.data(), n, in, targets.data(), static_cast<int>(targets.size()));
-      for (size_t t = 0; t < outs.size(); ++t) {
-        const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
-        for (size_t i = 0; i < ref.size(); ++i) {
-          const double want = ref[i] + (t == 1 ? before[t][i] : 0.0);
-          ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
-              << "n " << n << " in " << in << " target " << t << " elem " << i;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(ExpectProducts(
+          x, n, in, w, outs, before, y, [](size_t t) { return t == 1; },
+          "n " + std::to_string(n) + " in " + std::to_string(in)));
     }
   }
 }
@@ -147,15 +166,8 @@ TEST_P(MathIsaTest, PackedGemmMatchesReference) {
         y = before;
         for (size_t t = 0; t < outs.size(); ++t) targets[t].y = y[t].data();
         GemmPackedMultiCpu(x.data(), n, in, targets.data(), static_cast<int>(targets.size()));
-        for (size_t t = 0; t < outs.size(); ++t) {
-          const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
-          for (size_t i = 0; i < ref.size(); ++i) {
-            const double want = ref[i] + (t == 2 ? before[t][i] : 0.0);
-            ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
-                << "n " << n << " in " << in << " target " << t << " elem " << i << " prefetch "
-                << PrefetchHintName(hint);
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(ExpectProducts(
+            x, n, in, w, outs, before, y, [](size_t t) { return t == 2; }, Case(n, in, hint)));
         if (first.empty()) first = y;
         ASSERT_EQ(y, first) << "n " << n << " in " << in << " prefetch " << PrefetchHintName(hint);
       }
@@ -219,14 +231,9 @@ TEST_P(MathIsaTest, Bf16WeightsArePackedAsBf16AndGiveTheSameBits) {
         }
         ASSERT_EQ(y_bf16, y_f32) << "n " << n << " in " << in << " prefetch "
                                  << PrefetchHintName(hint);
-        for (size_t t = 0; t < outs.size(); ++t) {
-          const std::vector<double> ref = Reference(x, n, in, w[t], outs[t]);
-          for (size_t i = 0; i < ref.size(); ++i) {
-            const double want = ref[i] + (t == 2 ? before[t][i] : 0.0);
-            ASSERT_NEAR(y_bf16[t][i], want, 1e-4 * (1 + std::abs(want)))
-                << "n " << n << " in " << in << " target " << t << " elem " << i;
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(ExpectProducts(
+            x, n, in, w, outs, before, y_bf16, [](size_t t) { return t == 2; },
+            Case(n, in, hint)));
       }
     }
   }
@@ -261,15 +268,8 @@ TEST_P(MathIsaTest, PackedGemvMatchesReference) {
       y = before;
       for (size_t t = 0; t < outs.size(); ++t) targets[t].y = y[t].data();
       GemvPackedMultiCpu(x.data(), in, targets.data(), static_cast<int>(targets.size()));
-      for (size_t t = 0; t < outs.size(); ++t) {
-        const std::vector<double> ref = Reference(x, 1, in, w[t], outs[t]);
-        for (size_t i = 0; i < ref.size(); ++i) {
-          const double want = ref[i] + (t % 2 == 1 ? before[t][i] : 0.0);
-          ASSERT_NEAR(y[t][i], want, 1e-4 * (1 + std::abs(want)))
-              << "in " << in << " target " << t << " elem " << i << " prefetch "
-              << PrefetchHintName(hint);
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(ExpectProducts(
+          x, 1, in, w, outs, before, y, [](size_t t) { return t % 2 == 1; }, Case(1, in, hint)));
       if (first.empty()) first = y;
       ASSERT_EQ(y, first) << "in " << in << " prefetch " << PrefetchHintName(hint);
     }
