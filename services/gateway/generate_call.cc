@@ -558,6 +558,7 @@ void GenerateCall::StartStreaming(Attempt* a) {
   a->decode_ctx.set_deadline(client_deadline_);
   if (route.local_prefill()) {
     StartRelay(a, nullptr);
+    sink_->Started();
     return;
   }
   a->prefill_stub =
@@ -575,6 +576,7 @@ void GenerateCall::StartStreaming(Attempt* a) {
   a->prefill_ctx.set_deadline(client_deadline_);
   a->prefill_started = true;
   StartRelay(a, &prefill);
+  sink_->Started();
 }
 
 bool GenerateCall::Cancelled() const {

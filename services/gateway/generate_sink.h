@@ -27,6 +27,12 @@ class GenerateSink {
   virtual void Push(ced::v1::GenerateResponse response) = 0;
   // The end of the call (OK after the final message, else the error). Once.
   virtual void Close(const grpc::Status& status) = 0;
+  // The request is placed: a decode worker took its Reserve and its worker
+  // streams started (again after each migration or retry that places it
+  // anew). A front end that answers errors before this point in its own way
+  // (an HTTP status) may commit to a stream now: whatever fails later
+  // reaches the client inside the stream. From a gRPC thread.
+  virtual void Started() {}
 };
 
 // The gRPC front end: messages serialized onto a StreamWriter reactor.

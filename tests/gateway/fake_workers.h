@@ -25,7 +25,7 @@ class FakeDecodeWorker final : public ced::internal::DecodeWorker::Service {
     grpc::Status reserve_status;
     std::vector<ced::internal::TokenChunk> chunks;  // streamed in order
     bool hold_open = false;  // after the chunks, keep the stream open until cancelled
-    absl::Duration reserve_delay;  // Reserve answers after this long
+    absl::Duration reserve_delay = absl::ZeroDuration();  // Reserve answers after this long
   };
   void SetScript(Script script);
 

@@ -441,6 +441,40 @@ TEST_F(OpenAiHttpTest, NoWorkersIs503) {
   EXPECT_EQ(Get("/health").status, 503);
 }
 
+// A streamed response commits to 200 once a decode worker took the request
+// (its headers go out while the prompt is computed): what fails before that
+// is an HTTP error, what fails after it an error event ending the stream.
+TEST_F(OpenAiHttpTest, StreamErrorsBeforePlacementAreHttpAfterItAnEvent) {
+  const std::string body =
+      R"({"model": "test-model", "prompt": "hi", "max_tokens": 5, "stream": true})";
+  // No room on the only decode worker: nothing was placed.
+  decode_.SetScript({grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no K/V room"), {},
+                     /*hold_open=*/false});
+  prefill_.SetScript({'H', true, true, false, grpc::Status::OK});
+  ExpectError(Post("/v1/completions", body), 429);
+  EXPECT_TRUE(prefill_.prefills().empty());
+
+  // Placed, then the prefill fails before any token.
+  decode_.SetScript({grpc::Status::OK, {}, /*hold_open=*/true});
+  prefill_.SetScript(
+      {std::nullopt, false, true, false, grpc::Status(grpc::StatusCode::INTERNAL, "exploded")});
+  const Reply r = Post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Events e = ParseEvents(r.body);
+  EXPECT_TRUE(e.well_formed) << r.body;
+  EXPECT_FALSE(e.done) << r.body;
+  ASSERT_EQ(e.chunks.size(), 1u) << r.body;
+  ASSERT_TRUE(e.chunks[0].contains("error")) << r.body;
+  EXPECT_NE(e.chunks[0]["error"]["message"].get<std::string>().find("exploded"),
+            std::string::npos)
+      << r.body;
+  EXPECT_EQ(e.chunks[0]["error"]["type"], "server_error") << r.body;
+
+  // The same failure without streaming: an HTTP error, as before.
+  const std::string whole = R"({"model": "test-model", "prompt": "hi", "max_tokens": 5})";
+  ExpectError(Post("/v1/completions", whole), 500);
+}
+
 TEST_F(OpenAiHttpTest, BearerTokens) {
   TearDown();
   Start([](GatewayServerOptions* o) {

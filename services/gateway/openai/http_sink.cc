@@ -43,6 +43,18 @@ void HttpSink::Push(ced::v1::GenerateResponse response) {
   Signal();
 }
 
+void HttpSink::Started() {
+  absl::MutexLock lock(&mu_);
+  if (started_) return;
+  started_ = true;
+  Signal();
+}
+
+bool HttpSink::started() const {
+  absl::MutexLock lock(&mu_);
+  return started_;
+}
+
 void HttpSink::Close(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
   if (status_.has_value()) return;
@@ -187,9 +199,10 @@ HttpSink::Wake HttpSink::Take(int socket_fd, absl::Time deadline,
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (!queue_.empty() || status_.has_value()) {
+      if (!queue_.empty() || status_.has_value() || (started_ && !started_taken_)) {
         for (auto& m : queue_) out->push_back(std::move(m));
         queue_.clear();
+        started_taken_ = started_;
         waiting_ = false;
         return Wake::kReady;
       }

@@ -32,9 +32,14 @@ class HttpSink final : public GenerateSink {
 
   void Push(ced::v1::GenerateResponse response) override;
   void Close(const grpc::Status& status) override;
+  // Wakes the consumer once (Take returns kReady, maybe with no message).
+  void Started() override;
+  // Whether Started came: the response may commit to a stream.
+  bool started() const;
 
   enum class Wake { kReady, kPeerClosed, kTimeout };
-  // Blocks until a message or the close is there (kReady), the peer of
+  // Blocks until a message or the close is there, or Started came and was
+  // not reported yet (kReady), the peer of
   // `socket_fd` hung up (kPeerClosed; never with socket_fd < 0), or
   // `deadline` passed. Moves every queued message into *out.
   Wake Take(int socket_fd, absl::Time deadline, std::deque<ced::v1::GenerateResponse>* out);
@@ -71,6 +76,8 @@ class HttpSink final : public GenerateSink {
   std::deque<ced::v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
   std::optional<grpc::Status> status_ ABSL_GUARDED_BY(mu_);
   bool waiting_ ABSL_GUARDED_BY(mu_) = false;  // the consumer sleeps on event_fd_
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_taken_ ABSL_GUARDED_BY(mu_) = false;  // a Take reported it
   // Direct mode (StreamDirect): the socket, the renderers, the framed bytes
   // the connection's thread still has to write, whether it is writing some
   // now (then nothing else may be sent before them), and whether the

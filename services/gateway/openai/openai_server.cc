@@ -389,23 +389,27 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
     return;
   }
 
-  // Streaming: errors before the first token are plain HTTP errors.
+  // Streaming: errors before the request is placed (no worker, no room,
+  // admission) are plain HTTP errors. Once a decode worker took it, the
+  // headers go out while the prompt is computed, so that the first token
+  // leaves from the thread that receives it (direct mode below) instead of
+  // waking this one; a failure after that is an error event in the stream.
   auto first = std::make_shared<std::deque<ced::v1::GenerateResponse>>();
-  while (first->empty() && !sink->closed().has_value()) {
+  while (first->empty() && !sink->closed().has_value() && !sink->started()) {
     if (!next(first.get())) {
       Unregister(key);
       return;
     }
   }
-  if (first->empty()) {
+  if (first->empty() && !sink->started()) {
     Unregister(key);
     SendError(res, FromGrpcStatus(*sink->closed()));
     return;
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  // On plain TCP the tokens after the first go straight from the call's
-  // thread to the socket (HttpSink::StreamDirect); under TLS the socket
+  // On plain TCP the tokens go straight from the call's thread to the
+  // socket (HttpSink::StreamDirect); under TLS the socket
   // belongs to the TLS session, so this thread writes every event.
   const bool direct = req.ssl == nullptr && fd >= 0 && options_.direct_stream;
   const absl::Duration write_timeout = options_.write_timeout;
