@@ -27,13 +27,6 @@ double Percentile(std::vector<double> values, double p) {
   return QuantileSorted(values, std::clamp(p, 0.0, 100.0) / 100.0);
 }
 
-double NearestRankPercentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank =
-      static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
-
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

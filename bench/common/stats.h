@@ -29,9 +29,6 @@ Summary Summarize(std::vector<double> samples);
 // ranks: rank p/100·(n−1) of the sorted values (numpy's default). 0 when
 // empty; p is clamped to [0, 100].
 double Percentile(std::vector<double> values, double p);
-// Nearest-rank percentile of `sorted` (ascending): its ceil(p/100·n)-th
-// value (the first when that is 0). 0 when empty.
-double NearestRankPercentile(const std::vector<double>& sorted, double p);
 
 // "1.234 s [1.200 .. 1.300]" style text: median with min..max, formatted by
 // `fmt` (a printf format for one double) and a unit suffix.

@@ -29,6 +29,7 @@ struct Event {
   uint64_t seq;  // FIFO among equal times: determinism
   int32_t index;
   Ev kind;
+  uint32_t gen;  // kPrefillDone, kDecodeDone: the step it ends (stale when rescheduled)
 };
 struct Later {
   bool operator()(const Event& a, const Event& b) const {
@@ -80,8 +81,19 @@ struct CacheLog {
   }
 };
 
+// A step whose speed can change while it runs (colocation): the seconds it
+// still needs at full speed, its current speed and when those were last
+// brought up to date. A change of speed pushes its end event again under a
+// new `gen` (the old one is then skipped).
+struct Step {
+  double left_s = 0, speed = 1, since_s = 0;
+  uint32_t gen = 0;
+};
+
 struct PrefillInst {
   std::string id;
+  Step step;
+  int neighbour = -1;  // the decode instance on the same machine (colocated)
   std::unique_ptr<PrefixCacheModel> cache;
   std::unique_ptr<CacheLog> log;  // stable address: the cache's listener holds it
   std::deque<int> queue;
@@ -92,6 +104,8 @@ struct PrefillInst {
 
 struct DecodeInst {
   std::string id;
+  Step step;
+  int neighbour = -1;  // the prefill instance on the same machine (colocated)
   std::unique_ptr<PrefixCacheModel> cache;
   std::unique_ptr<CacheLog> log;
   std::unique_ptr<SimDecodeInstance> exec;  // the worker's scheduler + the cost model
@@ -121,7 +135,26 @@ class AgentSim {
   AgentSimSummary Run();
 
  private:
-  void Push(double t, Ev kind, int index) { events_.push(Event{t, seq_++, index, kind}); }
+  void Push(double t, Ev kind, int index, uint32_t gen = 0) {
+    events_.push(Event{t, seq_++, index, kind, gen});
+  }
+  // Starts `step` of `seconds` at full speed times `speed`; returns its end.
+  double Begin(Step& step, double seconds, double speed);
+  // Changes a running step's speed; false when it stays the same.
+  bool Respeed(Step& step, double speed);
+  double End(const Step& step) const { return now_ + step.left_s / step.speed; }
+  double PrefillSpeed(const PrefillInst& p) const {
+    return p.neighbour >= 0 && decode_[static_cast<size_t>(p.neighbour)].busy
+               ? 1 / prefill_slowdown_
+               : 1;
+  }
+  double DecodeSpeed(const DecodeInst& d) const {
+    return d.neighbour >= 0 && prefill_[static_cast<size_t>(d.neighbour)].current >= 0
+               ? 1 / decode_slowdown_
+               : 1;
+  }
+  void RespeedPrefill(int p);
+  void RespeedDecode(int d);
   int Id(int session, int turn) const { return session * o_.trace.turns + turn; }
   void OnArrival(int t);
   bool Route(int t);  // false: no room now (retry at the next heartbeat)
@@ -130,6 +163,8 @@ class AgentSim {
   void OnPrefillDone(int p);
   void OnTransferDone(int t);
   void StartDecode(int d);  // the next step, when idle
+  // The next step after one ended (was_busy) or from idle.
+  void BeginDecodeStep(int d, bool was_busy);
   void OnDecodeDone(int d);
   void Finish(int t);
   void Heartbeat();
@@ -148,6 +183,7 @@ class AgentSim {
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   uint64_t seq_ = 0;
   double now_ = 0;
+  double prefill_slowdown_ = 1, decode_slowdown_ = 1;
   int open_sessions_ = 0;
   int64_t prefill_blocks_ = 0, decode_blocks_ = 0;
   int peak_running_ = 0;
@@ -216,6 +252,14 @@ absl::Status AgentSim::Init() {
     d.log->Hook(d.cache.get());
     decode_.push_back(std::move(d));
   }
+  if (o_.colocated) {
+    for (int i = 0; i < std::min(o_.prefill_instances, o_.decode_instances); ++i) {
+      prefill_[static_cast<size_t>(i)].neighbour = i;
+      decode_[static_cast<size_t>(i)].neighbour = i;
+    }
+  }
+  prefill_slowdown_ = std::max(1.0, cost_->gpu().prefill_colocated_slowdown);
+  decode_slowdown_ = std::max(1.0, cost_->gpu().decode_colocated_slowdown);
   turns_.resize(sessions_.size() * static_cast<size_t>(o_.trace.turns));
   for (size_t s = 0; s < sessions_.size(); ++s) {
     for (int k = 0; k < o_.trace.turns; ++k) {
@@ -331,7 +375,39 @@ void AgentSim::StartPrefill(int p) {
   q.r.cached_tokens = cached;
   const double s = ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, !q.replay_on_decode,
                                          o_.prefill_gpus);
-  Push(now_ + s, Ev::kPrefillDone, p);
+  const double end = Begin(inst.step, s, PrefillSpeed(inst));
+  Push(end, Ev::kPrefillDone, p, inst.step.gen);
+  if (inst.neighbour >= 0) RespeedDecode(inst.neighbour);
+}
+
+double AgentSim::Begin(Step& step, double seconds, double speed) {
+  step.left_s = seconds;
+  step.speed = speed;
+  step.since_s = now_;
+  ++step.gen;
+  return now_ + seconds / speed;
+}
+
+bool AgentSim::Respeed(Step& step, double speed) {
+  if (speed == step.speed) return false;
+  step.left_s = std::max(0.0, step.left_s - (now_ - step.since_s) * step.speed);
+  step.speed = speed;
+  step.since_s = now_;
+  return true;
+}
+
+void AgentSim::RespeedPrefill(int p) {
+  PrefillInst& inst = prefill_[static_cast<size_t>(p)];
+  if (inst.current >= 0 && Respeed(inst.step, PrefillSpeed(inst))) {
+    Push(End(inst.step), Ev::kPrefillDone, p, ++inst.step.gen);
+  }
+}
+
+void AgentSim::RespeedDecode(int d) {
+  DecodeInst& inst = decode_[static_cast<size_t>(d)];
+  if (inst.busy && Respeed(inst.step, DecodeSpeed(inst))) {
+    Push(End(inst.step), Ev::kDecodeDone, d, ++inst.step.gen);
+  }
 }
 
 void AgentSim::OnPrefillDone(int p) {
@@ -351,6 +427,7 @@ void AgentSim::OnPrefillDone(int p) {
   inst.link_free_s = start + bytes / o_.link_bytes_per_s;
   Push(inst.link_free_s, Ev::kTransferDone, t);
   StartPrefill(p);
+  if (inst.current < 0 && inst.neighbour >= 0) RespeedDecode(inst.neighbour);
 }
 
 void AgentSim::OnTransferDone(int t) {
@@ -360,22 +437,29 @@ void AgentSim::OnTransferDone(int t) {
 }
 
 void AgentSim::StartDecode(int d) {
+  if (decode_[static_cast<size_t>(d)].busy) return;
+  BeginDecodeStep(d, /*was_busy=*/false);
+}
+
+void AgentSim::BeginDecodeStep(int d, bool was_busy) {
   DecodeInst& inst = decode_[static_cast<size_t>(d)];
-  if (inst.busy) return;
   const double seconds = inst.exec->BeginStep(now_);
   peak_running_ = std::max(peak_running_, inst.exec->running());
   inst.busy = seconds >= 0;
-  if (inst.busy) Push(now_ + seconds, Ev::kDecodeDone, d);
+  if (inst.busy) {
+    const double end = Begin(inst.step, seconds, DecodeSpeed(inst));
+    Push(end, Ev::kDecodeDone, d, inst.step.gen);
+  }
+  if (inst.busy != was_busy && inst.neighbour >= 0) RespeedPrefill(inst.neighbour);
 }
 
 void AgentSim::OnDecodeDone(int d) {
   DecodeInst& inst = decode_[static_cast<size_t>(d)];
-  inst.busy = false;
   inst.exec->EndStep(&first_token_, &finished_);
   peak_running_ = std::max(peak_running_, inst.exec->running());
   for (int t : first_token_) turns_[static_cast<size_t>(t)].r.first_token_s = now_;
   for (int t : finished_) Finish(t);
-  StartDecode(d);
+  BeginDecodeStep(d, /*was_busy=*/true);
 }
 
 void AgentSim::Finish(int t) {
@@ -444,13 +528,14 @@ AgentSimSummary AgentSim::Run() {
         OnArrival(e.index);
         break;
       case Ev::kPrefillDone:
-        OnPrefillDone(e.index);
+        // A step rescheduled by a change of speed ends at its newest event.
+        if (e.gen == prefill_[static_cast<size_t>(e.index)].step.gen) OnPrefillDone(e.index);
         break;
       case Ev::kTransferDone:
         OnTransferDone(e.index);
         break;
       case Ev::kDecodeDone:
-        OnDecodeDone(e.index);
+        if (e.gen == decode_[static_cast<size_t>(e.index)].step.gen) OnDecodeDone(e.index);
         break;
       case Ev::kHeartbeat:
         Heartbeat();
@@ -486,9 +571,9 @@ AgentSimSummary AgentSim::Run() {
   for (size_t k = 0; k < ttft.size(); ++k) {
     AgentTurnSummary& ts = s.by_turn[k];
     ts.turn = static_cast<int>(k) + 1;
-    std::sort(ttft[k].begin(), ttft[k].end());
-    ts.ttft_p50_s = bench::NearestRankPercentile(ttft[k], 50);
-    ts.ttft_p90_s = bench::NearestRankPercentile(ttft[k], 90);
+    // As the load generator computes them (linear interpolation).
+    ts.ttft_p50_s = bench::Percentile(ttft[k], 50);
+    ts.ttft_p90_s = bench::Percentile(ttft[k], 90);
     if (ts.completed > 0) {
       ts.prompt_tokens_mean /= ts.completed;
       ts.cached_tokens_mean /= ts.completed;
@@ -499,9 +584,8 @@ AgentSimSummary AgentSim::Run() {
       reusable_later += reusable[k];
     }
   }
-  std::sort(later.begin(), later.end());
-  s.ttft_later_p50_s = bench::NearestRankPercentile(later, 50);
-  s.ttft_later_p90_s = bench::NearestRankPercentile(later, 90);
+  s.ttft_later_p50_s = bench::Percentile(later, 50);
+  s.ttft_later_p90_s = bench::Percentile(later, 90);
   s.hit_rate_later = reusable_later > 0 ? static_cast<double>(cached_later) / reusable_later : 0;
   for (const PrefillInst& p : prefill_) s.evicted_blocks += p.cache->evicted_blocks();
   for (const DecodeInst& d : decode_) s.evicted_blocks += d.cache->evicted_blocks();

@@ -61,6 +61,10 @@ struct AgentSimOptions {
   int max_batch = 256;
   int64_t max_step_tokens = 2048;
   bool prefix_cache = true;  // false: every turn recomputes its whole prompt
+  // Prefill instance i and decode instance i share one machine (`ced
+  // cluster` on one host): each runs slower while the other computes, by the
+  // device's measured colocated slowdowns (as SimOptions::colocated).
+  bool colocated = false;
   // Global K/V budget per instance in bytes; 0: the cost model's KV room.
   double kv_cache_bytes = 0;
   AgentTraceOptions trace;

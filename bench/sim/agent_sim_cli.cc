@@ -53,6 +53,7 @@ absl::Status RunAgentSim(const AgentSimArgs& a, const SimOptions& base, int seed
   o.max_batch = base.max_batch;
   o.max_step_tokens = base.max_step_tokens;
   o.prefix_cache = a.prefix_cache;
+  o.colocated = base.colocated;
   o.kv_cache_bytes = a.kv_cache_mb * (1 << 20);
   o.trace.sessions = a.sessions;
   o.trace.turns = a.turns;

@@ -2,6 +2,9 @@
 // ced-sim (hardware.h), for the threads one worker of `ced cluster` gets:
 //   - GEMM rate: the engine's own GEMM (kernels/cpu GemmCpu) over one
 //     layer's matmul shapes of the model at the prefill chunk size;
+//   - attention rate: the CPU attention (kernels/cpu AttentionCpu) of one
+//     prefill chunk over a long cached context (a resumed agent turn, where
+//     attention is most of the work), the model's heads and cache format;
 //   - memory read bandwidth: bench/engine's probe (machine.h, linked);
 //   - per-step costs beyond that roofline: the engine's real prefill at
 //     several prompt lengths and real decode steps at several batch sizes,
@@ -31,7 +34,10 @@
 #include "bench/sim/cost_model.h"
 #include "bench/sim/hardware.h"
 #include "engine/common/status.h"
+#include "engine/accounting/accounting.h"
 #include "engine/runtime/engine.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_codec.h"
 #include "kernels/cpu/math.h"
 
 namespace ced::sim {
@@ -41,6 +47,7 @@ struct Args {
   std::string model, out, name = "cpu";
   std::string prompts = "128,512,1024", batches = "1,4,8", clock = "wall";
   int context = 512, reps = 7, steps = 6, kv_cache_mb = 256, chunk = 256;
+  int attention_context = 4096;
   bool colocated = true;
   double request_ms = 0, link_gbps = 0, bandwidth_mb = 256;
 };
@@ -103,6 +110,57 @@ double MeasureGemmRate(const ModelConfig& c, int rows, int reps) {
     if (r > 0) times.push_back(Now() - t0);  // the first warms up
   }
   return flops / Typical(times);
+}
+
+// FLOP/s of AttentionCpu (one layer) for `rows` query rows after `context`
+// tokens of global K/V in blocks of `block_size` (as the cache holds them,
+// in `format`), with the model's heads and local window: a prefill chunk of
+// a request whose prefix was cached. The FLOPs are the cost model's
+// (AttentionFlopsForPositions); the K/V values are zeros (the kernels' time
+// does not depend on them).
+double MeasureAttentionRate(const ModelConfig& c, KvFormat format, int block_size, int rows,
+                            int context, int reps) {
+  const size_t kv_dim = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
+  const size_t row_bytes = kernels::KvRowBytes(format, kv_dim);
+  const int total = context + rows;
+  const int blocks = (total + block_size - 1) / block_size;
+  const size_t half = static_cast<size_t>(block_size) * row_bytes;  // K or V of a block
+  std::vector<uint8_t> pool(2 * half * blocks, 0);
+  std::vector<const uint8_t*> k_blocks, v_blocks;
+  for (int b = 0; b < blocks; ++b) {
+    k_blocks.push_back(pool.data() + 2 * half * b);
+    v_blocks.push_back(pool.data() + 2 * half * b + half);
+  }
+  const int window = std::max(c.sliding_window, 1);
+  std::vector<uint8_t> k_ring(window * row_bytes, 0), v_ring(window * row_bytes, 0);
+  std::vector<float> chunk_k(rows * kv_dim, 0.0f), chunk_v(rows * kv_dim, 0.0f);
+  const size_t q_dim = static_cast<size_t>(c.num_heads) * c.head_dim;
+  std::vector<float> q(rows * q_dim, 0.01f), out(rows * q_dim);
+  kernels::AttentionParams p;
+  p.format = format;
+  p.num_heads = c.num_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = c.head_dim;
+  p.window = c.sliding_window;
+  p.block_size = block_size;
+  kernels::AttentionSegment s;
+  s.q = q.data();
+  s.out = out.data();
+  s.n = rows;
+  s.q_begin = context;
+  s.global_k_host = k_blocks.data();
+  s.global_v_host = v_blocks.data();
+  s.local_k_ring = k_ring.data();
+  s.local_v_ring = v_ring.data();
+  s.chunk_local_k = chunk_k.data();
+  s.chunk_local_v = chunk_v.data();
+  std::vector<double> times;
+  for (int r = 0; r < reps + 1; ++r) {
+    const double t0 = Now();
+    kernels::AttentionCpu(p, {s});
+    if (r > 0) times.push_back(Now() - t0);  // the first warms up
+  }
+  return AttentionFlopsForPositions(c, context, total, 1) / Typical(times);
 }
 
 // Least squares fit of y = a + b x with a, b >= 0.
@@ -168,6 +226,8 @@ absl::Status Main(int argc, char** argv) {
   f.Int("reps", &a.reps, "repetitions per measurement (median)");
   f.Int("steps", &a.steps, "decode steps per repetition");
   f.Int("chunk", &a.chunk, "prefill chunk in tokens (the prefill worker's --chunk)");
+  f.Int("attention-context", &a.attention_context,
+        "attention rate: tokens of cached context before one chunk of --chunk query rows");
   f.Int("kv-cache-mb", &a.kv_cache_mb, "the workers' --kv-cache-mb: KV room of an instance");
   f.Bool("colocated", &a.colocated,
          "also time the decode step while another engine prefills on a second thread, and "
@@ -189,6 +249,9 @@ absl::Status Main(int argc, char** argv) {
     return absl::OkStatus();
   }
   if (a.model.empty()) return absl::InvalidArgumentError("--model: required");
+  if (a.attention_context < 0) {
+    return absl::InvalidArgumentError("--attention-context: must be >= 0");
+  }
   if (a.reps < 1 || a.steps < 1 || a.context < 1 || a.kv_cache_mb < 1 || a.chunk < 1) {
     return absl::InvalidArgumentError(
         "--reps, --steps, --context, --chunk and --kv-cache-mb must be >= 1");
@@ -237,13 +300,22 @@ absl::Status Main(int argc, char** argv) {
   const double fma_peak =
       g_cpu_clock && fma.cpu_share > 0 ? fma.rate / std::min(1.0, fma.cpu_share) : fma.rate;
   const double gemm = MeasureGemmRate(c, a.chunk, a.reps);
+  if (a.attention_context + a.chunk > c.max_position) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--attention-context: ", a.attention_context, " + --chunk ", a.chunk,
+                     " exceeds the model's max_position ", c.max_position));
+  }
+  const double attention = MeasureAttentionRate(c, c.kv_cache_dtype, eo.block_size, a.chunk,
+                                                a.attention_context, a.reps);
   std::fprintf(stderr,
-               "[calibrate] bandwidth %.2f GB/s, GEMM %.1f GFLOP/s, FMA peak %.1f GFLOP/s\n",
-               bandwidth / 1e9, gemm / 1e9, fma_peak / 1e9);
+               "[calibrate] bandwidth %.2f GB/s, GEMM %.1f GFLOP/s, attention %.1f GFLOP/s, "
+               "FMA peak %.1f GFLOP/s\n",
+               bandwidth / 1e9, gemm / 1e9, attention / 1e9, fma_peak / 1e9);
 
   GpuSpec spec;
   spec.name = a.name;
   spec.peak_flops = gemm;
+  spec.attention_flops_per_s = attention;
   spec.hbm_bytes_per_s = bandwidth;
   spec.hbm_bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   spec.bytes_per_param = 4;  // the CPU backend holds f32 weights
@@ -279,12 +351,15 @@ absl::Status Main(int argc, char** argv) {
     ptime.push_back(Typical(times));
   }
   // The matmul rate: the GEMM probe's, or the rate the engine's prefill of
-  // the longest prompt reaches when that is higher (its matmuls fuse better
-  // than the probe's separate products), so that the excess is never
-  // negative where the matmuls dominate.
+  // the longest prompt reaches beside its attention (at the measured
+  // attention rate) when that is higher (its matmuls fuse better than the
+  // probe's separate products), so that the excess is never negative where
+  // the matmuls dominate.
   const size_t longest = std::max_element(px.begin(), px.end()) - px.begin();
+  const Work longest_work = cost->PrefillWork(static_cast<int64_t>(px[longest]), true);
+  const double matmul_s = ptime[longest] - longest_work.attn_flops / attention;
   const double prefill_rate =
-      cost->PrefillWork(static_cast<int64_t>(px[longest]), true).flops / ptime[longest];
+      matmul_s > 0 ? (longest_work.flops - longest_work.attn_flops) / matmul_s : 0;
   if (prefill_rate > spec.peak_flops) {
     spec.peak_flops = prefill_rate;
     co.gpu = spec;
@@ -454,11 +529,14 @@ absl::Status Main(int argc, char** argv) {
       "# ced-sim device profile, measured by ced-sim-calibrate\n"
       "# cpu: %s; OpenMP threads %d; clock %s; model %s (L %d, E %d)\n"
       "# memory read bandwidth %.3f GB/s; engine GEMM %.2f GFLOP/s (rows %d); FMA peak %.2f "
-      "GFLOP/s;\n# engine prefill of %d tokens reaches %.2f GFLOP/s (peak_flops: the higher);\n"
+      "GFLOP/s;\n# attention of %d query rows after %d cached tokens (one layer): %.2f GFLOP/s "
+      "(attention_flops_per_s);\n# engine prefill of %d tokens: its matmuls reach %.2f GFLOP/s "
+      "beside that attention (peak_flops: the higher);\n"
       "# engine decode of batch %d reads %.3f GB/s (hbm_bytes_per_s: the higher)\n%s",
       info.cpu_model, info.omp_threads, g_cpu_clock ? "process CPU time" : "wall", a.model,
       c.num_layers, c.num_encoder_layers, bandwidth / 1e9, gemm / 1e9, a.chunk, fma_peak / 1e9,
-      static_cast<int>(px[longest]), prefill_rate / 1e9, static_cast<int>(dx[smallest]),
+      a.chunk, a.attention_context, attention / 1e9, static_cast<int>(px[longest]),
+      prefill_rate / 1e9, static_cast<int>(dx[smallest]),
       decode_rate / 1e9, notes);
   absl::StrAppend(&text, DeviceProfileText(spec));
   if (a.out.empty()) {

@@ -65,7 +65,8 @@ Work CostModel::PrefillWork(int64_t prompt, bool replay_here) const {
   Work work;
   if (decoder_only()) {
     const int64_t params = PrefillMatmulParams(a, prompt, 0);
-    work.flops = MatmulFlops(params) + AttentionFlopsForLayers(c, 0, prompt, 0, c.num_layers);
+    work.attn_flops = AttentionFlopsForLayers(c, 0, prompt, 0, c.num_layers);
+    work.flops = MatmulFlops(params) + work.attn_flops;
     work.bytes = (static_cast<double>(a.params_per_prompt_token + a.lm_head_params) +
                   NumMoeLayers(c, 0, c.num_layers) * MoeExtraParamsReadPerLayer(c, prompt)) *
                  bytes_per_param_;
@@ -74,8 +75,9 @@ Work CostModel::PrefillWork(int64_t prompt, bool replay_here) const {
     const int64_t params = replay_here ? PrefillMatmulParams(a, prompt, r)
                                        : prompt * a.params_per_prompt_token;
     const int e = c.num_encoder_layers;
-    work.flops = MatmulFlops(params) + AttentionFlopsForLayers(c, 0, prompt, 0, e) +
-                 AttentionFlopsForLayers(c, prompt - r, prompt, e, c.num_layers);
+    work.attn_flops = AttentionFlopsForLayers(c, 0, prompt, 0, e) +
+                      AttentionFlopsForLayers(c, prompt - r, prompt, e, c.num_layers);
+    work.flops = MatmulFlops(params) + work.attn_flops;
     const int64_t touched =
         a.params_per_prompt_token + (replay_here ? a.params_per_replayed_token + a.lm_head_params : 0);
     // MoE: the prompt's tokens touch more routed experts than one token's k.
@@ -93,8 +95,10 @@ Work CostModel::DecodeReplayWork(int64_t prompt) const {
   const ModelConfig& c = options_.config;
   const int64_t r = ReplayedTokens(prompt);
   const int decoder_layers = c.num_layers - c.num_encoder_layers;
+  work.attn_flops =
+      AttentionFlopsForLayers(c, prompt - r, prompt, c.num_encoder_layers, c.num_layers);
   work.flops = MatmulFlops(r * accounting_.params_per_replayed_token + accounting_.lm_head_params) +
-               AttentionFlopsForLayers(c, prompt - r, prompt, c.num_encoder_layers, c.num_layers);
+               work.attn_flops;
   // The decoder layers read the prompt's global K/V once (flash-style).
   work.bytes = KvBytesReadPerDecodeStep(c, kv_format_, prompt) * decoder_layers /
                c.num_layers;
@@ -123,16 +127,21 @@ Work CostModel::DecodeBatchWork(int64_t batch, int64_t sum_context, int64_t sum_
   const double ctx = static_cast<double>(sum_context);
   const double local = static_cast<double>(sum_local);
   Work work;
-  work.flops = MatmulFlops(accounting_.params_per_generated_token, batch) +
-               attn_flops_global_ * ctx + attn_flops_local_ * local;
+  work.attn_flops = attn_flops_global_ * ctx + attn_flops_local_ * local;
+  work.flops = MatmulFlops(accounting_.params_per_generated_token, batch) + work.attn_flops;
   work.bytes = kv_read_global_ * ctx + kv_read_local_ * local + kv_bytes_per_token_ * n;
   return work;
 }
 
 double CostModel::StepSeconds(const Work& work, int gpus) const {
+  const GpuSpec& g = options_.gpu;
   const double k = std::max(gpus, 1);
-  return std::max(work.flops / (options_.gpu.peak_flops * k),
-                  work.bytes / (options_.gpu.hbm_bytes_per_s * k));
+  // Attention at its own rate where the profile measured one (a CPU's long
+  // contexts: softmax and K/V gathers around the products).
+  const double attn_rate = g.attention_flops_per_s > 0 ? g.attention_flops_per_s : g.peak_flops;
+  const double compute =
+      (work.flops - work.attn_flops) / g.peak_flops + work.attn_flops / attn_rate;
+  return std::max(compute / k, work.bytes / (g.hbm_bytes_per_s * k));
 }
 
 double CostModel::PrefillSeconds(int64_t prompt, bool replay_here, int gpus) const {

@@ -26,9 +26,11 @@ namespace ced::sim {
 struct Work {
   double flops = 0;
   double bytes = 0;
+  double attn_flops = 0;  // the part of `flops` that is attention (scores, values)
   Work& operator+=(const Work& other) {
     flops += other.flops;
     bytes += other.bytes;
+    attn_flops += other.attn_flops;
     return *this;
   }
 };

@@ -25,6 +25,7 @@ namespace {
 
 std::vector<std::pair<const char*, double GpuSpec::*>> NumericFields() {
   return {{"peak_flops", &GpuSpec::peak_flops},
+          {"attention_flops_per_s", &GpuSpec::attention_flops_per_s},
           {"hbm_bytes_per_s", &GpuSpec::hbm_bytes_per_s},
           {"hbm_bytes", &GpuSpec::hbm_bytes},
           {"bytes_per_param", &GpuSpec::bytes_per_param},

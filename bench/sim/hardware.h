@@ -34,6 +34,10 @@ struct GpuSpec {
   // prefill while the neighbour decodes (measured; >= 1, 1 = no effect).
   double decode_colocated_slowdown = 1;
   double prefill_colocated_slowdown = 1;
+  // Attention's rate (score and value products with their softmax), FLOP/s;
+  // 0: peak_flops. Measured for a CPU profile, where long contexts run
+  // below the matmul rate.
+  double attention_flops_per_s = 0;
 };
 
 // "h100" (H100 SXM: 989 TFLOP/s, 3.35 TB/s, 80 GB) or "h200" (989 TFLOP/s,

@@ -98,10 +98,11 @@ Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay
                    (n - p) * acc.decoder_kv_params_per_prompt_token +
                    r * acc.params_per_replayed_token;
   if (dec_only || replay_here) params += acc.lm_head_params;
-  w.flops = MatmulFlops(params) + AttentionFlopsForPositions(c, a, n, encoder_layers);
+  w.attn_flops = AttentionFlopsForPositions(c, a, n, encoder_layers);
   if (r > 0) {
-    w.flops += AttentionFlopsForPositions(c, n - r, n, c.num_layers - c.num_encoder_layers);
+    w.attn_flops += AttentionFlopsForPositions(c, n - r, n, c.num_layers - c.num_encoder_layers);
   }
+  w.flops = MatmulFlops(params) + w.attn_flops;
   int64_t touched = acc.params_per_prompt_token;
   if (dec_only || replay_here) touched += acc.lm_head_params;
   if (!dec_only && replay_here) touched += acc.params_per_replayed_token;

@@ -487,14 +487,14 @@ SimSummary Simulator::Run() {
     s.goodput = s.met_slo / s.makespan_s;
     s.output_tokens_per_s = static_cast<double>(output_tokens) / s.makespan_s;
   }
-  std::sort(ttft.begin(), ttft.end());
-  std::sort(tpot.begin(), tpot.end());
-  s.ttft_p50 = bench::NearestRankPercentile(ttft, 50);
-  s.ttft_p90 = bench::NearestRankPercentile(ttft, 90);
-  s.ttft_p99 = bench::NearestRankPercentile(ttft, 99);
-  s.tpot_p50 = bench::NearestRankPercentile(tpot, 50);
-  s.tpot_p90 = bench::NearestRankPercentile(tpot, 90);
-  s.tpot_p99 = bench::NearestRankPercentile(tpot, 99);
+  // Percentiles as the load generator computes them (linear interpolation):
+  // predictions and measurements are compared like for like.
+  s.ttft_p50 = bench::Percentile(ttft, 50);
+  s.ttft_p90 = bench::Percentile(ttft, 90);
+  s.ttft_p99 = bench::Percentile(ttft, 99);
+  s.tpot_p50 = bench::Percentile(tpot, 50);
+  s.tpot_p90 = bench::Percentile(tpot, 90);
+  s.tpot_p99 = bench::Percentile(tpot, 99);
   return s;
 }
 

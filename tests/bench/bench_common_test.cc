@@ -107,16 +107,5 @@ TEST(BenchPercentileTest, SummarizeQuartilesMatchPercentile) {
   EXPECT_DOUBLE_EQ(s.q3, Percentile({4, 1, 3, 2, 10}, 75));
 }
 
-TEST(BenchPercentileTest, NearestRankOfSortedValues) {
-  std::vector<double> v;
-  for (int i = 1; i <= 100; ++i) v.push_back(i);
-  EXPECT_EQ(NearestRankPercentile(v, 50), 50);
-  EXPECT_EQ(NearestRankPercentile(v, 90), 90);
-  EXPECT_EQ(NearestRankPercentile(v, 99), 99);
-  EXPECT_EQ(NearestRankPercentile({1, 2, 3}, 50), 2);  // ceil(1.5) = 2nd
-  EXPECT_EQ(NearestRankPercentile({1, 2, 3}, 0), 1);
-  EXPECT_EQ(NearestRankPercentile({}, 50), 0);
-}
-
 }  // namespace
 }  // namespace ced::bench

@@ -165,6 +165,36 @@ TEST(AgentSimTest, CacheAwareRoutingFindsTheSessionsPrefixOnAFleet) {
   }
 }
 
+// Colocated (one machine per prefill + decode pair, as `ced cluster` on one
+// host): a prefill runs slower while its neighbour decodes and the other way
+// round. Six sessions overlap and pay for it; one session never computes on
+// both instances at once (its answer is decoded before its next turn comes)
+// and is unchanged.
+TEST(AgentSimTest, ColocatedInstancesSlowEachOtherOnlyWhenBothCompute) {
+  AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  o.gpu.prefill_colocated_slowdown = 2;
+  o.gpu.decode_colocated_slowdown = 1.5;
+  auto apart = RunAgentSimulation(o);
+  o.colocated = true;
+  auto together = RunAgentSimulation(o);
+  ASSERT_TRUE(apart.ok() && together.ok());
+  EXPECT_GT(together->ttft_later_p50_s, apart->ttft_later_p50_s);
+  EXPECT_GT(together->makespan_s, apart->makespan_s);
+  EXPECT_EQ(together->failed, 0);
+  double ttft_apart = 0, ttft_together = 0;
+  for (const AgentTurnResult& t : apart->turns) ttft_apart += t.ttft_s();
+  for (const AgentTurnResult& t : together->turns) ttft_together += t.ttft_s();
+  EXPECT_GT(ttft_together, ttft_apart);
+
+  o.trace.sessions = 1;
+  o.colocated = false;
+  auto alone = RunAgentSimulation(o);
+  o.colocated = true;
+  auto alone_colocated = RunAgentSimulation(o);
+  ASSERT_TRUE(alone.ok() && alone_colocated.ok());
+  EXPECT_EQ(alone->ToString(), alone_colocated->ToString());
+}
+
 TEST(AgentSimTest, RejectsBadOptions) {
   AgentSimOptions o = Fleet("small", 1, 1);
   o.trace.turns = 20;  // past small's 8192 positions

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "bench/sim/admission.h"
+#include "bench/sim/prefix_cache_model.h"
 #include "engine/model/presets.h"
 #include "gtest/gtest.h"
 
@@ -180,6 +181,46 @@ TEST(DeviceProfileTest, OverheadsAddToSteps) {
   // The model's cache format (small: f32) sets the K/V bytes.
   EXPECT_DOUBLE_EQ(cpu->kv_bytes_per_token(),
                    GlobalKvBytesPerToken(options.config, KvFormat::kF32));
+}
+
+// A measured attention rate: attention's FLOPs at that rate, the matmuls'
+// at peak_flops, in prefill and in a resumed prefill (hand arithmetic from
+// the accounting figures).
+TEST(DeviceProfileTest, AttentionRunsAtItsOwnRate) {
+  CostModel::Options options;
+  options.config = *PresetConfig("small");
+  options.gpu = GpuSpec{"cpu", 2e11, 3e10, 8e9};
+  options.gpu.bytes_per_param = 4;
+  std::unique_ptr<CostModel> bare = *CostModel::Create(options);
+  options.gpu.attention_flops_per_s = 5e10;
+  std::unique_ptr<CostModel> cpu = *CostModel::Create(options);
+  const ModelConfig& c = options.config;
+  const Accounting& a = cpu->accounting();
+  const int64_t n = 4096;
+  const int64_t r = c.replay_window;
+  const int e = c.num_encoder_layers;
+  const double attn = AttentionFlopsForPositions(c, 0, n, e) +
+                      AttentionFlopsForPositions(c, n - r, n, c.num_layers - e);
+  const double matmul =
+      2.0 * (n * a.params_per_prompt_token + r * a.params_per_replayed_token + a.lm_head_params);
+  const Work w = cpu->PrefillWork(n, true);
+  EXPECT_DOUBLE_EQ(w.attn_flops, attn);
+  EXPECT_DOUBLE_EQ(w.flops, matmul + attn);
+  EXPECT_NEAR(cpu->PrefillSeconds(n, true, 1), matmul / 2e11 + attn / 5e10, 1e-12);
+  EXPECT_NEAR(bare->PrefillSeconds(n, true, 1), (matmul + attn) / 2e11, 1e-12);
+  // A turn that resumes after 3,072 cached tokens: the new positions' work.
+  const int64_t p = 3072;
+  const Work resumed = ResumedPrefillWork(*cpu, n, p, true);
+  const int64_t begin = ResumeEncoderStart(c, n, p);
+  EXPECT_DOUBLE_EQ(resumed.attn_flops, AttentionFlopsForPositions(c, begin, n, e) +
+                                           AttentionFlopsForPositions(c, n - r, n, c.num_layers - e));
+  EXPECT_GT(ResumedPrefillSeconds(*cpu, n, p, true, 1),
+            ResumedPrefillSeconds(*bare, n, p, true, 1) * 1.5)
+      << "attention is most of a long resumed turn's work";
+  // The key round-trips through the profile text.
+  absl::StatusOr<GpuSpec> again = ParseDeviceProfile(DeviceProfileText(options.gpu), "p.txt");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_DOUBLE_EQ(again->attention_flops_per_s, 5e10);
 }
 
 }  // namespace
