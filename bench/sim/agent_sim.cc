@@ -651,4 +651,36 @@ std::string AgentSimTable(const AgentSimSummary& s) {
   return out;
 }
 
+std::string AgentSimJson(const AgentSimSummary& s) {
+  std::string out = absl::StrFormat(
+      "{\"ttft_later_turns_ms\": {\"p50\": %.6g, \"p90\": %.6g}, \"hit_rate_later_turns\": "
+      "%.6g, \"failed\": %d, \"makespan_s\": %.6g,\n \"turns\": [",
+      1e3 * s.ttft_later_p50_s, 1e3 * s.ttft_later_p90_s, s.hit_rate_later, s.failed,
+      s.makespan_s);
+  for (size_t k = 0; k < s.by_turn.size(); ++k) {
+    const AgentTurnSummary& t = s.by_turn[k];
+    absl::StrAppendFormat(&out,
+                          "%s\n  {\"turn\": %d, \"ok\": %d, \"ttft_ms\": {\"p50\": %.6g, "
+                          "\"p90\": %.6g}, \"prompt_tokens_mean\": %.6g, "
+                          "\"cached_tokens_mean\": %.6g, \"hit_rate\": %.6g}",
+                          k == 0 ? "" : ",", t.turn, t.completed, 1e3 * t.ttft_p50_s,
+                          1e3 * t.ttft_p90_s, t.prompt_tokens_mean, t.cached_tokens_mean,
+                          t.hit_rate);
+  }
+  absl::StrAppend(&out, "],\n \"requests\": [");
+  bool first = true;
+  for (const AgentTurnResult& r : s.turns) {
+    absl::StrAppendFormat(&out,
+                          "%s\n  {\"session\": %d, \"turn\": %d, \"completed\": %s, "
+                          "\"arrival_s\": %.9g, \"ttft_ms\": %.6g, \"prompt_tokens\": %d, "
+                          "\"cached_tokens\": %d, \"local_prefill\": %s}",
+                          first ? "" : ",", r.session, r.turn + 1, r.completed ? "true" : "false",
+                          r.arrival_s, r.completed ? 1e3 * r.ttft_s() : -1.0, r.prompt_tokens,
+                          r.cached_tokens, r.local_prefill ? "true" : "false");
+    first = false;
+  }
+  absl::StrAppend(&out, "]}\n");
+  return out;
+}
+
 }  // namespace ced::sim

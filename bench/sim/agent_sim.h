@@ -111,5 +111,8 @@ absl::StatusOr<AgentSimSummary> RunAgentSimulation(const AgentSimOptions& option
 
 // Markdown: a summary line, then TTFT, prompt and cached tokens per turn.
 std::string AgentSimTable(const AgentSimSummary& summary);
+// The same as JSON, with every turn of every session (turns 1-based, as the
+// load generator's report numbers them; TTFT in ms, -1 when not completed).
+std::string AgentSimJson(const AgentSimSummary& summary);
 
 }  // namespace ced::sim

@@ -1,6 +1,7 @@
 #include "bench/sim/agent_sim_cli.h"
 
 #include <cstdio>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +26,9 @@ void AddAgentSimFlags(bench::FlagSet* f, AgentSimArgs* a) {
             "agent: global K/V budget per instance, MiB (0: the device's KV room)");
   f->Bool("compare-no-cache", &a->compare_no_cache,
           "agent: run the same trace again without prefix caches and print both");
+  f->String("json-out", &a->json_out,
+            "agent: write the run's figures (per turn, and every turn of every session) as JSON "
+            "here; with --compare-no-cache, the run with the caches");
   f->String("routing", &a->routing,
             "agent: the router's placement, as its --routing: cache_aware (block hash chains, "
             "the workers' cache reports and session hints, plus load) or load (load alone)");
@@ -68,6 +72,12 @@ absl::Status RunAgentSim(const AgentSimArgs& a, const SimOptions& base, int seed
               DescribeAgentTrace(o.trace).c_str(), o.prefill_instances, o.decode_instances,
               a.routing.c_str());
   ASSIGN_OR_RETURN(AgentSimSummary with, RunAgentSimulation(o));
+  if (!a.json_out.empty()) {
+    std::ofstream json(a.json_out);
+    json << AgentSimJson(with);
+    json.close();
+    if (!json) return absl::InternalError(absl::StrCat("--json-out: cannot write '", a.json_out, "'"));
+  }
   std::printf("### %s\n\n%s", o.prefix_cache ? "With prefix caches" : "Without prefix caches",
               AgentSimTable(with).c_str());
   if (a.compare_no_cache && o.prefix_cache) {

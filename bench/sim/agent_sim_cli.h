@@ -18,6 +18,7 @@ struct AgentSimArgs {
   double kv_cache_mb = 0;
   bool compare_no_cache = false;
   std::string routing = "cache_aware";  // the router's --routing: cache_aware or load
+  std::string json_out;                 // the run's figures as JSON (AgentSimJson)
 };
 
 void AddAgentSimFlags(bench::FlagSet* flags, AgentSimArgs* args);
