@@ -15,6 +15,7 @@
 #include "bench/sim/cost_model.h"
 #include "bench/sim/decode_instance.h"
 #include "bench/sim/prefix_cache_model.h"
+#include "bench/sim/variable_step.h"
 #include "engine/common/status.h"
 #include "services/router_policy/block_index.h"
 #include "services/router_policy/worker_table.h"
@@ -81,18 +82,9 @@ struct CacheLog {
   }
 };
 
-// A step whose speed can change while it runs (colocation): the seconds it
-// still needs at full speed, its current speed and when those were last
-// brought up to date. A change of speed pushes its end event again under a
-// new `gen` (the old one is then skipped).
-struct Step {
-  double left_s = 0, speed = 1, since_s = 0;
-  uint32_t gen = 0;
-};
-
 struct PrefillInst {
   std::string id;
-  Step step;
+  VariableStep step;
   int neighbour = -1;  // the decode instance on the same machine (colocated)
   std::unique_ptr<PrefixCacheModel> cache;
   std::unique_ptr<CacheLog> log;  // stable address: the cache's listener holds it
@@ -104,7 +96,7 @@ struct PrefillInst {
 
 struct DecodeInst {
   std::string id;
-  Step step;
+  VariableStep step;
   int neighbour = -1;  // the prefill instance on the same machine (colocated)
   std::unique_ptr<PrefixCacheModel> cache;
   std::unique_ptr<CacheLog> log;
@@ -138,11 +130,6 @@ class AgentSim {
   void Push(double t, Ev kind, int index, uint32_t gen = 0) {
     events_.push(Event{t, seq_++, index, kind, gen});
   }
-  // Starts `step` of `seconds` at full speed times `speed`; returns its end.
-  double Begin(Step& step, double seconds, double speed);
-  // Changes a running step's speed; false when it stays the same.
-  bool Respeed(Step& step, double speed);
-  double End(const Step& step) const { return now_ + step.left_s / step.speed; }
   double PrefillSpeed(const PrefillInst& p) const {
     return p.neighbour >= 0 && decode_[static_cast<size_t>(p.neighbour)].busy
                ? 1 / prefill_slowdown_
@@ -370,43 +357,28 @@ void AgentSim::StartPrefill(int p) {
   inst.current = t;
   Turn& q = turns_[static_cast<size_t>(t)];
   inst.queued_tokens -= q.r.prompt_tokens;
-  const int64_t cached = o_.prefix_cache ? inst.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+  const int64_t cached =
+      o_.prefix_cache ? inst.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
   inst.cache->Touch(q.r.session);
   q.r.cached_tokens = cached;
   const double s = ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, !q.replay_on_decode,
                                          o_.prefill_gpus);
-  const double end = Begin(inst.step, s, PrefillSpeed(inst));
+  const double end = inst.step.Begin(now_, s, PrefillSpeed(inst));
   Push(end, Ev::kPrefillDone, p, inst.step.gen);
   if (inst.neighbour >= 0) RespeedDecode(inst.neighbour);
 }
 
-double AgentSim::Begin(Step& step, double seconds, double speed) {
-  step.left_s = seconds;
-  step.speed = speed;
-  step.since_s = now_;
-  ++step.gen;
-  return now_ + seconds / speed;
-}
-
-bool AgentSim::Respeed(Step& step, double speed) {
-  if (speed == step.speed) return false;
-  step.left_s = std::max(0.0, step.left_s - (now_ - step.since_s) * step.speed);
-  step.speed = speed;
-  step.since_s = now_;
-  return true;
-}
-
 void AgentSim::RespeedPrefill(int p) {
   PrefillInst& inst = prefill_[static_cast<size_t>(p)];
-  if (inst.current >= 0 && Respeed(inst.step, PrefillSpeed(inst))) {
-    Push(End(inst.step), Ev::kPrefillDone, p, ++inst.step.gen);
+  if (inst.current >= 0 && inst.step.Respeed(now_, PrefillSpeed(inst))) {
+    Push(inst.step.End(now_), Ev::kPrefillDone, p, ++inst.step.gen);
   }
 }
 
 void AgentSim::RespeedDecode(int d) {
   DecodeInst& inst = decode_[static_cast<size_t>(d)];
-  if (inst.busy && Respeed(inst.step, DecodeSpeed(inst))) {
-    Push(End(inst.step), Ev::kDecodeDone, d, ++inst.step.gen);
+  if (inst.busy && inst.step.Respeed(now_, DecodeSpeed(inst))) {
+    Push(inst.step.End(now_), Ev::kDecodeDone, d, ++inst.step.gen);
   }
 }
 
@@ -418,8 +390,7 @@ void AgentSim::OnPrefillDone(int p) {
   if (o_.prefix_cache) inst.cache->Store(q.r.session, q.r.prompt_tokens);
   if (!q.replay_on_decode) q.r.first_token_s = now_;  // the prefill instance made it
   DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
-  const int64_t have =
-      o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+  const int64_t have = o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
   q.r.transferred_tokens = q.r.prompt_tokens - have;
   const double bytes = cost_->TransferBytes(q.r.prompt_tokens, q.replay_on_decode) -
                        static_cast<double>(have) * cost_->kv_bytes_per_token();
@@ -447,7 +418,7 @@ void AgentSim::BeginDecodeStep(int d, bool was_busy) {
   peak_running_ = std::max(peak_running_, inst.exec->running());
   inst.busy = seconds >= 0;
   if (inst.busy) {
-    const double end = Begin(inst.step, seconds, DecodeSpeed(inst));
+    const double end = inst.step.Begin(now_, seconds, DecodeSpeed(inst));
     Push(end, Ev::kDecodeDone, d, inst.step.gen);
   }
   if (inst.busy != was_busy && inst.neighbour >= 0) RespeedPrefill(inst.neighbour);
@@ -618,9 +589,9 @@ absl::StatusOr<AgentSimSummary> RunAgentSimulation(const AgentSimOptions& o) {
   for (const AgentSessionSpec& s : sessions) {
     const int64_t longest = AgentTurnPromptTokens(s, o.trace.turns - 1) + s.output_tokens.back();
     if (longest > o.model.max_position) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "agent sim: a session reaches ", longest, " tokens, over max_position ",
-          o.model.max_position));
+      return absl::InvalidArgumentError(absl::StrCat("agent sim: a session reaches ", longest,
+                                                     " tokens, over max_position ",
+                                                     o.model.max_position));
     }
   }
   CostModel::Options cost;
@@ -642,11 +613,11 @@ std::string AgentSimTable(const AgentSimSummary& s) {
       1e3 * s.ttft_later_p50_s, 1e3 * s.ttft_later_p90_s, 100 * s.hit_rate_later, s.failed,
       s.makespan_s, s.evicted_blocks);
   for (const AgentTurnSummary& t : s.by_turn) {
-    absl::StrAppend(&out, absl::StrFormat("| %d | %d | %.1f / %.1f | %.0f | %.0f | %s |\n", t.turn,
-                                          t.completed, 1e3 * t.ttft_p50_s, 1e3 * t.ttft_p90_s,
-                                          t.prompt_tokens_mean, t.cached_tokens_mean,
-                                          t.turn == 1 ? "–"
-                                                      : absl::StrFormat("%.1f%%", 100 * t.hit_rate)));
+    absl::StrAppend(
+        &out, absl::StrFormat("| %d | %d | %.1f / %.1f | %.0f | %.0f | %s |\n", t.turn, t.completed,
+                              1e3 * t.ttft_p50_s, 1e3 * t.ttft_p90_s, t.prompt_tokens_mean,
+                              t.cached_tokens_mean,
+                              t.turn == 1 ? "–" : absl::StrFormat("%.1f%%", 100 * t.hit_rate)));
   }
   return out;
 }
@@ -655,8 +626,7 @@ std::string AgentSimJson(const AgentSimSummary& s) {
   std::string out = absl::StrFormat(
       "{\"ttft_later_turns_ms\": {\"p50\": %.6g, \"p90\": %.6g}, \"hit_rate_later_turns\": "
       "%.6g, \"failed\": %d, \"makespan_s\": %.6g,\n \"turns\": [",
-      1e3 * s.ttft_later_p50_s, 1e3 * s.ttft_later_p90_s, s.hit_rate_later, s.failed,
-      s.makespan_s);
+      1e3 * s.ttft_later_p50_s, 1e3 * s.ttft_later_p90_s, s.hit_rate_later, s.failed, s.makespan_s);
   for (size_t k = 0; k < s.by_turn.size(); ++k) {
     const AgentTurnSummary& t = s.by_turn[k];
     absl::StrAppendFormat(&out,

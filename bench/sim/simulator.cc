@@ -15,6 +15,7 @@
 #include "bench/sim/admission.h"
 #include "bench/sim/cost_model.h"
 #include "bench/sim/decode_instance.h"
+#include "bench/sim/variable_step.h"
 #include "engine/common/status.h"
 #include "services/router_policy/worker_table.h"
 
@@ -55,33 +56,23 @@ struct Req {
   RequestResult result;
 };
 
-// A step whose speed can change while it runs (colocation): the seconds it
-// still needs at full speed, its current speed and when those were last
-// brought up to date. A change of speed reschedules its end: a prefill's end
-// event carries `gen` and is pushed again under a new one (the old event is
-// then skipped); a decode instance's held end is replaced.
-struct Step {
-  double left_s = 0, speed = 1, since_s = 0, start_s = 0;
-  uint32_t gen = 0;
-};
-
 struct PrefillInst {
   std::string id;
   std::deque<int> queue;
   int64_t queued_tokens = 0;
   int current = -1;
   double link_free_s = 0;
-  Step step;
+  VariableStep step;
   int neighbour = -1;  // the decode instance on the same machine (colocated)
 };
 
 struct DecodeInst {
   std::string id;
-  std::unique_ptr<DecodeKvPool> pool;  // the engine's block allocator
+  std::unique_ptr<DecodeKvPool> pool;       // the engine's block allocator
   std::unique_ptr<SimDecodeInstance> exec;  // the worker's scheduler + the cost model
-  int reserved = 0;                    // admitted, not finished
+  int reserved = 0;                         // admitted, not finished
   bool busy = false;
-  Step step;
+  VariableStep step;
   double end_t = 0;  // the running step's end, when busy
   uint64_t end_seq = 0;
   int neighbour = -1;  // the prefill instance on the same machine (colocated)
@@ -102,11 +93,6 @@ class Simulator {
     events_.push(Event{t, seq_++, gen, index, kind});
   }
   void OnArrival(int r);
-  // Starts `step` of `seconds` at full speed times `speed`; returns its end.
-  double Begin(Step& step, double seconds, double speed);
-  // Changes a running step's speed; false when it stays the same.
-  bool Respeed(Step& step, double speed);
-  double End(const Step& step) const { return now_ + step.left_s / step.speed; }
   void RespeedPrefill(int p);
   void RespeedDecode(int d);
   void ScheduleDecodeEnd(DecodeInst& inst, double t) {
@@ -147,33 +133,17 @@ class Simulator {
   double prefill_slowdown_ = 1, decode_slowdown_ = 1;
 };
 
-double Simulator::Begin(Step& step, double seconds, double speed) {
-  step.left_s = seconds;
-  step.speed = speed;
-  step.since_s = now_;
-  step.start_s = now_;
-  ++step.gen;
-  return now_ + seconds / speed;
-}
-
-bool Simulator::Respeed(Step& step, double speed) {
-  if (speed == step.speed) return false;
-  step.left_s = std::max(0.0, step.left_s - (now_ - step.since_s) * step.speed);
-  step.speed = speed;
-  step.since_s = now_;
-  return true;
-}
-
 void Simulator::RespeedPrefill(int p) {
   PrefillInst& inst = prefill_[p];
-  if (inst.current >= 0 && Respeed(inst.step, PrefillSpeed(inst))) {
-    Push(End(inst.step), EventKind::kPrefillDone, p, ++inst.step.gen);
+  if (inst.current >= 0 && inst.step.Respeed(now_, PrefillSpeed(inst))) {
+    Push(inst.step.End(now_), EventKind::kPrefillDone, p, ++inst.step.gen);
   }
 }
 
 void Simulator::RespeedDecode(int d) {
   DecodeInst& inst = decode_[d];
-  if (inst.busy && Respeed(inst.step, DecodeSpeed(inst))) ScheduleDecodeEnd(inst, End(inst.step));
+  if (inst.busy && inst.step.Respeed(now_, DecodeSpeed(inst)))
+    ScheduleDecodeEnd(inst, inst.step.End(now_));
 }
 
 double Simulator::PrefillSpeed(const PrefillInst& p) const {
@@ -287,8 +257,8 @@ bool Simulator::Route(int r) {
     return false;  // the router's view was stale: retry like the gateway does
   }
   // The prefill instance makes the first token unless the replay runs on decode.
-  if (!d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens,
-                       q.replay_on_decode ? 0 : 1, now_)) {
+  if (!d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens, q.replay_on_decode ? 0 : 1,
+                       now_)) {
     d.pool->Release(&q.blocks);
     return false;  // the worker's queue bounds: retry like the gateway does
   }
@@ -326,7 +296,7 @@ void Simulator::StartPrefill(int p) {
   inst.queued_tokens -= q.spec.prompt_tokens;
   const double step =
       cost_->PrefillSeconds(q.spec.prompt_tokens, !q.replay_on_decode, o_.prefill_gpus);
-  const double end = Begin(inst.step, step, PrefillSpeed(inst));
+  const double end = inst.step.Begin(now_, step, PrefillSpeed(inst));
   Push(end, EventKind::kPrefillDone, p, inst.step.gen);
   if (inst.neighbour >= 0) RespeedDecode(inst.neighbour);
 }
@@ -364,7 +334,7 @@ void Simulator::StartDecodeStep(int d) {
   const double seconds = inst.exec->BeginStep(now_);
   const bool was_busy = inst.busy;
   inst.busy = seconds >= 0;
-  if (inst.busy) ScheduleDecodeEnd(inst, Begin(inst.step, seconds, DecodeSpeed(inst)));
+  if (inst.busy) ScheduleDecodeEnd(inst, inst.step.Begin(now_, seconds, DecodeSpeed(inst)));
   if (inst.busy != was_busy && inst.neighbour >= 0) RespeedPrefill(inst.neighbour);
 }
 
