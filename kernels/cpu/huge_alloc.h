@@ -12,9 +12,12 @@ namespace ced::kernels {
 
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-// `bytes` (rounded up to 64 bytes, or to 2 MiB from 2 MiB on, then
-// 2 MiB-aligned and advised MADV_HUGEPAGE), uninitialized; null when out of
-// memory.
+// The bytes AllocLarge(bytes) takes: rounded up to 64 bytes, or to 2 MiB
+// from 2 MiB on.
+size_t LargeAllocBytes(size_t bytes);
+
+// `bytes` (LargeAllocBytes of it; from 2 MiB on 2 MiB-aligned and advised
+// MADV_HUGEPAGE), uninitialized; null when out of memory.
 void* AllocLarge(size_t bytes);
 
 }  // namespace ced::kernels

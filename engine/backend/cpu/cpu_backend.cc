@@ -36,7 +36,7 @@ class ScratchCache {
   }
   void* Alloc(size_t bytes) {
     if (bytes < kernels::kHugePageBytes) return kernels::AllocLarge(bytes);
-    const size_t size = Rounded(bytes);
+    const size_t size = kernels::LargeAllocBytes(bytes);
     std::lock_guard<std::mutex> lock(mu_);
     void* p = nullptr;
     for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
@@ -68,10 +68,6 @@ class ScratchCache {
   }
 
  private:
-  static size_t Rounded(size_t bytes) {
-    return (bytes + kernels::kHugePageBytes - 1) / kernels::kHugePageBytes *
-           kernels::kHugePageBytes;
-  }
   std::mutex mu_;
   std::unordered_map<void*, size_t> live_;       // handed out: block -> bytes
   std::vector<std::pair<size_t, void*>> free_;  // freed, oldest first
