@@ -7,6 +7,8 @@
 #include <queue>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -623,34 +625,35 @@ std::string AgentSimTable(const AgentSimSummary& s) {
 }
 
 std::string AgentSimJson(const AgentSimSummary& s) {
-  std::string out = absl::StrFormat(
-      "{\"ttft_later_turns_ms\": {\"p50\": %.6g, \"p90\": %.6g}, \"hit_rate_later_turns\": "
-      "%.6g, \"failed\": %d, \"makespan_s\": %.6g,\n \"turns\": [",
-      1e3 * s.ttft_later_p50_s, 1e3 * s.ttft_later_p90_s, s.hit_rate_later, s.failed, s.makespan_s);
-  for (size_t k = 0; k < s.by_turn.size(); ++k) {
-    const AgentTurnSummary& t = s.by_turn[k];
-    absl::StrAppendFormat(&out,
-                          "%s\n  {\"turn\": %d, \"ok\": %d, \"ttft_ms\": {\"p50\": %.6g, "
-                          "\"p90\": %.6g}, \"prompt_tokens_mean\": %.6g, "
-                          "\"cached_tokens_mean\": %.6g, \"hit_rate\": %.6g}",
-                          k == 0 ? "" : ",", t.turn, t.completed, 1e3 * t.ttft_p50_s,
-                          1e3 * t.ttft_p90_s, t.prompt_tokens_mean, t.cached_tokens_mean,
-                          t.hit_rate);
+  nlohmann::json turns = nlohmann::json::array();
+  for (const AgentTurnSummary& t : s.by_turn) {
+    turns.push_back({{"turn", t.turn},
+                     {"ok", t.completed},
+                     {"ttft_ms", {{"p50", 1e3 * t.ttft_p50_s}, {"p90", 1e3 * t.ttft_p90_s}}},
+                     {"prompt_tokens_mean", t.prompt_tokens_mean},
+                     {"cached_tokens_mean", t.cached_tokens_mean},
+                     {"hit_rate", t.hit_rate}});
   }
-  absl::StrAppend(&out, "],\n \"requests\": [");
-  bool first = true;
+  nlohmann::json requests = nlohmann::json::array();
   for (const AgentTurnResult& r : s.turns) {
-    absl::StrAppendFormat(&out,
-                          "%s\n  {\"session\": %d, \"turn\": %d, \"completed\": %s, "
-                          "\"arrival_s\": %.9g, \"ttft_ms\": %.6g, \"prompt_tokens\": %d, "
-                          "\"cached_tokens\": %d, \"local_prefill\": %s}",
-                          first ? "" : ",", r.session, r.turn + 1, r.completed ? "true" : "false",
-                          r.arrival_s, r.completed ? 1e3 * r.ttft_s() : -1.0, r.prompt_tokens,
-                          r.cached_tokens, r.local_prefill ? "true" : "false");
-    first = false;
+    requests.push_back({{"session", r.session},
+                        {"turn", r.turn + 1},
+                        {"completed", r.completed},
+                        {"arrival_s", r.arrival_s},
+                        {"ttft_ms", r.completed ? 1e3 * r.ttft_s() : -1.0},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"cached_tokens", r.cached_tokens},
+                        {"local_prefill", r.local_prefill}});
   }
-  absl::StrAppend(&out, "]}\n");
-  return out;
+  const nlohmann::json doc = {
+      {"ttft_later_turns_ms",
+       {{"p50", 1e3 * s.ttft_later_p50_s}, {"p90", 1e3 * s.ttft_later_p90_s}}},
+      {"hit_rate_later_turns", s.hit_rate_later},
+      {"failed", s.failed},
+      {"makespan_s", s.makespan_s},
+      {"turns", std::move(turns)},
+      {"requests", std::move(requests)}};
+  return doc.dump(1) + "\n";
 }
 
 }  // namespace ced::sim

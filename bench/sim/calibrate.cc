@@ -282,6 +282,11 @@ absl::Status Main(int argc, char** argv) {
   eo.max_sequences = std::max(64, *std::max_element(batches.begin(), batches.end()));
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(eo));
   const ModelConfig& c = engine->config();
+  if (a.attention_context + a.chunk > c.max_position) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--attention-context: ", a.attention_context, " + --chunk ", a.chunk,
+                     " exceeds the model's max_position ", c.max_position));
+  }
 
   // Memory bandwidth (median of passes over a buffer far above the caches).
   ASSIGN_OR_RETURN(auto probe, bench::ReadBandwidthProbe::Create(
@@ -300,11 +305,6 @@ absl::Status Main(int argc, char** argv) {
   const double fma_peak =
       g_cpu_clock && fma.cpu_share > 0 ? fma.rate / std::min(1.0, fma.cpu_share) : fma.rate;
   const double gemm = MeasureGemmRate(c, a.chunk, a.reps);
-  if (a.attention_context + a.chunk > c.max_position) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--attention-context: ", a.attention_context, " + --chunk ", a.chunk,
-                     " exceeds the model's max_position ", c.max_position));
-  }
   const double attention = MeasureAttentionRate(c, c.kv_cache_dtype, eo.block_size, a.chunk,
                                                 a.attention_context, a.reps);
   std::fprintf(stderr,

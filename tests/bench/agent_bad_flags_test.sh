@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Bad input to the agent-session benches (issue 16) is refused with the flag
 # named, before anything runs: ced-loadgen --workload agent, ced-sim
-# --workload agent, the engine bench's resume section, sessions.sh and the
-# workers' --prefix-cache flag.
-# Usage: agent_bad_flags_test.sh CED LOADGEN SIM ENGINE_BENCH SESSIONS_SCRIPT
+# --workload agent, the engine bench's resume section, sessions.sh, the
+# workers' --prefix-cache flag and ced-sim-calibrate's attention probe.
+# Usage: agent_bad_flags_test.sh CED LOADGEN SIM ENGINE_BENCH SESSIONS_SCRIPT CALIBRATE
 set -u
-ced=$1 loadgen=$2 sim=$3 engine=$4 sessions=$5
+ced=$1 loadgen=$2 sim=$3 engine=$4 sessions=$5 calibrate=$6
 fail=0
 # expect CODE PATTERN -- COMMAND...
 expect() {
@@ -43,6 +43,15 @@ expect 2 "over max_position 8192" -- "$sim" --workload agent --preset small --tu
   --first-prompt-tokens 1000 --tool-result-mean 1000 --tool-result-cv 0
 expect 2 "agent trace: sessions must be >= 1" -- "$sim" --workload agent --sessions 0
 expect 2 "--routing: expected cache_aware or load, got 'bogus'" -- "$sim" --workload agent --routing=bogus
+expect 2 "--json-out: cannot write '/nonexistent/sim.json'" -- \
+  "$sim" --workload agent --sessions 1 --turns 1 --json-out /nonexistent/sim.json
+expect 2 "--attention-context: must be >= 0" -- "$calibrate" --model /nonexistent --attention-context -1
+# Refused as soon as the model's max_position is known, before any probe runs.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$ced" model make --preset tiny --seed 1 --out "$work/tiny" >/dev/null
+expect 2 "--attention-context: 100000 + --chunk 256 exceeds the model's max_position" -- \
+  "$calibrate" --model "$work/tiny" --attention-context 100000
 expect 1 "--resume_cached: '2' is not a fraction in (0, 1]" -- \
   "$engine" --sections=resume --resume_cached=2
 expect 1 "--resume_steps must be positive" -- "$engine" --sections=resume --resume_steps=0

@@ -158,12 +158,18 @@ TEST(DeviceProfileTest, BadInputNamesTheKey) {
   EXPECT_FALSE(s.ok());
 }
 
-// A device profile's costs beyond the roofline add to each step as stated.
-TEST(DeviceProfileTest, OverheadsAddToSteps) {
+// `small` on a CPU-like profile (f32 weights) of the given rates.
+CostModel::Options SmallOnCpu(double peak_flops, double bytes_per_s) {
   CostModel::Options options;
   options.config = *PresetConfig("small");
-  options.gpu = GpuSpec{"cpu", 1e11, 2e10, 8e9};
+  options.gpu = GpuSpec{"cpu", peak_flops, bytes_per_s, 8e9};
   options.gpu.bytes_per_param = 4;
+  return options;
+}
+
+// A device profile's costs beyond the roofline add to each step as stated.
+TEST(DeviceProfileTest, OverheadsAddToSteps) {
+  CostModel::Options options = SmallOnCpu(1e11, 2e10);
   std::unique_ptr<CostModel> bare = *CostModel::Create(options);
   options.gpu.prefill_step_s = 0.003;
   options.gpu.prefill_token_s = 1e-5;
@@ -187,10 +193,7 @@ TEST(DeviceProfileTest, OverheadsAddToSteps) {
 // at peak_flops, in prefill and in a resumed prefill (hand arithmetic from
 // the accounting figures).
 TEST(DeviceProfileTest, AttentionRunsAtItsOwnRate) {
-  CostModel::Options options;
-  options.config = *PresetConfig("small");
-  options.gpu = GpuSpec{"cpu", 2e11, 3e10, 8e9};
-  options.gpu.bytes_per_param = 4;
+  CostModel::Options options = SmallOnCpu(2e11, 3e10);
   std::unique_ptr<CostModel> bare = *CostModel::Create(options);
   options.gpu.attention_flops_per_s = 5e10;
   std::unique_ptr<CostModel> cpu = *CostModel::Create(options);
