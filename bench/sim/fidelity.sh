@@ -9,9 +9,11 @@
 #     sha256 goes into the report); nothing is re-measured per load and nothing
 #     measured during a load feeds a prediction.
 #  2. Capacity from the frozen profile, by the simulator: the completion rate
-#     of the simulated cluster offered far more than it can take (rate 100
-#     req/s, 400 requests of the same shape); the loads run at 50% and 85% of
-#     it, with outputs long enough that the decode worker batches.
+#     of the simulated cluster offered far more than it can take (rate 25
+#     req/s for 60 s, 1,500 requests of the same shape; what no decode
+#     instance has room for is refused, as the gateway refuses it); the loads
+#     run at 50% and 85% of it, with outputs long enough that the decode
+#     worker batches.
 #  3. Every prediction (RUNS runs x 2 loads; run k uses seed SEED + k - 1) is
 #     simulated and written to $OUT before the first load starts.
 #  4. The loads run on the cluster, one after the other, and $OUT is rewritten
@@ -230,7 +232,7 @@ SIM_COMMON=(--preset "$PRESET" --instances 2 --prefill-instances 1 --prefill-gpu
 
 # ---- 2. Capacity, by the simulator on the frozen profile -----------------------
 "$BIN/ced-sim" "${SIM_COMMON[@]}" --device-profile "$WORK/profile.txt" --colocated \
-  --seed "$SEED" --rate 100 --requests 400 --requests-out "$WORK/capacity.csv" \
+  --seed "$SEED" --rate 25 --requests 1500 --requests-out "$WORK/capacity.csv" \
   >"$WORK/capacity.txt"
 CAPACITY=$($PY $REPORT capacity "$WORK/capacity.csv")
 log "predicted capacity $CAPACITY req/s"

@@ -61,7 +61,8 @@ def measured(path):
 
 
 def simulated(path):
-    rows = [r for r in csv.DictReader(open(path)) if r["completed"] == "1"]
+    every = list(csv.DictReader(open(path)))
+    rows = [r for r in every if r["completed"] == "1"]
     ttft = [1e3 * float(r["ttft_s"]) for r in rows]
     tpot = [1e3 * float(r["tpot_s"]) for r in rows if int(r["output_tokens"]) > 1]
     prefill = [1e3 * float(r["prefill_s"]) for r in rows]
@@ -69,7 +70,7 @@ def simulated(path):
     finish = [float(r["arrival_s"]) + float(r["ttft_s"]) +
               float(r["tpot_s"]) * max(0, int(r["output_tokens"]) - 1) for r in rows]
     span = max(finish) - min(arrivals) if rows else float("nan")
-    return {"ok": len(rows), "ttft": ttft, "tpot": tpot, "prefill": prefill, "span_s": span,
+    return {"requests": len(every), "ok": len(rows), "ttft": ttft, "tpot": tpot, "prefill": prefill, "span_s": span,
             "decoded": sum(max(0, int(r["output_tokens"]) - 1) for r in rows)}
 
 
@@ -221,7 +222,9 @@ def predictions_section(a, preds):
     w(f"Written {datetime.datetime.utcnow():%Y-%m-%d %H:%M:%S} UTC; the probe phase ended "
       f"{a.probe_done} UTC; no load had run. Predicted capacity of the cluster: "
       f"{float(a.capacity):.2f} req/s (the simulator on the frozen profile, colocated, offered "
-      "100 req/s for 400 requests: completed requests over first arrival to last finish). "
+      "25 req/s for 1,500 requests, 60 s of arrivals: completed requests over first arrival to "
+      "last finish; the ones no decode instance had room for are refused, as the gateway "
+      "refuses them). "
       f"Declared runs: {a.runs}; each run has its own seed (the load generator and the "
       "simulator draw the same trace from it: arrival times and lengths).")
     w("")
@@ -311,12 +314,13 @@ def report(a, preds, meas_items):
                 errors[kind].setdefault((li, j), {})[run] = err(pv, mv)
                 if kind == "corrected":
                     values[(li, j, run)] = (mv, pv)
-        if m["ok"] < m["issued"]:
+        s = p["sims"]["corrected"]
+        if m["ok"] < m["issued"] or s["ok"] < s["requests"]:
             rejected.append(f"run {run} at {load_label(p)}: {m['issued'] - m['ok']} of "
-                            f"{m['issued']}")
+                            f"{m['issued']} measured, {s['requests'] - s['ok']} of "
+                            f"{s['requests']} predicted")
         dw = decode_worker(dbefore, dafter)
         dcell = f"{int(dw[0])} / {dw[1]:.2f} / {dw[2]:.2f}" if dw else "n/a"
-        s = p["sims"]["corrected"]
         errs = ", ".join(f"{k} {v}" for k, v in sorted(m["errors"].items())) or "none"
         mpf = statistics.median(m["prefill"]) if m["prefill"] else float("nan")
         detail.append(
@@ -361,10 +365,10 @@ def report(a, preds, meas_items):
       f"{verdict['apart'][0]} of {verdict['apart'][1]}.")
     w("")
     if rejected:
-        w("Requests that did not complete on the cluster (see the errors in the detail "
-          "below): " + "; ".join(rejected) + ". The simulator completed every request; the "
-          "measured percentiles are over the completed requests only, which understates the "
-          "measured side, so those errors flatter the prediction.")
+        w("Requests that did not complete (see the errors in the detail below; the "
+          "simulator refuses a request no decode instance has K/V room for, as the gateway "
+          "does with RESOURCE_EXHAUSTED): " + "; ".join(rejected) + ". Both sides' "
+          "percentiles are over their completed requests.")
         w("")
     w("### The prediction judged: calibrated + probe, colocated")
     w("")
@@ -450,7 +454,7 @@ def report(a, preds, meas_items):
     w("```")
     w("")
     w("Simulator command (PROFILE = the file above; the capacity run: `--colocated --seed 1 "
-      "--rate 100 --requests 400`):")
+      "--rate 25 --requests 1500`):")
     w("")
     w("```")
     w(f"ced-sim --preset {a.preset} --device-profile PROFILE --instances 2 --prefill-instances 1 "

@@ -29,7 +29,7 @@ struct Args {
   double bytes_per_param = 0;  // 0: the device's (bf16 on the GPU kinds)
   bool colocated = false;
   double link_gbps = 50, heartbeat_ms = 50;
-  int block_size = 16, max_batch = 256, max_step_tokens = 2048;
+  int block_size = 16, max_batch = 256, max_step_tokens = 2048, reserve_retries = 2;
   double input_mean = 1024, input_cv = 0.5, output_mean = 1024, output_cv = 0.5;
   double rate = 1;
   int requests = 500, seed = 1, max_requests = 20000;
@@ -79,6 +79,7 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
   o.max_batch = a.max_batch;
   o.count_inflight = !a.naive_router;
   o.max_step_tokens = a.max_step_tokens;
+  o.reserve_retries = a.reserve_retries;
   o.colocated = a.colocated;
   o.workload.input_mean = a.input_mean;
   o.workload.input_cv = a.input_cv;
@@ -123,6 +124,9 @@ absl::Status Main(int argc, char** argv) {
   f.Int("max-batch", &a.max_batch, "running sequences per decode instance");
   f.Int("max-step-tokens", &a.max_step_tokens,
         "decode instance's token budget per step (ced serve --role=decode --max-step-tokens)");
+  f.Int("reserve-retries", &a.reserve_retries,
+        "as the gateway's --reserve-retries: decode instances tried after one refuses the "
+        "reservation; then (or when no decode instance has room) the request is refused");
   f.Double("input-mean", &a.input_mean, "mean prompt tokens (lognormal)");
   f.Double("input-cv", &a.input_cv, "prompt length coefficient of variation");
   f.Double("output-mean", &a.output_mean, "mean output tokens (lognormal)");
@@ -147,7 +151,7 @@ absl::Status Main(int argc, char** argv) {
          "the other computes, by the device profile's measured colocated slowdowns");
   f.String("requests-out", &a.requests_out,
            "simulation mode: write every request (CSV: index, arrival_s, prompt_tokens, "
-           "output_tokens, ttft_s, tpot_s, prefill_s, completed) here");
+           "output_tokens, ttft_s, tpot_s, prefill_s, completed, refused) here");
   f.Bool("summary-line", &a.summary_line,
          "simulation mode: also print the summary as one line of full-precision figures");
   f.String("workload", &a.workload,
@@ -200,12 +204,14 @@ absl::Status Main(int argc, char** argv) {
   if (a.summary_line) std::printf("summary %s\n", s.ToString().c_str());
   if (!a.requests_out.empty()) {
     std::ofstream out(a.requests_out);
-    out << "index,arrival_s,prompt_tokens,output_tokens,ttft_s,tpot_s,prefill_s,completed\n";
+    out << "index,arrival_s,prompt_tokens,output_tokens,ttft_s,tpot_s,prefill_s,completed,"
+           "refused\n";
     for (size_t i = 0; i < s.results.size(); ++i) {
       const RequestResult& r = s.results[i];
-      out << absl::StrFormat("%d,%.9f,%d,%d,%.9f,%.9f,%.9f,%d\n", i, r.arrival_s, r.prompt_tokens,
-                             r.output_tokens, r.completed ? r.ttft_s() : -1,
-                             r.completed ? r.tpot_s() : -1, r.prefill_s, r.completed ? 1 : 0);
+      out << absl::StrFormat("%d,%.9f,%d,%d,%.9f,%.9f,%.9f,%d,%d\n", i, r.arrival_s,
+                             r.prompt_tokens, r.output_tokens, r.completed ? r.ttft_s() : -1,
+                             r.completed ? r.tpot_s() : -1, r.prefill_s, r.completed ? 1 : 0,
+                             r.refused ? 1 : 0);
     }
     out.close();
     if (!out)

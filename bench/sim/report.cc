@@ -10,15 +10,16 @@ namespace ced::sim {
 
 std::string SummaryTable(const SimSummary& s) {
   std::string out =
-      "| requests | completed | failed | SLO attainment | TTFT p50/p90/p99 (ms) | "
-      "TPOT p50/p90/p99 (ms) | throughput (req/s) | goodput (req/s) | output tok/s | "
-      "replays on decode |\n|---|---|---|---|---|---|---|---|---|---|\n";
-  absl::StrAppendFormat(&out, "| %d | %d | %d | %.1f%% | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | "
+      "| requests | completed | failed (refused: no decode room) | SLO attainment | "
+      "TTFT p50/p90/p99 (ms) | TPOT p50/p90/p99 (ms) | throughput (req/s) | goodput (req/s) | "
+      "output tok/s | replays on decode |\n|---|---|---|---|---|---|---|---|---|---|\n";
+  absl::StrAppendFormat(&out,
+                        "| %d | %d | %d (%d) | %.1f%% | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | "
                         "%.3f | %.3f | %.0f | %d |\n",
-                        s.requests, s.completed, s.failed, 100 * s.attainment, 1e3 * s.ttft_p50,
-                        1e3 * s.ttft_p90, 1e3 * s.ttft_p99, 1e3 * s.tpot_p50, 1e3 * s.tpot_p90,
-                        1e3 * s.tpot_p99, s.throughput, s.goodput, s.output_tokens_per_s,
-                        s.replays_on_decode);
+                        s.requests, s.completed, s.failed, s.refused, 100 * s.attainment,
+                        1e3 * s.ttft_p50, 1e3 * s.ttft_p90, 1e3 * s.ttft_p99, 1e3 * s.tpot_p50,
+                        1e3 * s.tpot_p90, 1e3 * s.tpot_p99, s.throughput, s.goodput,
+                        s.output_tokens_per_s, s.replays_on_decode);
   return out;
 }
 

@@ -101,9 +101,11 @@ class Simulator {
   }
   double PrefillSpeed(const PrefillInst& p) const;
   double DecodeSpeed(const DecodeInst& d) const;
-  // false when no decode instance has room now (retry at the next heartbeat).
-  bool Route(int r);
+  // Places the request, or refuses it (RESOURCE_EXHAUSTED) when no decode
+  // instance takes it within the gateway's reserve retries.
+  void Route(int r);
   void Fail(int r);
+  void Refuse(int r);
   void Finish(int r);
   void StartPrefill(int p);
   void OnPrefillDone(int p);
@@ -119,7 +121,6 @@ class Simulator {
   std::vector<Req> reqs_;
   std::vector<PrefillInst> prefill_;
   std::vector<DecodeInst> decode_;
-  std::deque<int> retry_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<double> arrivals_;  // at the router, by request (non-decreasing)
   size_t next_arrival_ = 0;
@@ -232,47 +233,66 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
   return absl::OkStatus();
 }
 
-bool Simulator::Route(int r) {
+void Simulator::Route(int r) {
   Req& q = reqs_[r];
   router::RouteRequest route;
   route.prompt_tokens = q.spec.prompt_tokens;
   route.max_tokens = q.spec.output_tokens;
-  absl::StatusOr<router::Decision> decision = policy_->Select(route);
-  if (!decision.ok()) {
-    if (absl::IsResourceExhausted(decision.status())) return false;
-    Fail(r);
-    return true;
-  }
   // Ids are a letter and the instance's index (Init).
   auto index = [](const std::string& id) {
     int i = 0;
     for (size_t k = 1; k < id.size(); ++k) i = 10 * i + (id[k] - '0');
     return i;
   };
-  q.decode = index(decision->decode_id);
-  q.prefill = index(decision->prefill_id);
-  q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
+  // As the gateway: a decode instance that refuses the reservation is
+  // excluded and the request routed again, at most reserve_retries times;
+  // the router finding no decode instance with room ends it.
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<router::Decision> decision = policy_->Select(route);
+    if (!decision.ok()) {
+      if (absl::IsResourceExhausted(decision.status())) {
+        Refuse(r);
+      } else {
+        Fail(r);
+      }
+      return;
+    }
+    q.decode = index(decision->decode_id);
+    q.prefill = index(decision->prefill_id);
+    q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
+    DecodeInst& d = decode_[q.decode];
+    // The router's view is a heartbeat old: the worker checks its own blocks
+    // and its scheduler's queue bounds. The prefill instance makes the first
+    // token unless the replay runs on decode.
+    bool reserved = d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks);
+    if (reserved && !d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens,
+                                     q.replay_on_decode ? 0 : 1, now_)) {
+      d.pool->Release(&q.blocks);
+      reserved = false;
+    }
+    if (reserved) break;
+    if (attempt >= o_.reserve_retries) {
+      Refuse(r);
+      return;
+    }
+    route.exclude_ids.push_back(decision->decode_id);
+  }
   DecodeInst& d = decode_[q.decode];
-  if (!d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks)) {
-    return false;  // the router's view was stale: retry like the gateway does
-  }
-  // The prefill instance makes the first token unless the replay runs on decode.
-  if (!d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens, q.replay_on_decode ? 0 : 1,
-                       now_)) {
-    d.pool->Release(&q.blocks);
-    return false;  // the worker's queue bounds: retry like the gateway does
-  }
   ++d.reserved;
   PrefillInst& p = prefill_[q.prefill];
   p.queue.push_back(r);
   p.queued_tokens += q.spec.prompt_tokens;
   if (p.current < 0) StartPrefill(q.prefill);
-  return true;
 }
 
 void Simulator::Fail(int r) {
   reqs_[r].result.completed = false;
   --unfinished_;
+}
+
+void Simulator::Refuse(int r) {
+  reqs_[r].result.refused = true;
+  Fail(r);
 }
 
 void Simulator::Finish(int r) {
@@ -363,7 +383,6 @@ void Simulator::Heartbeat() {
     load.last_heartbeat = t;
     (void)table_.Update(d.id, load);
   }
-  while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
   if (unfinished_ > 0) Push(now_ + o_.heartbeat_s, EventKind::kHeartbeat, 0);
 }
 
@@ -372,9 +391,9 @@ void Simulator::OnArrival(int r) {
   if (q.spec.prompt_tokens > prefill_room_tokens_ ||
       BlocksForRequest(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size) >
           max_decode_blocks_) {
-    Fail(r);  // can never fit
-  } else if (!retry_.empty() || !Route(r)) {
-    retry_.push_back(r);  // FIFO behind earlier waiting requests
+    Refuse(r);  // can never fit: the router finds no room for it either
+  } else {
+    Route(r);
   }
 }
 
@@ -440,6 +459,7 @@ SimSummary Simulator::Run() {
     s.results.push_back(r);
     if (!r.completed) {
       ++s.failed;
+      if (r.refused) ++s.refused;
       continue;
     }
     ++s.completed;
@@ -472,10 +492,11 @@ SimSummary Simulator::Run() {
 
 std::string SimSummary::ToString() const {
   return absl::StrFormat(
-      "requests=%d completed=%d failed=%d met=%d attainment=%.17g ttft=%.17g/%.17g/%.17g "
+      "requests=%d completed=%d failed=%d refused=%d met=%d attainment=%.17g "
+      "ttft=%.17g/%.17g/%.17g "
       "tpot=%.17g/%.17g/%.17g makespan=%.17g goodput=%.17g steps=%d replays_on_decode=%d",
-      requests, completed, failed, met_slo, attainment, ttft_p50, ttft_p90, ttft_p99, tpot_p50,
-      tpot_p90, tpot_p99, makespan_s, goodput, decode_steps, replays_on_decode);
+      requests, completed, failed, refused, met_slo, attainment, ttft_p50, ttft_p90, ttft_p99,
+      tpot_p50, tpot_p90, tpot_p99, makespan_s, goodput, decode_steps, replays_on_decode);
 }
 
 absl::StatusOr<SimSummary> RunSimulation(const SimOptions& o) {
@@ -486,6 +507,9 @@ absl::StatusOr<SimSummary> RunSimulation(const SimOptions& o) {
   if (o.block_size < 1 || o.max_batch < 1 || o.max_step_tokens < 1 || !(o.heartbeat_s > 0)) {
     return absl::InvalidArgumentError(
         "sim: block_size, max_batch, max_step_tokens and heartbeat must be > 0");
+  }
+  if (o.reserve_retries < 0) {
+    return absl::InvalidArgumentError("sim: reserve_retries must be >= 0");
   }
   CostModel::Options cost;
   cost.config = o.model;

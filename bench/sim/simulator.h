@@ -55,6 +55,12 @@ struct SimOptions {
   // other runs slower by the device's measured colocated slowdown, applied
   // to the part of each step that overlaps (the rest runs at full speed).
   bool colocated = false;
+  // The gateway's --reserve-retries: a decode instance that refuses the
+  // reservation (no K/V room, its queue bounds) sends the request to another
+  // one, at most this many times; then, or when the router finds no decode
+  // instance with room, the request is refused (RESOURCE_EXHAUSTED), as the
+  // gateway refuses it: it is not queued until room frees.
+  int reserve_retries = 2;
   double tpot_slo_s = 0.025;
   double ttft_slo_s = 1;
   WorkloadOptions workload;
@@ -67,6 +73,7 @@ struct RequestResult {
   double prefill_s = 0;  // its prefill step on the prefill instance (as it ran)
   int64_t prompt_tokens = 0, output_tokens = 0;
   bool completed = false;
+  bool refused = false;  // RESOURCE_EXHAUSTED: no decode instance had room
   bool replayed_on_decode = false;
   double ttft_s() const { return first_token_s - arrival_s; }
   double tpot_s() const;
@@ -74,6 +81,7 @@ struct RequestResult {
 
 struct SimSummary {
   int requests = 0, completed = 0, failed = 0, met_slo = 0;
+  int refused = 0;        // of the failed: refused for want of decode room (RESOURCE_EXHAUSTED)
   double attainment = 0;  // met both SLOs / requests
   double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
   double tpot_p50 = 0, tpot_p90 = 0, tpot_p99 = 0;

@@ -308,6 +308,43 @@ TEST(SimulatorTest, ColocatedRunIsDeterministic) {
   EXPECT_GT(a.tpot_p50, apart.tpot_p50);
 }
 
+// As the gateway: a request no decode instance has K/V room for is refused
+// (RESOURCE_EXHAUSTED), not held until room frees; once the room is back
+// (the instance reported it) the next request is placed.
+TEST(SimulatorTest, RequestsWithoutDecodeRoomAreRefusedNotQueued) {
+  SimOptions o = CpuPair();
+  CostModel::Options co;
+  co.config = o.model;
+  co.gpu = o.gpu;
+  const double per_token = (*CostModel::Create(co))->kv_bytes_per_token();
+  // Room for one request of 1,008 + 48 tokens (66 blocks of 16), not two.
+  o.gpu.kv_room_bytes = 100 * 16 * per_token;
+  o.heartbeat_s = 0.05;
+  o.requests = {{0, 1008, 48}, {0.01, 1008, 48}, {1000, 1008, 48}};
+  const SimSummary s = *RunSimulation(o);
+  EXPECT_EQ(s.completed, 2);
+  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.refused, 1);
+  EXPECT_TRUE(s.results[0].completed);
+  EXPECT_FALSE(s.results[1].completed);
+  EXPECT_TRUE(s.results[1].refused);
+  EXPECT_TRUE(s.results[2].completed);
+  EXPECT_FALSE(s.results[2].refused);
+  // The request that waited nowhere does not stretch the others' figures: the
+  // third runs as on an idle pair, like the first.
+  EXPECT_NEAR(s.results[2].ttft_s(), s.results[0].ttft_s(), 1e-9);
+
+  // With room for both, both run (the second after the first's prefill).
+  o.gpu.kv_room_bytes = 200 * 16 * per_token;
+  const SimSummary roomy = *RunSimulation(o);
+  EXPECT_EQ(roomy.completed, 3);
+  EXPECT_EQ(roomy.refused, 0);
+  EXPECT_GT(roomy.results[1].ttft_s(), roomy.results[0].ttft_s());
+
+  o.reserve_retries = -1;
+  EXPECT_FALSE(RunSimulation(o).ok());
+}
+
 TEST(SimulatorTest, RejectsBadOptions) {
   SimOptions o = Fleet("llama3-70b-ced", 0, 1);
   EXPECT_FALSE(RunSimulation(o).ok());
