@@ -222,9 +222,9 @@ def predictions_section(a, preds):
     w(f"Written {datetime.datetime.utcnow():%Y-%m-%d %H:%M:%S} UTC; the probe phase ended "
       f"{a.probe_done} UTC; no load had run. Predicted capacity of the cluster: "
       f"{float(a.capacity):.2f} req/s (the simulator on the frozen profile, colocated, offered "
-      "25 req/s for 1,500 requests, 60 s of arrivals: completed requests over first arrival to "
-      "last finish; the ones no decode instance had room for are refused, as the gateway "
-      "refuses them). "
+      "100 req/s for 400 requests: completed requests over first arrival to last finish, each "
+      "waiting for decode room when there is none; the predictions below refuse such "
+      "requests instead, `--refuse-when-full`, as the gateway refuses them). "
       f"Declared runs: {a.runs}; each run has its own seed (the load generator and the "
       "simulator draw the same trace from it: arrival times and lengths).")
     w("")
@@ -441,8 +441,9 @@ def report(a, preds, meas_items):
       "slowdowns of two engines on two threads of one process). The lines marked `probe:` "
       "come from the one probe phase on the idle cluster before any load: `request_s`, the "
       "median TTFT minus prefill compute of 16-token prompts sent one at a time; "
-      "`prefill_colocated_slowdown` raised to the prefill worker's compute beside a decode "
-      "stream over alone when higher (medians of three rounds); `decode_step_s` plus the "
+      "`prefill_colocated_slowdown` raised to the prefill worker's mean compute beside three "
+      "concurrent decode streams over alone when higher (medians of three rounds); "
+      "`decode_step_s` plus the "
       "TPOT of ten mean-length prompts sent one at a time minus the simulator's for them "
       "(when positive). *Calibrated only* uses the file as `ced-sim-calibrate` wrote it "
       f"(sha256 {hashlib.sha256(open(a.calibrated, 'rb').read()).hexdigest()[:16]}); the "
@@ -454,7 +455,7 @@ def report(a, preds, meas_items):
     w("```")
     w("")
     w("Simulator command (PROFILE = the file above; the capacity run: `--colocated --seed 1 "
-      "--rate 25 --requests 1500`):")
+      "--rate 100 --requests 400`; the predictions: `--refuse-when-full`):")
     w("")
     w("```")
     w(f"ced-sim --preset {a.preset} --device-profile PROFILE --instances 2 --prefill-instances 1 "

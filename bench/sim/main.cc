@@ -30,6 +30,7 @@ struct Args {
   bool colocated = false;
   double link_gbps = 50, heartbeat_ms = 50;
   int block_size = 16, max_batch = 256, max_step_tokens = 2048, reserve_retries = 2;
+  bool refuse_when_full = false;
   double input_mean = 1024, input_cv = 0.5, output_mean = 1024, output_cv = 0.5;
   double rate = 1;
   int requests = 500, seed = 1, max_requests = 20000;
@@ -79,6 +80,7 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
   o.max_batch = a.max_batch;
   o.count_inflight = !a.naive_router;
   o.max_step_tokens = a.max_step_tokens;
+  o.refuse_when_full = a.refuse_when_full;
   o.reserve_retries = a.reserve_retries;
   o.colocated = a.colocated;
   o.workload.input_mean = a.input_mean;
@@ -124,9 +126,13 @@ absl::Status Main(int argc, char** argv) {
   f.Int("max-batch", &a.max_batch, "running sequences per decode instance");
   f.Int("max-step-tokens", &a.max_step_tokens,
         "decode instance's token budget per step (ced serve --role=decode --max-step-tokens)");
+  f.Bool("refuse-when-full", &a.refuse_when_full,
+         "refuse a request no decode instance has K/V room for (RESOURCE_EXHAUSTED), as the "
+         "gateway does for a client that does not retry; default: it waits for room, as "
+         "retrying clients make it (capacity searches)");
   f.Int("reserve-retries", &a.reserve_retries,
-        "as the gateway's --reserve-retries: decode instances tried after one refuses the "
-        "reservation; then (or when no decode instance has room) the request is refused");
+        "with --refuse-when-full, as the gateway's --reserve-retries: decode instances tried "
+        "after one refuses the reservation");
   f.Double("input-mean", &a.input_mean, "mean prompt tokens (lognormal)");
   f.Double("input-cv", &a.input_cv, "prompt length coefficient of variation");
   f.Double("output-mean", &a.output_mean, "mean output tokens (lognormal)");

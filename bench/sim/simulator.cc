@@ -101,9 +101,9 @@ class Simulator {
   }
   double PrefillSpeed(const PrefillInst& p) const;
   double DecodeSpeed(const DecodeInst& d) const;
-  // Places the request, or refuses it (RESOURCE_EXHAUSTED) when no decode
-  // instance takes it within the gateway's reserve retries.
-  void Route(int r);
+  // Places the request, fails it, or (refuse_when_full) refuses it; false
+  // when it is to wait for room (routed again at the next heartbeat).
+  bool Route(int r);
   void Fail(int r);
   void Refuse(int r);
   void Finish(int r);
@@ -121,6 +121,7 @@ class Simulator {
   std::vector<Req> reqs_;
   std::vector<PrefillInst> prefill_;
   std::vector<DecodeInst> decode_;
+  std::deque<int> retry_;  // waiting for decode room (not refuse_when_full)
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   std::vector<double> arrivals_;  // at the router, by request (non-decreasing)
   size_t next_arrival_ = 0;
@@ -233,7 +234,7 @@ absl::Status Simulator::Init(std::vector<RequestSpec> trace) {
   return absl::OkStatus();
 }
 
-void Simulator::Route(int r) {
+bool Simulator::Route(int r) {
   Req& q = reqs_[r];
   router::RouteRequest route;
   route.prompt_tokens = q.spec.prompt_tokens;
@@ -244,18 +245,21 @@ void Simulator::Route(int r) {
     for (size_t k = 1; k < id.size(); ++k) i = 10 * i + (id[k] - '0');
     return i;
   };
-  // As the gateway: a decode instance that refuses the reservation is
-  // excluded and the request routed again, at most reserve_retries times;
-  // the router finding no decode instance with room ends it.
+  // Refusing (as the gateway): a decode instance that refuses the
+  // reservation is excluded and the request routed again, at most
+  // reserve_retries times; the router finding no decode instance with room
+  // ends it. Waiting: either one leaves it for the next load report.
   for (int attempt = 0;; ++attempt) {
     absl::StatusOr<router::Decision> decision = policy_->Select(route);
     if (!decision.ok()) {
-      if (absl::IsResourceExhausted(decision.status())) {
+      if (!absl::IsResourceExhausted(decision.status())) {
+        Fail(r);
+      } else if (o_.refuse_when_full) {
         Refuse(r);
       } else {
-        Fail(r);
+        return false;
       }
-      return;
+      return true;
     }
     q.decode = index(decision->decode_id);
     q.prefill = index(decision->prefill_id);
@@ -271,9 +275,10 @@ void Simulator::Route(int r) {
       reserved = false;
     }
     if (reserved) break;
+    if (!o_.refuse_when_full) return false;  // the router's view was stale
     if (attempt >= o_.reserve_retries) {
       Refuse(r);
-      return;
+      return true;
     }
     route.exclude_ids.push_back(decision->decode_id);
   }
@@ -283,6 +288,7 @@ void Simulator::Route(int r) {
   p.queue.push_back(r);
   p.queued_tokens += q.spec.prompt_tokens;
   if (p.current < 0) StartPrefill(q.prefill);
+  return true;
 }
 
 void Simulator::Fail(int r) {
@@ -383,6 +389,7 @@ void Simulator::Heartbeat() {
     load.last_heartbeat = t;
     (void)table_.Update(d.id, load);
   }
+  while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
   if (unfinished_ > 0) Push(now_ + o_.heartbeat_s, EventKind::kHeartbeat, 0);
 }
 
@@ -391,9 +398,9 @@ void Simulator::OnArrival(int r) {
   if (q.spec.prompt_tokens > prefill_room_tokens_ ||
       BlocksForRequest(q.spec.prompt_tokens, q.spec.output_tokens, o_.block_size) >
           max_decode_blocks_) {
-    Refuse(r);  // can never fit: the router finds no room for it either
-  } else {
-    Route(r);
+    Fail(r);  // can never fit
+  } else if (!retry_.empty() || !Route(r)) {
+    retry_.push_back(r);  // FIFO behind earlier waiting requests
   }
 }
 

@@ -55,11 +55,17 @@ struct SimOptions {
   // other runs slower by the device's measured colocated slowdown, applied
   // to the part of each step that overlaps (the rest runs at full speed).
   bool colocated = false;
-  // The gateway's --reserve-retries: a decode instance that refuses the
-  // reservation (no K/V room, its queue bounds) sends the request to another
-  // one, at most this many times; then, or when the router finds no decode
-  // instance with room, the request is refused (RESOURCE_EXHAUSTED), as the
-  // gateway refuses it: it is not queued until room frees.
+  // A request no decode instance has K/V room for (the router finds none, or
+  // the instance refuses the reservation: its blocks or queue bounds):
+  // false: it waits and is routed again at the next load report, FIFO behind
+  //   the others waiting (what clients that retry their refused requests
+  //   amount to; capacity searches use this: refusals would count a shed
+  //   request as a met request's equal, and overload would read as capacity);
+  // true: as the gateway serves a client that does not retry (ced-loadgen),
+  //   the request goes to another decode instance at most reserve_retries
+  //   times (the gateway's --reserve-retries), then it is refused
+  //   (RESOURCE_EXHAUSTED): counted in `refused`, never completed.
+  bool refuse_when_full = false;
   int reserve_retries = 2;
   double tpot_slo_s = 0.025;
   double ttft_slo_s = 1;

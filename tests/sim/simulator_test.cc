@@ -308,10 +308,11 @@ TEST(SimulatorTest, ColocatedRunIsDeterministic) {
   EXPECT_GT(a.tpot_p50, apart.tpot_p50);
 }
 
-// As the gateway: a request no decode instance has K/V room for is refused
-// (RESOURCE_EXHAUSTED), not held until room frees; once the room is back
-// (the instance reported it) the next request is placed.
-TEST(SimulatorTest, RequestsWithoutDecodeRoomAreRefusedNotQueued) {
+// refuse_when_full, as the gateway: a request no decode instance has K/V room
+// for is refused (RESOURCE_EXHAUSTED), not held until room frees; once the
+// room is back (the instance reported it) the next request is placed. By
+// default it waits for the room instead (retrying clients).
+TEST(SimulatorTest, RequestsWithoutDecodeRoomAreRefusedOrWait) {
   SimOptions o = CpuPair();
   CostModel::Options co;
   co.config = o.model;
@@ -321,6 +322,13 @@ TEST(SimulatorTest, RequestsWithoutDecodeRoomAreRefusedNotQueued) {
   o.gpu.kv_room_bytes = 100 * 16 * per_token;
   o.heartbeat_s = 0.05;
   o.requests = {{0, 1008, 48}, {0.01, 1008, 48}, {1000, 1008, 48}};
+  const SimSummary waited = *RunSimulation(o);
+  EXPECT_EQ(waited.completed, 3);
+  EXPECT_EQ(waited.refused, 0);
+  // The second starts only once the first finished and a report showed it.
+  EXPECT_GE(waited.results[1].first_token_s, waited.results[0].finish_s);
+
+  o.refuse_when_full = true;
   const SimSummary s = *RunSimulation(o);
   EXPECT_EQ(s.completed, 2);
   EXPECT_EQ(s.failed, 1);
