@@ -197,29 +197,47 @@ def instance_memory(tables, out_dir):
 
 
 def fidelity(path, out_dir):
+    """Measured against predicted, every run, from the table of the prediction
+    judged ("| 50% | TTFT p50 | 270.6 / 261.4 (-3.4%) | ... | median |")."""
     if not os.path.exists(path):
         return
-    pts = []
+    pts = []  # (load, metric, percentile, measured, predicted)
+    in_judged = False
     for line in open(path):
-        m = re.match(r"^\| ([\d.]+) req/s \| \d+ \| (TTFT|TPOT) (p\d+) \| ([\d.]+) \| ([\d.]+) \|", line)
-        if m:
-            pts.append((m.group(1), m.group(2), m.group(3), float(m.group(4)), float(m.group(5))))
+        if line.startswith("### "):
+            in_judged = line.startswith("### The prediction judged")
+            continue
+        m = re.match(r"^\| (\d+%) \| (TTFT|TPOT) (p\d+) \|(.*)\|[^|]*\|\s*$", line)
+        if not (in_judged and m):
+            continue
+        for cell in m.group(4).split("|"):
+            v = re.match(r"\s*([\d.]+) / ([\d.]+)", cell)
+            if v:
+                pts.append((m.group(1), m.group(2), m.group(3), float(v.group(1)),
+                            float(v.group(2))))
     if not pts:
         return
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    marks = {"p50": "o", "p90": "s"}
+    colors = {}
     for ax, metric in zip(axes, ["TTFT", "TPOT"]):
         sel = [p for p in pts if p[1] == metric]
         lim = max(max(p[3], p[4]) for p in sel) * 1.15
         ax.plot([0, lim], [0, lim], "k-", lw=0.8)
         ax.fill_between([0, lim], [0, lim * 0.85], [0, lim * 1.15], color="tab:green", alpha=0.15,
                         label="within 15%")
-        for rate, _, pct, meas, pred in sel:
-            ax.plot(meas, pred, "o" if pct == "p50" else "s", label=f"{rate} req/s {pct}")
+        seen = set()
+        for load, _, pct, meas, pred in sel:
+            color = colors.setdefault(load, f"C{len(colors)}")
+            label = f"{load} load, {pct}"
+            ax.plot(meas, pred, marks.get(pct, "^"), color=color,
+                    label=None if label in seen else label)
+            seen.add(label)
         ax.set_xlim(0, lim)
         ax.set_ylim(0, lim)
         ax.set_xlabel(f"measured {metric} (ms)")
         ax.set_ylabel(f"predicted {metric} (ms)")
-        ax.set_title(f"{metric}: ced-sim vs the real cluster")
+        ax.set_title(f"{metric}: ced-sim vs the real cluster, every run")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     save(fig, out_dir, "fidelity.png")
