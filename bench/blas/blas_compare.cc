@@ -164,25 +164,17 @@ double MaxRelDiff(const Floats& a, const Floats& b) {
 }
 
 // FMA peak of a variant on the current threads, GFLOP/s (0: none measured):
-// the best of five samples, like the engine bench's probes. One sample taken
-// while another process held a core read 126.6 GFLOP/s against 198-200 on an
-// idle AVX2 machine, and every GEMM then "ran" at 128-138% of the peak.
+// the best of five samples, like the engine bench's probes.
 double VariantPeak(ced::kernels::CpuIsa isa) {
   using ced::bench::FmaIsa;
-  FmaIsa fma;
   switch (isa) {
     case ced::kernels::CpuIsa::kAvx512:
-      fma = FmaIsa::kAvx512;
-      break;
+      return ced::bench::BestFmaPeakGflops(FmaIsa::kAvx512);
     case ced::kernels::CpuIsa::kAvx2:
-      fma = FmaIsa::kAvx2;
-      break;
+      return ced::bench::BestFmaPeakGflops(FmaIsa::kAvx2);
     default:
       return 0;
   }
-  double best = 0;
-  for (int i = 0; i < 5; ++i) best = std::max(best, ced::bench::MeasureFmaPeak(fma, 0.1).rate * 1e-9);
-  return best;
 }
 
 }  // namespace

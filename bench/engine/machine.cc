@@ -240,4 +240,10 @@ ProbeSample MeasureFmaPeak(FmaIsa isa, double seconds) {
   return {flops / dt, cpu / (dt * threads)};
 }
 
+double BestFmaPeakGflops(FmaIsa isa, int samples, double seconds) {
+  double best = 0;
+  for (int i = 0; i < samples; ++i) best = std::max(best, MeasureFmaPeak(isa, seconds).rate * 1e-9);
+  return best;
+}
+
 }  // namespace ced::bench

@@ -30,11 +30,12 @@
 #include "absl/strings/str_format.h"
 #include "bench/common/flags.h"
 #include "bench/common/stats.h"
+#include "bench/engine/attention_probe.h"
 #include "bench/engine/machine.h"
 #include "bench/sim/cost_model.h"
 #include "bench/sim/hardware.h"
-#include "engine/common/status.h"
 #include "engine/accounting/accounting.h"
+#include "engine/common/status.h"
 #include "engine/runtime/engine.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kv_codec.h"
@@ -113,54 +114,20 @@ double MeasureGemmRate(const ModelConfig& c, int rows, int reps) {
 }
 
 // FLOP/s of AttentionCpu (one layer) for `rows` query rows after `context`
-// tokens of global K/V in blocks of `block_size` (as the cache holds them,
-// in `format`), with the model's heads and local window: a prefill chunk of
-// a request whose prefix was cached. The FLOPs are the cost model's
-// (AttentionFlopsForPositions); the K/V values are zeros (the kernels' time
-// does not depend on them).
+// tokens of global K/V (bench/engine/attention_probe.h): a prefill chunk of a
+// request whose prefix was cached. The FLOPs are the cost model's
+// (AttentionFlopsForPositions).
 double MeasureAttentionRate(const ModelConfig& c, KvFormat format, int block_size, int rows,
                             int context, int reps) {
-  const size_t kv_dim = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
-  const size_t row_bytes = kernels::KvRowBytes(format, kv_dim);
-  const int total = context + rows;
-  const int blocks = (total + block_size - 1) / block_size;
-  const size_t half = static_cast<size_t>(block_size) * row_bytes;  // K or V of a block
-  std::vector<uint8_t> pool(2 * half * blocks, 0);
-  std::vector<const uint8_t*> k_blocks, v_blocks;
-  for (int b = 0; b < blocks; ++b) {
-    k_blocks.push_back(pool.data() + 2 * half * b);
-    v_blocks.push_back(pool.data() + 2 * half * b + half);
-  }
-  const int window = std::max(c.sliding_window, 1);
-  std::vector<uint8_t> k_ring(window * row_bytes, 0), v_ring(window * row_bytes, 0);
-  std::vector<float> chunk_k(rows * kv_dim, 0.0f), chunk_v(rows * kv_dim, 0.0f);
-  const size_t q_dim = static_cast<size_t>(c.num_heads) * c.head_dim;
-  std::vector<float> q(rows * q_dim, 0.01f), out(rows * q_dim);
-  kernels::AttentionParams p;
-  p.format = format;
-  p.num_heads = c.num_heads;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = c.head_dim;
-  p.window = c.sliding_window;
-  p.block_size = block_size;
-  kernels::AttentionSegment s;
-  s.q = q.data();
-  s.out = out.data();
-  s.n = rows;
-  s.q_begin = context;
-  s.global_k_host = k_blocks.data();
-  s.global_v_host = v_blocks.data();
-  s.local_k_ring = k_ring.data();
-  s.local_v_ring = v_ring.data();
-  s.chunk_local_k = chunk_k.data();
-  s.chunk_local_v = chunk_v.data();
+  bench::AttentionProbe probe(c, format, block_size, rows, context);
+  probe.Run();  // warms up
   std::vector<double> times;
-  for (int r = 0; r < reps + 1; ++r) {
+  for (int r = 0; r < reps; ++r) {
     const double t0 = Now();
-    kernels::AttentionCpu(p, {s});
-    if (r > 0) times.push_back(Now() - t0);  // the first warms up
+    probe.Run();
+    times.push_back(Now() - t0);
   }
-  return AttentionFlopsForPositions(c, context, total, 1) / Typical(times);
+  return probe.flops() / Typical(times);
 }
 
 // Least squares fit of y = a + b x with a, b >= 0.

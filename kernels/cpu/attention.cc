@@ -705,13 +705,43 @@ void GatherHead(const AttentionParams& p, const AttentionSegment& s, int g, floa
 }
 
 // Long segments (prefill chunks, replay), per query head and per tile of
-// kTileRows query rows: packed-panel products for the scores against the
-// global keys the tile can see ([0, last position]) and against its local
-// keys, a vectorized softmax over each row's valid keys (global [0, t], local
-// [max(lo, t-W+1), t]; every other weight is 0), packed-panel products for
-// the values. Tiles keep the scores in cache and skip most of the causal and
-// window padding. Heads run in parallel.
+// kTileRows query rows, the keys in blocks of kKeyBlock (flash-attention
+// style): per block, a packed-panel product for the scores of the tile's rows
+// against the block's keys, an online softmax step (each row's running
+// maximum and normalizer; the output rows rescaled when the maximum grows)
+// and a packed-panel product adding the block's weighted values into the
+// output; the local keys (the window) are the last block. Only a block's
+// scores are kept (kTileRows x kKeyBlock floats, in L2 at any context: a
+// tile's whole score rows outgrew it from a few thousand keys on, and the
+// softmax and value passes then ran from L3); each row's valid keys are
+// global [0, t] and local [max(lo, t-W+1), t], every other weight 0. The
+// output is divided by the normalizer at the end. Heads run in parallel.
 constexpr int kTileRows = 64;
+constexpr int kKeyBlock = 512;
+static_assert(kKeyBlock % kPanel == 0, "key blocks hold whole panels");
+
+// Online-softmax step of one row over `n` scores (`valid` of them real, the
+// rest weighted 0): the row becomes the weights e^(s - m), the running
+// maximum `*m` and normalizer `*l` are updated, and the factor the row's
+// earlier output must be multiplied by is returned (1 when the maximum did
+// not grow, 0 when there was none).
+inline float SoftmaxStep(float* row, int valid, int n, float* m, double* l) {
+  if (valid <= 0) {
+    std::fill(row, row + n, 0.0f);
+    return 1.0f;
+  }
+  const float m_new = MaxOf(row, valid, *m);
+  float f = 1.0f;
+  if (*m == -std::numeric_limits<float>::infinity()) {
+    f = 0.0f;
+  } else if (m_new != *m) {
+    f = ExpSimd(*m - m_new);
+  }
+  *l = *l * f + ExpInPlace(row, valid, m_new);
+  *m = m_new;
+  std::fill(row + valid, row + n, 0.0f);
+  return f;
+}
 
 void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
   const int D = p.head_dim, H = p.num_heads, group = H / p.num_kv_heads, W = p.window;
@@ -724,58 +754,83 @@ void LargeSegment(const AttentionParams& p, const AttentionSegment& s) {
   std::vector<HeadContext>& ctxs = t_ctxs;
   ParallelFor(p.num_kv_heads, [&](int g) { GatherHead(p, s, g, scale, &ctxs[g]); });
   const size_t k_panel = static_cast<size_t>(D) * kPanel;  // floats per key panel
+  const size_t ldo = static_cast<size_t>(H) * D;
   ParallelFor(H, [&](int h) {
     const HeadContext& ctx = ctxs[h / group];
     const float* qh = s.q + static_cast<size_t>(h) * D;
     float* oh = s.out + static_cast<size_t>(h) * D;
     Scratch& sc = ThreadScratch();
+    // A global block's scores, or the local keys' (at most W - 1 + kTileRows
+    // of them, from the start of a panel).
+    const int max_cols = std::max(kKeyBlock, RoundUp(W + kTileRows + kPanel));
+    Grow(&sc.scores, static_cast<size_t>(kTileRows) * max_cols);
+    float* scores = sc.scores.data();
+    const size_t v_panel = static_cast<size_t>(ctx.tpad) * kPanel;
+    float m[kTileRows];
+    double l[kTileRows];
+    float f[kTileRows];
     for (int i0 = 0; i0 < n; i0 += kTileRows) {
       const int rows = std::min(kTileRows, n - i0);
       const int t0 = s.q_begin + i0, t1 = t0 + rows - 1;  // first and last position
-      const int gcols = p.global ? t1 + 1 : 0, gpad = RoundUp(gcols);
+      const float* q = qh + static_cast<size_t>(i0) * ldo;
+      float* o = oh + static_cast<size_t>(i0) * ldo;
+      std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
+      std::fill(l, l + rows, 0.0);
+      // Rescales the output rows by f[] (after a block whose maximum grew).
+      auto rescale = [&] {
+        for (int i = 0; i < rows; ++i) {
+          if (f[i] != 1.0f) Scale(o + static_cast<size_t>(i) * ldo, D, f[i]);
+        }
+      };
+      // Global keys [0, t1], block by block; row i sees [0, t0 + i].
+      const int gcols = p.global ? t1 + 1 : 0;
+      bool first = true;  // the first product writes the output, later ones add
+      for (int k0 = 0; k0 < gcols; k0 += kKeyBlock) {
+        const int kn = std::min(kKeyBlock, gcols - k0);
+        PanelGemm(q, ldo, rows, D, ctx.kg.data() + static_cast<size_t>(k0 / kPanel) * k_panel,
+                  k_panel, kn, scores, kKeyBlock, false);
+        for (int i = 0; i < rows; ++i) {
+          const int valid = std::min(kn, t0 + i + 1 - k0);
+          f[i] = SoftmaxStep(scores + static_cast<size_t>(i) * kKeyBlock, valid, kn, &m[i], &l[i]);
+        }
+        if (!first) rescale();
+        PanelGemm(scores, kKeyBlock, rows, kn, ctx.vg.data() + static_cast<size_t>(k0) * kPanel,
+                  v_panel, D, o, ldo, !first);
+        first = false;
+      }
       // Local keys of the tile: positions [lpos, t1] = local rows [lr0, lr1);
       // the score columns start at the panel holding lr0.
       const int lpos = W > 0 ? std::max(s.lo, t0 - W + 1) : t1 + 1;
       const int lr0 = lpos - ctx.local_begin, lr1 = t1 + 1 - ctx.local_begin;
-      const int lp0 = W > 0 && lr1 > lr0 ? lr0 / kPanel : 0;
-      const int lcols = W > 0 && lr1 > lr0 ? lr1 - lp0 * kPanel : 0;  // computed local columns
-      const int cols = gpad + RoundUp(lcols);
-      Grow(&sc.scores, static_cast<size_t>(rows) * cols);
-      float* scores = sc.scores.data();  // [rows, cols]: global, then local
-      const float* q = qh + static_cast<size_t>(i0) * H * D;
-      PanelGemm(q, static_cast<size_t>(H) * D, rows, D, ctx.kg.data(), k_panel, gcols, scores, cols,
-                false);
-      if (lcols > 0) {
-        PanelGemm(q, static_cast<size_t>(H) * D, rows, D, ctx.kl.data() + lp0 * k_panel, k_panel,
-                  lcols, scores + gpad, cols, false);
+      if (W > 0 && lr1 > lr0) {
+        const int lp0 = lr0 / kPanel;
+        const int lcols = lr1 - lp0 * kPanel;  // computed local columns
+        const int ld = RoundUp(lcols);
+        PanelGemm(q, ldo, rows, D, ctx.kl.data() + lp0 * k_panel, k_panel, lcols, scores, ld,
+                  false);
+        for (int i = 0; i < rows; ++i) {
+          const int t = t0 + i;
+          // This row's local keys: columns [c0, c1).
+          const int c0 = std::max(s.lo, t - W + 1) - ctx.local_begin - lp0 * kPanel;
+          const int c1 = t + 1 - ctx.local_begin - lp0 * kPanel;
+          float* row = scores + static_cast<size_t>(i) * ld;
+          std::fill(row, row + c0, 0.0f);
+          f[i] = SoftmaxStep(row + c0, c1 - c0, lcols - c0, &m[i], &l[i]);
+        }
+        if (!first) rescale();
+        const size_t vl_panel = static_cast<size_t>(ctx.lpad) * kPanel;
+        PanelGemm(scores, ld, rows, lcols,
+                  ctx.vl.data() + static_cast<size_t>(lp0) * kPanel * kPanel, vl_panel, D, o, ldo,
+                  !first);
+        first = false;
       }
       for (int i = 0; i < rows; ++i) {
-        const int t = t0 + i, keys = t + 1, gkeys = p.global ? keys : 0;
-        float* row = scores + static_cast<size_t>(i) * cols;
-        // This row's local keys: columns [l0, l1) (empty without a window).
-        int l0 = cols, l1 = cols;
-        if (W > 0) {
-          l0 = gpad + std::max(s.lo, t - W + 1) - ctx.local_begin - lp0 * kPanel;
-          l1 = gpad + keys - ctx.local_begin - lp0 * kPanel;
+        float* oi = o + static_cast<size_t>(i) * ldo;
+        if (first || l[i] == 0.0) {
+          std::fill(oi, oi + D, 0.0f);  // no key at all (cannot happen for t >= lo)
+        } else {
+          Scale(oi, D, static_cast<float>(1.0 / l[i]));
         }
-        float m = MaxOf(row + l0, l1 - l0, -std::numeric_limits<float>::infinity());
-        m = MaxOf(row, gkeys, m);
-        const float inv = 1.0f / (ExpInPlace(row, gkeys, m) + ExpInPlace(row + l0, l1 - l0, m));
-        Scale(row, gkeys, inv);
-        Scale(row + l0, l1 - l0, inv);
-        std::fill(row + gkeys, row + std::max(gkeys, gcols), 0.0f);
-        std::fill(row + gpad, row + l0, 0.0f);
-        std::fill(row + l1, row + cols, 0.0f);
-      }
-      float* o = oh + static_cast<size_t>(i0) * H * D;
-      const size_t v_panel = static_cast<size_t>(ctx.tpad) * kPanel;
-      PanelGemm(scores, cols, rows, gcols, ctx.vg.data(), v_panel, D, o, static_cast<size_t>(H) * D,
-                false);
-      if (lcols > 0) {
-        const size_t vl_panel = static_cast<size_t>(ctx.lpad) * kPanel;
-        PanelGemm(scores + gpad, cols, rows, lcols,
-                  ctx.vl.data() + static_cast<size_t>(lp0) * kPanel * kPanel, vl_panel, D, o,
-                  static_cast<size_t>(H) * D, true);
       }
     }
   });

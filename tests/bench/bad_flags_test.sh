@@ -2,8 +2,9 @@
 # Bad input to the CPU-variant benches is refused with the flag or variable
 # named, before anything is measured.
 # Usage: bad_flags_test.sh ENGINE_BENCH BLAS_COMPARE|"" GATEWAY_TTFT_SCRIPT TOKENIZER_BENCH|""
+#                          ATTENTION_BENCH
 set -u
-engine=$1 blas=$2 gateway=$3 tokenizer=${4:-}
+engine=$1 blas=$2 gateway=$3 tokenizer=${4:-} attention=${5:?attention_bench}
 fail=0
 # expect CODE PATTERN -- COMMAND...
 expect() {
@@ -41,5 +42,14 @@ if [[ -n $tokenizer ]]; then
   expect 2 "--passes: bad value 'x' (expected an integer)" -- "$tokenizer" --passes=x
   expect 2 "unexpected argument 'stray'" -- "$tokenizer" stray
 fi
+expect 2 "CED_CPU_ISA=avx3: unknown kernel variant" -- env CED_CPU_ISA=avx3 "$attention"
+expect 2 "--variants: unknown kernel variant 'neon'" -- "$attention" --variants=neon
+expect 2 "--variants: this CPU does not support 'avx512'" -- \
+  env CED_CPU_HIDE=avx512 "$attention" --variants=avx512
+expect 2 "--contexts: '1x' is not a positive integer" -- "$attention" --contexts=1x
+expect 2 "--rows: must be >= 1" -- "$attention" --rows=0
+expect 2 "--kv-format: expected f32, bf16, fp8_e4m3 or fp4_e2m1, got 'f16'" -- \
+  "$attention" --kv-format=f16
+expect 2 "unknown flag --bogus" -- "$attention" --bogus
 expect 2 "unknown argument --bogus" -- bash "$gateway" --bogus
 exit $fail

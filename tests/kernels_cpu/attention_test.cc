@@ -261,6 +261,18 @@ TEST_P(AttentionCpuTest, PrefillFromZero) {
   EXPECT_LE(Check(24, {{0, 70, 0}}, 5), kTolerance);
 }
 
+TEST_P(AttentionCpuTest, PrefillAcrossKeyBlocks) {
+  // Long segments take the global keys in blocks of 512 with an online
+  // softmax: contexts of several blocks, a tile of query rows straddling a
+  // block boundary (some rows see none of the last block's keys), lo inside
+  // the context, and no window.
+  EXPECT_LE(Check(32, {{1100, 130, 0}}, 16), kTolerance);
+  EXPECT_LE(Check(32, {{480, 96, 0}}, 17), kTolerance);
+  EXPECT_LE(Check(64, {{700, 80, 600}}, 18), kTolerance);
+  EXPECT_LE(Check(0, {{1500, 40, 0}}, 19), kTolerance);
+  EXPECT_LE(Check(600, {{900, 70, 0}}, 20, /*global=*/false), kTolerance);
+}
+
 TEST_P(AttentionCpuTest, DecodeSequencesOfDifferentLengths) {
   // Lengths 1 (first token), inside one block, block boundaries, several blocks.
   std::vector<SegmentSpec> specs = {{0, 1, 0},  {7, 1, 0},  {15, 1, 0}, {16, 1, 0},
