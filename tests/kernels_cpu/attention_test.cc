@@ -271,6 +271,11 @@ TEST_P(AttentionCpuTest, PrefillAcrossKeyBlocks) {
   EXPECT_LE(Check(64, {{700, 80, 600}}, 18), kTolerance);
   EXPECT_LE(Check(0, {{1500, 40, 0}}, 19), kTolerance);
   EXPECT_LE(Check(600, {{900, 70, 0}}, 20, /*global=*/false), kTolerance);
+  // Head sizes that are not a whole number of panels, across blocks too.
+  for (const HeadShape& shape : {HeadShape{4, 2, 40}, HeadShape{6, 1, 96}}) {
+    SCOPED_TRACE(testing::Message() << "H=" << shape.heads << " D=" << shape.head_dim);
+    EXPECT_LE(Check(32, {{600, 70, 0}}, 21, /*global=*/true, shape), kTolerance);
+  }
 }
 
 TEST_P(AttentionCpuTest, DecodeSequencesOfDifferentLengths) {
