@@ -148,6 +148,7 @@ class AgentSim {
   void OnArrival(int t);
   bool Route(int t);  // false: no room now (retry at the next heartbeat)
   void FailSession(int t);
+  void RefuseSession(int t);  // refused (RESOURCE_EXHAUSTED): FailSession, marked
   void StartPrefill(int p);
   void OnPrefillDone(int p);
   void OnTransferDone(int t);
@@ -291,56 +292,82 @@ bool AgentSim::Route(int t) {
   const int64_t full_blocks = q.r.prompt_tokens / o_.block_size;
   route.block_hashes.reserve(static_cast<size_t>(full_blocks));
   for (int64_t j = 0; j < full_blocks; ++j) route.block_hashes.push_back(ChainKey(q.r.session, j));
-  absl::StatusOr<router::Decision> decision = policy_->Select(route);
-  if (!decision.ok()) {
-    if (absl::IsResourceExhausted(decision.status())) return false;
-    FailSession(t);
-    return true;
-  }
-  q.decode = IndexOf(decision->decode_id);
-  DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
-  const int64_t total = (q.r.prompt_tokens + q.r.output_tokens + o_.block_size - 1) / o_.block_size;
-  const int64_t shared =
-      o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) / o_.block_size : 0;
-  if (!d.cache->Reserve(total - shared)) return false;  // stale view: retry like the gateway
-  q.r.local_prefill = decision->local_prefill;
-  bool reserved;
-  if (q.r.local_prefill) {
-    // The worker looks its prefix cache up when it reserves; the prefill
-    // resumes from there and charges the recomputed positions to the step.
-    const int64_t cached =
-        o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
-    const int64_t work =
-        q.r.prompt_tokens - ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, cached);
-    reserved = d.exec->Reserve(
-        t, q.r.prompt_tokens, q.r.output_tokens, /*generated=*/0, now_,
-        ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus), work);
-    if (reserved) {
-      d.cache->Touch(q.r.session);
-      q.r.cached_tokens = cached;
+  // Refusing (as the gateway): a decode instance that refuses the
+  // reservation is excluded and the turn routed again, at most
+  // reserve_retries times; the router finding no decode instance with room
+  // ends it. Waiting: either one leaves it for the next load report.
+  int64_t total = 0, shared = 0;
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<router::Decision> decision = policy_->Select(route);
+    if (!decision.ok()) {
+      if (!absl::IsResourceExhausted(decision.status())) {
+        FailSession(t);
+      } else if (o_.refuse_when_full) {
+        RefuseSession(t);
+      } else {
+        return false;
+      }
+      return true;
     }
-  } else {
-    q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
-    // The prefill instance makes the first token unless the replay runs on decode.
-    reserved =
-        d.exec->Reserve(t, q.r.prompt_tokens, q.r.output_tokens, q.replay_on_decode ? 0 : 1, now_);
+    q.decode = IndexOf(decision->decode_id);
+    q.prefill = decision->local_prefill ? -1 : IndexOf(decision->prefill_id);
+    DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
+    total = (q.r.prompt_tokens + q.r.output_tokens + o_.block_size - 1) / o_.block_size;
+    shared =
+        o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) / o_.block_size : 0;
+    // The router's view is a heartbeat old: the worker checks its own blocks
+    // and its scheduler's queue bounds.
+    bool reserved = d.cache->Reserve(total - shared);
+    if (reserved) {
+      q.r.local_prefill = decision->local_prefill;
+      if (q.r.local_prefill) {
+        // The worker looks its prefix cache up when it reserves; the prefill
+        // resumes from there and charges the recomputed positions to the step.
+        const int64_t cached =
+            o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+        const int64_t work =
+            q.r.prompt_tokens - ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, cached);
+        reserved = d.exec->Reserve(
+            t, q.r.prompt_tokens, q.r.output_tokens, /*generated=*/0, now_,
+            ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus), work);
+        if (reserved) {
+          d.cache->Touch(q.r.session);
+          q.r.cached_tokens = cached;
+        }
+      } else {
+        q.replay_on_decode =
+            !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
+        // The prefill instance makes the first token unless the replay runs on decode.
+        reserved = d.exec->Reserve(t, q.r.prompt_tokens, q.r.output_tokens,
+                                   q.replay_on_decode ? 0 : 1, now_);
+      }
+      if (!reserved) d.cache->Release(total - shared);
+    }
+    if (reserved) break;
+    if (!o_.refuse_when_full) return false;  // stale view or queue bounds: wait
+    if (attempt >= o_.reserve_retries) {
+      RefuseSession(t);
+      return true;
+    }
+    route.exclude_ids.push_back(decision->decode_id);
   }
-  if (!reserved) {  // the worker's queue bounds: retry like the gateway
-    d.cache->Release(total - shared);
-    return false;
-  }
+  DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
   q.blocks = total - shared;
   ++d.reserved;
   if (q.r.local_prefill) {
     StartDecode(q.decode);
     return true;
   }
-  q.prefill = IndexOf(decision->prefill_id);
   PrefillInst& p = prefill_[static_cast<size_t>(q.prefill)];
   p.queue.push_back(t);
   p.queued_tokens += q.r.prompt_tokens;
   if (p.current < 0) StartPrefill(q.prefill);
   return true;
+}
+
+void AgentSim::RefuseSession(int t) {
+  turns_[static_cast<size_t>(t)].r.refused = true;
+  FailSession(t);
 }
 
 void AgentSim::FailSession(int t) {
@@ -527,6 +554,7 @@ AgentSimSummary AgentSim::Run() {
     s.turns.push_back(q.r);
     if (!q.r.completed) {
       ++s.failed;
+      if (q.r.refused) ++s.refused;
       continue;
     }
     const size_t k = static_cast<size_t>(q.r.turn);
@@ -569,9 +597,9 @@ AgentSimSummary AgentSim::Run() {
 
 std::string AgentSimSummary::ToString() const {
   return absl::StrFormat(
-      "turns=%d failed=%d ttft_later=%.17g/%.17g hit=%.17g makespan=%.17g "
+      "turns=%d failed=%d refused=%d ttft_later=%.17g/%.17g hit=%.17g makespan=%.17g "
       "evicted=%d steps=%d peak_running=%d",
-      turns.size(), failed, ttft_later_p50_s, ttft_later_p90_s, hit_rate_later, makespan_s,
+      turns.size(), failed, refused, ttft_later_p50_s, ttft_later_p90_s, hit_rate_later, makespan_s,
       evicted_blocks, decode_steps, peak_running);
 }
 
@@ -586,6 +614,9 @@ absl::StatusOr<AgentSimSummary> RunAgentSimulation(const AgentSimOptions& o) {
     return absl::InvalidArgumentError(
         "agent sim: block_size, max_batch, max_step_tokens, heartbeat and link bandwidth must be "
         "> 0");
+  }
+  if (o.reserve_retries < 0) {
+    return absl::InvalidArgumentError("agent sim: reserve_retries must be >= 0");
   }
   ASSIGN_OR_RETURN(std::vector<AgentSessionSpec> sessions, MakeAgentTrace(o.trace));
   for (const AgentSessionSpec& s : sessions) {
@@ -609,11 +640,11 @@ absl::StatusOr<AgentSimSummary> RunAgentSimulation(const AgentSimOptions& o) {
 std::string AgentSimTable(const AgentSimSummary& s) {
   std::string out = absl::StrFormat(
       "TTFT turns >= 2: p50 %.1f ms, p90 %.1f ms; hit rate (cached / previous prompt + answer) "
-      "%.1f%%; %d failed turns; makespan %.1f s; %d blocks evicted\n\n"
+      "%.1f%%; %d failed turns (%d refused); makespan %.1f s; %d blocks evicted\n\n"
       "| turn | completed | TTFT ms p50 / p90 | prompt tokens | cached | hit rate |\n"
       "|---:|---:|---:|---:|---:|---:|\n",
       1e3 * s.ttft_later_p50_s, 1e3 * s.ttft_later_p90_s, 100 * s.hit_rate_later, s.failed,
-      s.makespan_s, s.evicted_blocks);
+      s.refused, s.makespan_s, s.evicted_blocks);
   for (const AgentTurnSummary& t : s.by_turn) {
     absl::StrAppend(
         &out, absl::StrFormat("| %d | %d | %.1f / %.1f | %.0f | %.0f | %s |\n", t.turn, t.completed,
@@ -639,6 +670,7 @@ std::string AgentSimJson(const AgentSimSummary& s) {
     requests.push_back({{"session", r.session},
                         {"turn", r.turn + 1},
                         {"completed", r.completed},
+                        {"refused", r.refused},
                         {"arrival_s", r.arrival_s},
                         {"ttft_ms", r.completed ? 1e3 * r.ttft_s() : -1.0},
                         {"prompt_tokens", r.prompt_tokens},
@@ -650,6 +682,7 @@ std::string AgentSimJson(const AgentSimSummary& s) {
        {{"p50", 1e3 * s.ttft_later_p50_s}, {"p90", 1e3 * s.ttft_later_p90_s}}},
       {"hit_rate_later_turns", s.hit_rate_later},
       {"failed", s.failed},
+      {"refused", s.refused},
       {"makespan_s", s.makespan_s},
       {"turns", std::move(turns)},
       {"requests", std::move(requests)}};

@@ -67,6 +67,13 @@ struct AgentSimOptions {
   bool colocated = false;
   // Global K/V budget per instance in bytes; 0: the cost model's KV room.
   double kv_cache_bytes = 0;
+  // A turn no decode instance has room for waits for the next load report
+  // (false), or is refused as the gateway refuses it (true, after
+  // reserve_retries other decode instances), which ends its session as it
+  // ends in ced-loadgen (the next prompt would need its answer). As
+  // SimOptions::refuse_when_full.
+  bool refuse_when_full = false;
+  int reserve_retries = 2;
   AgentTraceOptions trace;
 };
 
@@ -79,6 +86,7 @@ struct AgentTurnResult {
   int64_t transferred_tokens = 0;  // global K/V tokens sent to the decode instance
   bool local_prefill = false;
   bool completed = false;
+  bool refused = false;  // RESOURCE_EXHAUSTED (refuse_when_full); its session ended
   double ttft_s() const { return first_token_s - arrival_s; }
 };
 
@@ -95,7 +103,8 @@ struct AgentSimSummary {
   std::vector<AgentTurnSummary> by_turn;
   double ttft_later_p50_s = 0, ttft_later_p90_s = 0;  // turns >= 2
   double hit_rate_later = 0;
-  int failed = 0;
+  int failed = 0;   // turns not completed (a refused or failed turn and its session's rest)
+  int refused = 0;  // turns refused for want of decode room (refuse_when_full)
   double makespan_s = 0;
   int64_t evicted_blocks = 0;  // over every instance
   double kv_bytes_per_token = 0;

@@ -58,6 +58,8 @@ absl::Status RunAgentSim(const AgentSimArgs& a, const SimOptions& base, int seed
   o.max_step_tokens = base.max_step_tokens;
   o.prefix_cache = a.prefix_cache;
   o.colocated = base.colocated;
+  o.refuse_when_full = base.refuse_when_full;
+  o.reserve_retries = base.reserve_retries;
   o.kv_cache_bytes = a.kv_cache_mb * (1 << 20);
   o.trace.sessions = a.sessions;
   o.trace.turns = a.turns;

@@ -195,6 +195,49 @@ TEST(AgentSimTest, ColocatedInstancesSlowEachOtherOnlyWhenBothCompute) {
   EXPECT_EQ(alone->ToString(), alone_colocated->ToString());
 }
 
+// refuse_when_full, as the gateway with ced-loadgen: a turn no decode
+// instance has room for is refused and its session ends (the next prompt
+// would need its answer); by default it waits for the room instead.
+TEST(AgentSimTest, TurnsWithoutDecodeRoomAreRefusedOrWait) {
+  AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
+  o.trace.sessions = 2;
+  o.trace.turns = 3;
+  o.trace.first_prompt_tokens = 1024;
+  o.trace.tool_result_cv = 0;
+  o.trace.stagger_s = 0;
+  o.prefix_cache = false;  // every turn reserves its whole prompt + answer
+  const double per_token = RunAgentSimulation(o)->kv_bytes_per_token;
+  // Room for both first turns (2 x 1,056 tokens) and for the last turn alone
+  // (3,168), not for both sessions' second turns (2 x 2,112).
+  o.kv_cache_bytes = 3200 * per_token;
+  const auto waited = RunAgentSimulation(o);
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->failed, 0);
+  EXPECT_EQ(waited->refused, 0);
+
+  o.refuse_when_full = true;
+  const auto refused = RunAgentSimulation(o);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_GE(refused->refused, 1);
+  EXPECT_GT(refused->failed, refused->refused);  // the refused session's later turns too
+  int completed = 0;
+  for (const AgentTurnResult& t : refused->turns) {
+    completed += t.completed;
+    if (!t.refused) continue;
+    EXPECT_GT(t.turn, 0);  // the first turns fit
+    for (const AgentTurnResult& later : refused->turns) {
+      if (later.session == t.session && later.turn >= t.turn) {
+        EXPECT_FALSE(later.completed);
+      }
+    }
+  }
+  EXPECT_EQ(completed + refused->failed, 6);
+  EXPECT_EQ(RunAgentSimulation(o)->ToString(), refused->ToString());
+
+  o.reserve_retries = -1;
+  EXPECT_FALSE(RunAgentSimulation(o).ok());
+}
+
 TEST(AgentSimTest, RejectsBadOptions) {
   AgentSimOptions o = Fleet("small", 1, 1);
   o.trace.turns = 20;  // past small's 8192 positions
