@@ -43,6 +43,9 @@ expect 2 "over max_position 8192" -- "$sim" --workload agent --preset small --tu
   --first-prompt-tokens 1000 --tool-result-mean 1000 --tool-result-cv 0
 expect 2 "agent trace: sessions must be >= 1" -- "$sim" --workload agent --sessions 0
 expect 2 "--routing: expected cache_aware or load, got 'bogus'" -- "$sim" --workload agent --routing=bogus
+expect 2 "sim: reserve_retries must be >= 0" -- "$sim" --refuse-when-full --reserve-retries=-1
+expect 2 "agent sim: reserve_retries must be >= 0" -- \
+  "$sim" --workload agent --refuse-when-full --reserve-retries=-1
 expect 2 "--json-out: cannot write '/nonexistent/sim.json'" -- \
   "$sim" --workload agent --sessions 1 --turns 1 --json-out /nonexistent/sim.json
 expect 2 "--attention-context: must be >= 0" -- "$calibrate" --model /nonexistent --attention-context -1
