@@ -7,9 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "engine/kv/block_allocator.h"
+#include "services/router_policy/policy.h"
 
 namespace ced::sim {
 
@@ -33,5 +36,36 @@ class DecodeKvPool {
   BlockAllocator allocator_;
   int block_size_;
 };
+
+// How the gateway places a request, for both simulators: the router's
+// policy picks a (prefill, decode) pair and `reserve(decision)` asks the
+// decode instance (its blocks, its scheduler's queue bounds; true when it
+// took the request).
+enum class Placement {
+  kPlaced,
+  kWait,     // no room now: route it again at the next load report
+  kRefused,  // RESOURCE_EXHAUSTED to the client (refuse_when_full)
+  kFailed,   // the policy found no worker at all (not a question of room)
+};
+// Without refuse_when_full a request no decode instance has room for waits
+// (kWait). With it, as the gateway: a decode instance that refuses the
+// reservation is excluded and the request routed again, at most
+// reserve_retries times, and the router finding no decode instance with room
+// refuses it.
+template <typename Reserve>
+Placement PlaceLikeTheGateway(router::RoutingPolicy* policy, router::RouteRequest route,
+                              bool refuse_when_full, int reserve_retries, Reserve&& reserve) {
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<router::Decision> decision = policy->Select(route);
+    if (!decision.ok()) {
+      if (!absl::IsResourceExhausted(decision.status())) return Placement::kFailed;
+      return refuse_when_full ? Placement::kRefused : Placement::kWait;
+    }
+    if (reserve(*decision)) return Placement::kPlaced;
+    if (!refuse_when_full) return Placement::kWait;  // the router's view was stale
+    if (attempt >= reserve_retries) return Placement::kRefused;
+    route.exclude_ids.push_back(decision->decode_id);
+  }
+}
 
 }  // namespace ced::sim

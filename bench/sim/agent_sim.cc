@@ -4,16 +4,16 @@
 #include <cmath>
 #include <deque>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "bench/common/stats.h"
+#include "bench/sim/admission.h"
 #include "bench/sim/cost_model.h"
 #include "bench/sim/decode_instance.h"
 #include "bench/sim/prefix_cache_model.h"
@@ -292,64 +292,55 @@ bool AgentSim::Route(int t) {
   const int64_t full_blocks = q.r.prompt_tokens / o_.block_size;
   route.block_hashes.reserve(static_cast<size_t>(full_blocks));
   for (int64_t j = 0; j < full_blocks; ++j) route.block_hashes.push_back(ChainKey(q.r.session, j));
-  // Refusing (as the gateway): a decode instance that refuses the
-  // reservation is excluded and the turn routed again, at most
-  // reserve_retries times; the router finding no decode instance with room
-  // ends it. Waiting: either one leaves it for the next load report.
   int64_t total = 0, shared = 0;
-  for (int attempt = 0;; ++attempt) {
-    absl::StatusOr<router::Decision> decision = policy_->Select(route);
-    if (!decision.ok()) {
-      if (!absl::IsResourceExhausted(decision.status())) {
-        FailSession(t);
-      } else if (o_.refuse_when_full) {
-        RefuseSession(t);
-      } else {
-        return false;
-      }
-      return true;
-    }
-    q.decode = IndexOf(decision->decode_id);
-    q.prefill = decision->local_prefill ? -1 : IndexOf(decision->prefill_id);
+  auto reserve = [&](const router::Decision& decision) {
+    q.decode = IndexOf(decision.decode_id);
+    q.prefill = decision.local_prefill ? -1 : IndexOf(decision.prefill_id);
     DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
     total = (q.r.prompt_tokens + q.r.output_tokens + o_.block_size - 1) / o_.block_size;
     shared =
         o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) / o_.block_size : 0;
     // The router's view is a heartbeat old: the worker checks its own blocks
     // and its scheduler's queue bounds.
-    bool reserved = d.cache->Reserve(total - shared);
-    if (reserved) {
-      q.r.local_prefill = decision->local_prefill;
-      if (q.r.local_prefill) {
-        // The worker looks its prefix cache up when it reserves; the prefill
-        // resumes from there and charges the recomputed positions to the step.
-        const int64_t cached =
-            o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
-        const int64_t work =
-            q.r.prompt_tokens - ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, cached);
-        reserved = d.exec->Reserve(
-            t, q.r.prompt_tokens, q.r.output_tokens, /*generated=*/0, now_,
-            ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus), work);
-        if (reserved) {
-          d.cache->Touch(q.r.session);
-          q.r.cached_tokens = cached;
-        }
-      } else {
-        q.replay_on_decode =
-            !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
-        // The prefill instance makes the first token unless the replay runs on decode.
-        reserved = d.exec->Reserve(t, q.r.prompt_tokens, q.r.output_tokens,
-                                   q.replay_on_decode ? 0 : 1, now_);
+    if (!d.cache->Reserve(total - shared)) return false;
+    q.r.local_prefill = decision.local_prefill;
+    bool reserved;
+    if (q.r.local_prefill) {
+      // The worker looks its prefix cache up when it reserves; the prefill
+      // resumes from there and charges the recomputed positions to the step.
+      const int64_t cached =
+          o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+      const int64_t work =
+          q.r.prompt_tokens - ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, cached);
+      reserved = d.exec->Reserve(
+          t, q.r.prompt_tokens, q.r.output_tokens, /*generated=*/0, now_,
+          ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus), work);
+      if (reserved) {
+        d.cache->Touch(q.r.session);
+        q.r.cached_tokens = cached;
       }
-      if (!reserved) d.cache->Release(total - shared);
+    } else {
+      q.replay_on_decode =
+          !cost_->decoder_only() && decision.replay_on == router::ReplayOn::kDecode;
+      // The prefill instance makes the first token unless the replay runs on decode.
+      reserved = d.exec->Reserve(t, q.r.prompt_tokens, q.r.output_tokens,
+                                 q.replay_on_decode ? 0 : 1, now_);
     }
-    if (reserved) break;
-    if (!o_.refuse_when_full) return false;  // stale view or queue bounds: wait
-    if (attempt >= o_.reserve_retries) {
+    if (!reserved) d.cache->Release(total - shared);
+    return reserved;
+  };
+  switch (PlaceLikeTheGateway(policy_.get(), std::move(route), o_.refuse_when_full,
+                              o_.reserve_retries, reserve)) {
+    case Placement::kWait:
+      return false;
+    case Placement::kRefused:
       RefuseSession(t);
       return true;
-    }
-    route.exclude_ids.push_back(decision->decode_id);
+    case Placement::kFailed:
+      FailSession(t);
+      return true;
+    case Placement::kPlaced:
+      break;
   }
   DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
   q.blocks = total - shared;

@@ -245,42 +245,34 @@ bool Simulator::Route(int r) {
     for (size_t k = 1; k < id.size(); ++k) i = 10 * i + (id[k] - '0');
     return i;
   };
-  // Refusing (as the gateway): a decode instance that refuses the
-  // reservation is excluded and the request routed again, at most
-  // reserve_retries times; the router finding no decode instance with room
-  // ends it. Waiting: either one leaves it for the next load report.
-  for (int attempt = 0;; ++attempt) {
-    absl::StatusOr<router::Decision> decision = policy_->Select(route);
-    if (!decision.ok()) {
-      if (!absl::IsResourceExhausted(decision.status())) {
-        Fail(r);
-      } else if (o_.refuse_when_full) {
-        Refuse(r);
-      } else {
-        return false;
-      }
-      return true;
-    }
-    q.decode = index(decision->decode_id);
-    q.prefill = index(decision->prefill_id);
-    q.replay_on_decode = !cost_->decoder_only() && decision->replay_on == router::ReplayOn::kDecode;
+  auto reserve = [&](const router::Decision& decision) {
+    q.decode = index(decision.decode_id);
+    q.prefill = index(decision.prefill_id);
+    q.replay_on_decode = !cost_->decoder_only() && decision.replay_on == router::ReplayOn::kDecode;
     DecodeInst& d = decode_[q.decode];
     // The router's view is a heartbeat old: the worker checks its own blocks
     // and its scheduler's queue bounds. The prefill instance makes the first
     // token unless the replay runs on decode.
-    bool reserved = d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks);
-    if (reserved && !d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens,
-                                     q.replay_on_decode ? 0 : 1, now_)) {
+    if (!d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks)) return false;
+    if (!d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens, q.replay_on_decode ? 0 : 1,
+                         now_)) {
       d.pool->Release(&q.blocks);
-      reserved = false;
+      return false;
     }
-    if (reserved) break;
-    if (!o_.refuse_when_full) return false;  // the router's view was stale
-    if (attempt >= o_.reserve_retries) {
+    return true;
+  };
+  switch (PlaceLikeTheGateway(policy_.get(), std::move(route), o_.refuse_when_full,
+                              o_.reserve_retries, reserve)) {
+    case Placement::kWait:
+      return false;
+    case Placement::kRefused:
       Refuse(r);
       return true;
-    }
-    route.exclude_ids.push_back(decision->decode_id);
+    case Placement::kFailed:
+      Fail(r);
+      return true;
+    case Placement::kPlaced:
+      break;
   }
   DecodeInst& d = decode_[q.decode];
   ++d.reserved;
