@@ -106,26 +106,6 @@ bool ParseShapes(const std::string& text, std::vector<Shape>* out) {
   return !out->empty();
 }
 
-// "avx2,avx512" -> the variants named that this CPU supports; empty -> all.
-bool ParseVariants(const std::string& text, std::vector<ced::kernels::CpuIsa>* out) {
-  namespace k = ced::kernels;
-  *out = k::SupportedCpuIsas();
-  if (text.empty()) return true;
-  std::vector<k::CpuIsa> picked;
-  size_t start = 0;
-  while (start < text.size()) {
-    const size_t end = std::min(text.find(',', start), text.size());
-    k::CpuIsa isa;
-    if (!k::ParseCpuIsa(text.substr(start, end - start), &isa) || !k::CpuSupports(isa)) {
-      return false;
-    }
-    picked.push_back(isa);
-    start = end + 1;
-  }
-  *out = picked;
-  return !out->empty();
-}
-
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -161,20 +141,6 @@ double MaxRelDiff(const Floats& a, const Floats& b) {
     diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
   }
   return diff / std::max(scale, 1e-30);
-}
-
-// FMA peak of a variant on the current threads, GFLOP/s (0: none measured):
-// the best of five samples, like the engine bench's probes.
-double VariantPeak(ced::kernels::CpuIsa isa) {
-  using ced::bench::FmaIsa;
-  switch (isa) {
-    case ced::kernels::CpuIsa::kAvx512:
-      return ced::bench::BestFmaPeakGflops(FmaIsa::kAvx512);
-    case ced::kernels::CpuIsa::kAvx2:
-      return ced::bench::BestFmaPeakGflops(FmaIsa::kAvx2);
-    default:
-      return 0;
-  }
 }
 
 }  // namespace
@@ -239,21 +205,23 @@ int main(int argc, char** argv) {
                  shapes_flag.c_str());
     return 2;
   }
-  std::vector<k::CpuIsa> isas;
-  if (!ParseVariants(variants_flag, &isas)) {
+  const absl::StatusOr<std::vector<k::CpuIsa>> isas_or =
+      ced::bench::ParseKernelVariants(variants_flag);
+  if (!isas_or.ok()) {
     std::fprintf(stderr,
                  "blas_compare: --variants=%s: expected a comma list of variants this CPU "
                  "supports\n",
                  variants_flag.c_str());
     return 2;
   }
+  const std::vector<k::CpuIsa>& isas = *isas_or;
   reps = std::max(7, reps);
   threads = std::max(1, threads);
   const double target_s = std::max(1, ms) * 1e-3;
   openblas_set_num_threads(threads);
   omp_set_num_threads(threads);  // oneDNN here is built on the OpenMP runtime; so is the pool
   std::vector<double> peaks;
-  for (k::CpuIsa isa : isas) peaks.push_back(VariantPeak(isa));
+  for (k::CpuIsa isa : isas) peaks.push_back(ced::bench::VariantFmaPeakGflops(isa));
   const dnnl_version_t* v = dnnl_version();
   const ced::bench::MachineInfo m = ced::bench::CollectMachineInfo();
   std::printf("# CPU: %s\n# OpenBLAS: %s\n# oneDNN: %d.%d.%d\n# %d thread(s) each, %d reps of ~%.0f ms\n",

@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "bench/common/flags.h"
 #include "bench/common/stats.h"
 #include "bench/engine/attention_probe.h"
@@ -38,17 +37,6 @@ struct Args {
   std::string kv_format;
   int block_size = 16;
 };
-
-double PeakGflops(k::CpuIsa isa) {
-  switch (isa) {
-    case k::CpuIsa::kAvx512:
-      return BestFmaPeakGflops(FmaIsa::kAvx512);
-    case k::CpuIsa::kAvx2:
-      return BestFmaPeakGflops(FmaIsa::kAvx2);
-    default:
-      return 0;  // the portable variant has no FMA peak of its own
-  }
-}
 
 absl::Status Main(int argc, char** argv) {
   Args a;
@@ -87,28 +75,11 @@ absl::Status Main(int argc, char** argv) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-format: expected f32, bf16, fp8_e4m3 or fp4_e2m1, got '", a.kv_format, "'"));
   }
-  std::vector<k::CpuIsa> isas;
-  if (a.variants.empty()) {
-    isas = k::SupportedCpuIsas();
-  } else {
-    for (absl::string_view name : absl::StrSplit(a.variants, ',', absl::SkipEmpty())) {
-      k::CpuIsa isa;
-      if (!k::ParseCpuIsa(std::string(name), &isa)) {
-        return absl::InvalidArgumentError(absl::StrCat("--variants: unknown kernel variant '", name,
-                                                       "' (avx512, avx2, generic)"));
-      }
-      if (!k::CpuSupports(isa)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--variants: this CPU does not support '", name, "'"));
-      }
-      isas.push_back(isa);
-    }
-    if (isas.empty()) return absl::InvalidArgumentError("--variants: no variant named");
-  }
+  ASSIGN_OR_RETURN(const std::vector<k::CpuIsa> isas, ParseKernelVariants(a.variants));
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const MachineInfo machine = CollectMachineInfo();
   std::vector<double> peaks;
-  for (k::CpuIsa isa : isas) peaks.push_back(PeakGflops(isa));
+  for (k::CpuIsa isa : isas) peaks.push_back(VariantFmaPeakGflops(isa));
 
   std::printf("# CPU: %s\n", machine.cpu_model.c_str());
   std::printf(

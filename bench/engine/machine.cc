@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/common/run_info.h"
 #include "bench/common/stats.h"
@@ -244,6 +245,38 @@ double BestFmaPeakGflops(FmaIsa isa, int samples, double seconds) {
   double best = 0;
   for (int i = 0; i < samples; ++i) best = std::max(best, MeasureFmaPeak(isa, seconds).rate * 1e-9);
   return best;
+}
+
+double VariantFmaPeakGflops(kernels::CpuIsa isa) {
+  switch (isa) {
+    case kernels::CpuIsa::kAvx512:
+      return BestFmaPeakGflops(FmaIsa::kAvx512);
+    case kernels::CpuIsa::kAvx2:
+      return BestFmaPeakGflops(FmaIsa::kAvx2);
+    default:
+      return 0;
+  }
+}
+
+absl::StatusOr<std::vector<kernels::CpuIsa>> ParseKernelVariants(const std::string& text) {
+  if (text.empty()) return kernels::SupportedCpuIsas();
+  std::vector<kernels::CpuIsa> picked;
+  for (absl::string_view name : absl::StrSplit(text, ',')) {
+    if (name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--variants: empty item in '", text, "'"));
+    }
+    kernels::CpuIsa isa;
+    if (!kernels::ParseCpuIsa(std::string_view(name.data(), name.size()), &isa)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--variants: unknown kernel variant '", name, "' (avx512, avx2, generic)"));
+    }
+    if (!kernels::CpuSupports(isa)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--variants: this CPU does not support '", name, "'"));
+    }
+    picked.push_back(isa);
+  }
+  return picked;
 }
 
 }  // namespace ced::bench

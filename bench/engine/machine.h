@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/isa.h"
 
 namespace ced::bench {
 
@@ -64,5 +66,13 @@ ProbeSample MeasureFmaPeak(FmaIsa isa, double seconds);
 // another process held a core read 126.6 GFLOP/s against 198-200 on an idle
 // AVX2 machine, and every kernel then "ran" above the peak.
 double BestFmaPeakGflops(FmaIsa isa, int samples = 5, double seconds = 0.1);
+// The same for the FMAs of a CPU kernel variant (AVX-512 or AVX2); 0 for the
+// portable variant, which has no FMA peak of its own.
+double VariantFmaPeakGflops(kernels::CpuIsa isa);
+
+// A --variants flag: "avx2,avx512" -> those variants, each one this CPU
+// supports; empty -> every variant it supports. An error naming --variants
+// for an unknown or unsupported variant, or an empty item.
+absl::StatusOr<std::vector<kernels::CpuIsa>> ParseKernelVariants(const std::string& text);
 
 }  // namespace ced::bench

@@ -34,11 +34,8 @@
 #include "bench/engine/machine.h"
 #include "bench/sim/cost_model.h"
 #include "bench/sim/hardware.h"
-#include "engine/accounting/accounting.h"
 #include "engine/common/status.h"
 #include "engine/runtime/engine.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/kv_codec.h"
 #include "kernels/cpu/math.h"
 
 namespace ced::sim {

@@ -44,6 +44,7 @@ if [[ -n $tokenizer ]]; then
 fi
 expect 2 "CED_CPU_ISA=avx3: unknown kernel variant" -- env CED_CPU_ISA=avx3 "$attention"
 expect 2 "--variants: unknown kernel variant 'neon'" -- "$attention" --variants=neon
+expect 2 "--variants: empty item in 'avx2,,generic'" -- "$attention" --variants=avx2,,generic
 expect 2 "--variants: this CPU does not support 'avx512'" -- \
   env CED_CPU_HIDE=avx512 "$attention" --variants=avx512
 expect 2 "--contexts: '1x' is not a positive integer" -- "$attention" --contexts=1x
