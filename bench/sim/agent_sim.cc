@@ -209,6 +209,7 @@ absl::Status AgentSim::Init() {
     PrefillInst p;
     p.id = absl::StrFormat("p%03d", i);
     p.cache = std::make_unique<PrefixCacheModel>(prefill_blocks_, o_.block_size);
+    p.cache->set_max_held(o_.held_sequences);
     router::WorkerInfo info;
     info.id = p.id;
     info.role = router::Role::kPrefill;
@@ -377,12 +378,15 @@ void AgentSim::StartPrefill(int p) {
   inst.current = t;
   Turn& q = turns_[static_cast<size_t>(t)];
   inst.queued_tokens -= q.r.prompt_tokens;
+  const int64_t held = o_.prefix_cache ? inst.cache->HeldTokens(q.r.session, q.r.prompt_tokens) : 0;
   const int64_t cached =
-      o_.prefix_cache ? inst.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+      held > 0 ? held
+               : (o_.prefix_cache ? inst.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0);
   inst.cache->Touch(q.r.session);
+  if (held > 0) inst.cache->TakeHeld(q.r.session);
   q.r.cached_tokens = cached;
   const double s = ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, !q.replay_on_decode,
-                                         o_.prefill_gpus);
+                                         o_.prefill_gpus, held > 0);
   const double end = inst.step.Begin(now_, s, PrefillSpeed(inst));
   Push(end, Ev::kPrefillDone, p, inst.step.gen);
   if (inst.neighbour >= 0) RespeedDecode(inst.neighbour);
@@ -407,7 +411,10 @@ void AgentSim::OnPrefillDone(int p) {
   const int t = inst.current;
   inst.current = -1;
   Turn& q = turns_[static_cast<size_t>(t)];
-  if (o_.prefix_cache) inst.cache->Store(q.r.session, q.r.prompt_tokens);
+  if (o_.prefix_cache) {
+    inst.cache->Store(q.r.session, q.r.prompt_tokens);
+    inst.cache->Hold(q.r.session, q.r.prompt_tokens);
+  }
   if (!q.replay_on_decode) q.r.first_token_s = now_;  // the prefill instance made it
   DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
   const int64_t have = o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
@@ -608,6 +615,9 @@ absl::StatusOr<AgentSimSummary> RunAgentSimulation(const AgentSimOptions& o) {
   }
   if (o.reserve_retries < 0) {
     return absl::InvalidArgumentError("agent sim: reserve_retries must be >= 0");
+  }
+  if (o.held_sequences < 0) {
+    return absl::InvalidArgumentError("agent sim: held_sequences must be >= 0");
   }
   ASSIGN_OR_RETURN(std::vector<AgentSessionSpec> sessions, MakeAgentTrace(o.trace));
   for (const AgentSessionSpec& s : sessions) {

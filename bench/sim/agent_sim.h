@@ -61,6 +61,8 @@ struct AgentSimOptions {
   int max_batch = 256;
   int64_t max_step_tokens = 2048;
   bool prefix_cache = true;  // false: every turn recomputes its whole prompt
+  // Prefill workers' --held-sequences (prefix_cache_model.h).
+  int held_sequences = 8;
   // Prefill instance i and decode instance i share one machine (`ced
   // cluster` on one host): each runs slower while the other computes, by the
   // device's measured colocated slowdowns (as SimOptions::colocated).

@@ -22,6 +22,9 @@ void AddAgentSimFlags(bench::FlagSet* f, AgentSimArgs* a) {
   f->Double("session-stagger-ms", &a->stagger_ms,
             "agent: session i starts at i x this (< 0: think time / sessions)");
   f->Bool("prefix-cache", &a->prefix_cache, "agent: model the workers' prefix caches");
+  f->Int("held-sequences", &a->held_sequences,
+         "agent: the prefill workers' --held-sequences (finished prompts kept with their local "
+         "windows; the session's next turn continues them instead of rebuilding; 0: off)");
   f->Double("kv-cache-mb", &a->kv_cache_mb,
             "agent: global K/V budget per instance, MiB (0: the device's KV room)");
   f->Bool("compare-no-cache", &a->compare_no_cache,
@@ -57,6 +60,7 @@ absl::Status RunAgentSim(const AgentSimArgs& a, const SimOptions& base, int seed
   o.max_batch = base.max_batch;
   o.max_step_tokens = base.max_step_tokens;
   o.prefix_cache = a.prefix_cache;
+  o.held_sequences = a.held_sequences;
   o.colocated = base.colocated;
   o.refuse_when_full = base.refuse_when_full;
   o.reserve_retries = base.reserve_retries;

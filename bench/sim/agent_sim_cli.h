@@ -15,6 +15,7 @@ struct AgentSimArgs {
   double tool_result_mean = 1024, tool_result_cv = 0.5;
   double think_time_ms = 1000, stagger_ms = -1;
   bool prefix_cache = true;
+  int held_sequences = 8;
   double kv_cache_mb = 0;
   bool compare_no_cache = false;
   std::string routing = "cache_aware";  // the router's --routing: cache_aware or load

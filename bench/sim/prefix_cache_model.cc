@@ -22,9 +22,50 @@ void PrefixCacheModel::Touch(int session) {
   lru_.splice(lru_.begin(), lru_, it->second.lru);
 }
 
+void PrefixCacheModel::Hold(int session, int64_t tokens) {
+  if (max_held_ <= 0) return;
+  TakeHeld(session);
+  held_.emplace_front(session, tokens);
+  while (static_cast<int>(held_.size()) > max_held_) held_.pop_back();
+}
+
+int64_t PrefixCacheModel::HeldTokens(int session, int64_t prompt_tokens) const {
+  for (const auto& [s, tokens] : held_) {
+    if (s != session) continue;
+    if (tokens > prompt_tokens - 1 || tokens < CachedTokens(session, prompt_tokens)) return 0;
+    return tokens;
+  }
+  return 0;
+}
+
+void PrefixCacheModel::TakeHeld(int session) {
+  held_.remove_if([session](const std::pair<int, int64_t>& h) { return h.first == session; });
+}
+
 void PrefixCacheModel::EvictFor(int64_t need) {
-  while (free_blocks() < need && !lru_.empty()) {
-    const int victim = lru_.back();
+  auto held = [this](int session) {
+    for (const auto& h : held_) {
+      if (h.first == session) return true;
+    }
+    return false;
+  };
+  while (free_blocks() < need) {
+    // The least recently used session no held sequence references (a held
+    // sequence's blocks are in use); when only held ones are left, the least
+    // recently held gives way first.
+    auto it = lru_.end();
+    for (auto r = lru_.rbegin(); r != lru_.rend(); ++r) {
+      if (!held(*r)) {
+        it = std::prev(r.base());
+        break;
+      }
+    }
+    if (it == lru_.end()) {
+      if (held_.empty()) break;
+      held_.pop_back();
+      continue;
+    }
+    const int victim = *it;
     Entry& e = sessions_[victim];
     const int64_t take = std::min(e.blocks, need - free_blocks());
     e.blocks -= take;
@@ -32,7 +73,7 @@ void PrefixCacheModel::EvictFor(int64_t need) {
     evicted_ += take;
     if (listener_ && take > 0) listener_(victim, e.blocks, e.blocks + take, false);
     if (e.blocks == 0) {
-      lru_.pop_back();
+      lru_.erase(it);
       sessions_.erase(victim);
     }
   }
@@ -85,11 +126,19 @@ int64_t ResumeEncoderStart(const ModelConfig& c, int64_t n, int64_t p) {
   return std::max<int64_t>(0, std::min(p, n - r_d) - r_e);
 }
 
-Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay_here) {
+int64_t ContinuedEncoderStart(const ModelConfig& c, int64_t n, int64_t p) {
+  if (p <= 0) return 0;
+  const int64_t r_d = c.sliding_window == 0 ? std::max(1, c.replay_window) : c.replay_window;
+  if (c.IsDecoderOnly() || n - r_d >= p) return p;
+  return ResumeEncoderStart(c, n, p);
+}
+
+Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay_here,
+                        bool continued) {
   if (p <= 0) return cost.PrefillWork(n, replay_here);
   const ModelConfig& c = cost.config();
   const Accounting& acc = cost.accounting();
-  const int64_t a = ResumeEncoderStart(c, n, p);
+  const int64_t a = continued ? ContinuedEncoderStart(c, n, p) : ResumeEncoderStart(c, n, p);
   const bool dec_only = cost.decoder_only();
   const int64_t r = dec_only ? 0 : (replay_here ? cost.ReplayedTokens(n) : 0);
   const int encoder_layers = dec_only ? c.num_layers : c.num_encoder_layers;
@@ -113,12 +162,13 @@ Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay
 }
 
 double ResumedPrefillSeconds(const CostModel& cost, int64_t n, int64_t p, bool replay_here,
-                             int gpus) {
+                             int gpus, bool continued) {
   if (p <= 0) return cost.PrefillSeconds(n, replay_here, gpus);
   const GpuSpec& g = cost.gpu();
-  const int64_t a = ResumeEncoderStart(cost.config(), n, p);
-  return cost.StepSeconds(ResumedPrefillWork(cost, n, p, replay_here), gpus) + g.prefill_step_s +
-         g.prefill_token_s * static_cast<double>(n - a);
+  const int64_t a = continued ? ContinuedEncoderStart(cost.config(), n, p)
+                              : ResumeEncoderStart(cost.config(), n, p);
+  return cost.StepSeconds(ResumedPrefillWork(cost, n, p, replay_here, continued), gpus) +
+         g.prefill_step_s + g.prefill_token_s * static_cast<double>(n - a);
 }
 
 }  // namespace ced::sim

@@ -9,8 +9,16 @@
 // engine evicts least recently used blocks, and a chain's tail was used no
 // later than its head). Not thread-safe.
 //
+// Held sequences (EngineOptions::max_held_sequences, a prefill worker's
+// --held-sequences): the last `max_held` prompts computed here are kept with
+// their local windows; the next prompt of the same session continues one
+// (P = its tokens, no encoder rebuild) unless the cached blocks reach
+// further. A held sequence references its blocks: it is dropped, least
+// recently held first, before they can be evicted.
+//
 // ResumedPrefill*: §1.6's computation for a prompt of N tokens with P cached:
 // the encoder over [a, N), a = max(0, min(P, N - R_d) - R_e) (bounded mode),
+// or a = P when a held sequence is continued (and N - R_d >= P),
 // decoder global K/V for [P, N), the replay over the last R_d positions.
 #pragma once
 
@@ -31,6 +39,17 @@ class PrefixCacheModel {
   // Tokens of a `prompt_tokens`-token prompt of `session` cached here: full
   // blocks, at most prompt_tokens - 1 (the last token is always computed).
   int64_t CachedTokens(int session, int64_t prompt_tokens) const;
+  // Held sequences (0, the default: none).
+  void set_max_held(int n) { max_held_ = std::max(0, n); }
+  // `session`'s prompt of `tokens` was computed here and its sequence held.
+  void Hold(int session, int64_t tokens);
+  // The positions of `session`'s held sequence if the engine would continue
+  // it for a `prompt_tokens`-token prompt (at most prompt_tokens - 1, and no
+  // fewer than the cached blocks reach), else 0.
+  int64_t HeldTokens(int session, int64_t prompt_tokens) const;
+  // The next prompt took the held sequence over (it is no longer held).
+  void TakeHeld(int session);
+  int held_sequences() const { return static_cast<int>(held_.size()); }
   // Marks the session most recently used (a hit).
   void Touch(int session);
   // Takes `blocks` for a running sequence, evicting cached blocks (least
@@ -71,16 +90,24 @@ class PrefixCacheModel {
   std::list<int> lru_;
   std::unordered_map<int, Entry> sessions_;
   BlockListener listener_;
+  int max_held_ = 0;
+  std::list<std::pair<int, int64_t>> held_;  // (session, tokens), most recently held first
 };
 
 // a: the first position a resumed prefill runs the encoder from (bounded
 // mode; mirrors Engine::ResumeStart). 0 when p <= 0.
 int64_t ResumeEncoderStart(const ModelConfig& config, int64_t n, int64_t p);
+// The same when the prompt extends a held sequence of p positions: p when the
+// replay needs no position before it (decoder-only, or N - R_d >= p), else the
+// rebuild above (mirrors Engine::Prefill).
+int64_t ContinuedEncoderStart(const ModelConfig& config, int64_t n, int64_t p);
 
 // One prefill step for a prompt of `n` tokens with `p` cached (p = 0: a
-// fresh prefill, CostModel::PrefillSeconds); `replay_here` as there.
-Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay_here);
+// fresh prefill, CostModel::PrefillSeconds); `replay_here` as there;
+// `continued`: p positions of a held sequence (ContinuedEncoderStart).
+Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay_here,
+                        bool continued = false);
 double ResumedPrefillSeconds(const CostModel& cost, int64_t n, int64_t p, bool replay_here,
-                             int gpus);
+                             int gpus, bool continued = false);
 
 }  // namespace ced::sim

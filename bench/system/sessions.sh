@@ -5,9 +5,13 @@
 #
 # Usage: bench/system/sessions.sh [--build DIR] [--sessions S] [--turns T]
 #          [--first N] [--tool N] [--output N] [--think-ms MS] [--reps R]
-#          [--seed N] [--kv-cache-mb MB] [--out-dir DIR] [--tag NAME] [--sim]
+#          [--seed N] [--kv-cache-mb MB] [--held-sequences N] [--out-dir DIR]
+#          [--tag NAME] [--sim]
 #   defaults: --build build --sessions 2 --turns 8 --first 1000 --tool 1000
 #             --output 16 --think-ms 500 --reps 2 --seed 1 --out-dir bench/results
+# --held-sequences: the prefill workers' (and the simulator's) held sequences
+# (default: the worker's, 8; 0 resumes every turn from blocks, with the
+# encoder rebuild).
 # Starts four `ced cluster`s (1 prefill + 1 decode worker each): small and
 # small-dec, each with and without --prefix-cache. One warm-up turn per
 # cluster packs the weights; then each repetition runs `ced-loadgen
@@ -31,7 +35,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=build SESSIONS=2 TURNS=8 FIRST=1000 TOOL=1000 OUTPUT=16 THINK=500 REPS=2 SEED=1 KVMB=0
-OUT_DIR=bench/results TAG="" SIM=false
+OUT_DIR=bench/results TAG="" SIM=false HELD=8
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -44,10 +48,11 @@ while [[ $# -gt 0 ]]; do
     --reps) REPS=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --kv-cache-mb) KVMB=$2; shift 2 ;;
+    --held-sequences) HELD=$2; shift 2 ;;
     --out-dir) OUT_DIR=$2; shift 2 ;;
     --tag) TAG=_$2; shift 2 ;;
     --sim) SIM=true; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "sessions.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -100,7 +105,7 @@ predict() {
         --ced-replay-on auto --sessions "$SESSIONS" --turns "$TURNS" \
         --first-prompt-tokens "$FIRST" --tool-result-mean "$TOOL" --tool-result-cv 0 \
         --output-tokens "$OUTPUT" --think-time-ms "$THINK" --kv-cache-mb "$KVMB" \
-        --prefix-cache="${caches[$i]}" --seed $(( SEED + r )) \
+        --prefix-cache="${caches[$i]}" --held-sequences "$HELD" --seed $(( SEED + r )) \
         --json-out "$OUT_DIR/sessions${TAG}_run${r}_sim_$2_${names[$i]}.json" >/dev/null
     done
   done
@@ -114,7 +119,7 @@ for i in 0 1 2 3; do
   # instance has (`ced cluster` alone would split the cores among workers).
   OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$CED" cluster --model "$work/${models[$i]}" \
     --prefill 1 --decode 1 --base-port 0 --metrics-base-port 0 --http false \
-    --kv-cache-mb "$KVMB" --prefix-cache="${caches[$i]}" \
+    --kv-cache-mb "$KVMB" --prefix-cache="${caches[$i]}" --held-sequences "$HELD" \
     --ready-file "$work/ready_${names[$i]}" >"$work/cluster_${names[$i]}.log" 2>&1 &
   pids+=($!)
 done

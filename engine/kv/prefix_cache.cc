@@ -178,6 +178,17 @@ int PrefixCache::referenced_blocks() const {
   return referenced_;
 }
 
+int PrefixCache::OnlyReferencedBy(absl::Span<const int> blocks) const {
+  std::unordered_map<int, int> refs;
+  for (int b : blocks) ++refs[b];
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [b, count] : refs) {
+    if (b >= 0 && b < static_cast<int>(entries_.size()) && entries_[b].refs == count) ++n;
+  }
+  return n;
+}
+
 int PrefixCache::available_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return allocator_->num_free() + static_cast<int>(lru_.size());

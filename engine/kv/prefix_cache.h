@@ -103,6 +103,10 @@ class PrefixCache {
 
   // Blocks referenced by at least one sequence.
   int referenced_blocks() const;
+  // Of `blocks` (with repeats: one per reference a holder has), those whose
+  // every reference is in the list: what releasing them all would make
+  // reclaimable.
+  int OnlyReferencedBy(absl::Span<const int> blocks) const;
   // Blocks an Allocate can obtain now (free + evictable).
   int available_blocks() const;
   PrefixCacheStats stats() const;

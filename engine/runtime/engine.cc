@@ -59,6 +59,9 @@ absl::Status Engine::Init(const EngineOptions& options,
   if (options.max_sequences <= 0) {
     return absl::InvalidArgumentError("engine: max_sequences must be positive");
   }
+  if (options.max_held_sequences < 0) {
+    return absl::InvalidArgumentError("engine: max_held_sequences must be >= 0");
+  }
   ASSIGN_OR_RETURN(backend_, CreateBackend(options.device));
 
   auto upload = [&](const Tensor& t, const char* name) -> absl::StatusOr<const float*> {
@@ -118,6 +121,7 @@ absl::Status Engine::Init(const EngineOptions& options,
   ASSIGN_OR_RETURN(cache_, KvCache::Create(co, backend_.get()));
   prefix_ = std::make_unique<PrefixCache>(&cache_->global_blocks());
   prefix_enabled_ = options.prefix_cache;
+  max_held_ = prefix_enabled_ ? options.max_held_sequences : 0;
   root_hash_ =
       RootBlockHash(options.model_identity.empty() ? ConfigToJson(config_) : options.model_identity,
                     co.block_size);
@@ -207,12 +211,42 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
   RETURN_IF_ERROR(CheckTokens(prompt));
   const int bs = cache_->options().block_size;
   const std::vector<BlockHash> hashes = CacheableHashes(prompt, max_cached_tokens);
+  // A held sequence the prompt extends is taken over unless cached blocks
+  // (here or in the tiers) reach further than its positions.
+  TierPrefetch read_here;
+  if (max_held_ > 0) {
+    std::unique_lock<std::shared_mutex> lock(seq_mu_);
+    if (HeldExtent(prompt, max_cached_tokens) > 0) {
+      size_t reach = static_cast<size_t>(prefix_->Lookup(hashes));
+      if (tiers_ != nullptr && reach < hashes.size()) {
+        if (prefetched == nullptr) {
+          lock.unlock();  // the tiers' I/O, once: the block path below uses it too
+          read_here = PrefetchFromTiers(prompt, max_cached_tokens);
+          prefetched = &read_here;
+          lock.lock();
+        }
+        reach = std::max(reach, prefetched->first_block + prefetched->payloads.size());
+      }
+      if (HeldExtent(prompt, max_cached_tokens) >= static_cast<int>(reach) * bs) {
+        const SeqId held = TakeHeld(prompt, capacity_tokens, max_cached_tokens);
+        if (held != 0) {
+          if (cached_tokens != nullptr) *cached_tokens = sequences_.at(held)->cached_tokens;
+          return held;
+        }
+      }
+    }
+  }
   std::vector<int> shared = prefix_->Acquire(hashes, static_cast<int>(hashes.size()));
   if (tiers_ != nullptr) LoadFromTiers(hashes, &shared, prefetched);
   absl::StatusOr<SeqId> created = [&]() -> absl::StatusOr<SeqId> {
     // The shared blocks stay referenced while the rest is allocated.
     const int total = (capacity_tokens + bs - 1) / bs;
+    std::unique_lock<std::shared_mutex> lock(seq_mu_);
+    // Held sequences give way to running ones.
     auto rest = prefix_->Allocate(total - static_cast<int>(shared.size()));
+    while (!rest.ok() && DropOldestHeld()) {
+      rest = prefix_->Allocate(total - static_cast<int>(shared.size()));
+    }
     if (!rest.ok()) return rest.status();
     auto seq = std::make_unique<Sequence>();
     seq->id = next_id_++;
@@ -221,6 +255,7 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
     seq->blocks.insert(seq->blocks.end(), rest->begin(), rest->end());
     if (config_.sliding_window > 0) {
       auto slot = cache_->local_slots().Allocate(1);
+      while (!slot.ok() && DropOldestHeld()) slot = cache_->local_slots().Allocate(1);
       if (!slot.ok()) {
         (void)prefix_->Release(*rest);
         return absl::ResourceExhaustedError(absl::StrCat("no free local window slot (",
@@ -230,7 +265,6 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
       seq->local_slot = (*slot)[0];
     }
     const SeqId sid = seq->id;
-    std::unique_lock<std::shared_mutex> lock(seq_mu_);
     sequences_.emplace(sid, std::move(seq));
     return sid;
   }();
@@ -298,16 +332,135 @@ absl::Status Engine::LeaveSharedWritesToPeer(SeqId id, int tokens) {
   return absl::OkStatus();
 }
 
-int Engine::EvictCachedBlocks() { return prefix_->EvictAll(); }
+int Engine::EvictCachedBlocks() {
+  DropHeldSequences();
+  return prefix_->EvictAll();
+}
 
 absl::Status Engine::ReleaseSequence(SeqId id) {
   std::unique_lock<std::shared_mutex> lock(seq_mu_);
+  if (id <= 0) {  // held sequences' keys are internal
+    return absl::NotFoundError(absl::StrCat("sequence ", id, " does not exist"));
+  }
+  return ReleaseLocked(id);
+}
+
+absl::Status Engine::ReleaseLocked(SeqId id) {
   ASSIGN_OR_RETURN(Sequence * seq, Find(id));
   if (tiers_ != nullptr) WriteBehind(seq);  // blocks no publish offered yet
   absl::Status s = prefix_->Release(seq->blocks);
   if (seq->local_slot >= 0) s.Update(cache_->local_slots().Free({seq->local_slot}));
   sequences_.erase(id);
   return s;
+}
+
+absl::Status Engine::HoldSequence(SeqId id) {
+  std::unique_lock<std::shared_mutex> lock(seq_mu_);
+  if (id <= 0) return absl::NotFoundError(absl::StrCat("sequence ", id, " does not exist"));
+  ASSIGN_OR_RETURN(Sequence * seq, Find(id));
+  // Worth holding: rings of this engine's own encoder, tokens known for every
+  // position (their hash chain continues), and a window to keep.
+  if (max_held_ <= 0 || !seq->prefilled || !seq->own_rings || seq->local_slot < 0 ||
+      seq->num_tokens <= 0 || static_cast<int>(seq->tokens.size()) < seq->num_tokens) {
+    return ReleaseLocked(id);
+  }
+  const int bs = cache_->options().block_size;
+  seq->tokens.resize(seq->num_tokens);
+  seq->h_e.clear();
+  seq->h_e.shrink_to_fit();
+  // Blocks past the last position are not held.
+  const size_t keep = static_cast<size_t>((seq->num_tokens + bs - 1) / bs);
+  if (seq->blocks.size() > keep) {
+    absl::Status s = prefix_->Release(absl::MakeConstSpan(seq->blocks).subspan(keep));
+    seq->blocks.resize(keep);
+    if (!s.ok()) {
+      (void)ReleaseLocked(id);
+      return s;
+    }
+  }
+  if (tiers_ != nullptr) WriteBehind(seq);
+  auto node = sequences_.extract(id);
+  const SeqId key = next_held_id_--;
+  node.key() = key;
+  node.mapped()->id = key;
+  sequences_.insert(std::move(node));
+  held_.push_back(key);
+  while (static_cast<int>(held_.size()) > max_held_) DropOldestHeld();
+  return absl::OkStatus();
+}
+
+bool Engine::DropOldestHeld() {
+  if (held_.empty()) return false;
+  const SeqId key = held_.front();
+  held_.pop_front();
+  (void)ReleaseLocked(key);
+  return true;
+}
+
+int Engine::DropHeldSequences() {
+  std::unique_lock<std::shared_mutex> lock(seq_mu_);
+  int n = 0;
+  while (DropOldestHeld()) ++n;
+  return n;
+}
+
+std::deque<SeqId>::iterator Engine::BestHeld(absl::Span<const int32_t> prompt,
+                                             int max_cached_tokens) {
+  const int n = static_cast<int>(prompt.size());
+  auto best = held_.end();
+  int best_tokens = 0;
+  for (auto it = held_.begin(); it != held_.end(); ++it) {
+    const Sequence& h = *sequences_.at(*it);
+    const int m = h.num_tokens;
+    if (m <= best_tokens || m > n - 1 || (max_cached_tokens >= 0 && m > max_cached_tokens)) {
+      continue;
+    }
+    if (std::equal(h.tokens.begin(), h.tokens.begin() + m, prompt.begin())) {
+      best = it;
+      best_tokens = m;
+    }
+  }
+  return best;
+}
+
+int Engine::HeldExtent(absl::Span<const int32_t> prompt, int max_cached_tokens) {
+  auto it = BestHeld(prompt, max_cached_tokens);
+  return it == held_.end() ? 0 : sequences_.at(*it)->num_tokens;
+}
+
+SeqId Engine::TakeHeld(absl::Span<const int32_t> prompt, int capacity_tokens,
+                       int max_cached_tokens) {
+  auto best = BestHeld(prompt, max_cached_tokens);
+  if (best == held_.end()) return 0;
+  const int best_tokens = sequences_.at(*best)->num_tokens;
+  const SeqId key = *best;
+  held_.erase(best);
+  Sequence* seq = sequences_.at(key).get();
+  const int bs = cache_->options().block_size;
+  const int total = (capacity_tokens + bs - 1) / bs;
+  const int have = static_cast<int>(seq->blocks.size());
+  if (total > have) {
+    auto more = prefix_->Allocate(total - have);
+    while (!more.ok() && DropOldestHeld()) more = prefix_->Allocate(total - have);
+    if (!more.ok()) {  // no room to grow it: the prompt takes the usual way
+      (void)ReleaseLocked(key);
+      return 0;
+    }
+    seq->blocks.insert(seq->blocks.end(), more->begin(), more->end());
+  }
+  auto node = sequences_.extract(key);
+  const SeqId id = next_id_++;
+  node.key() = id;
+  node.mapped()->id = id;
+  sequences_.insert(std::move(node));
+  seq->capacity = capacity_tokens;
+  seq->prefilled = false;
+  seq->replay_done = false;
+  seq->cached_tokens = best_tokens;
+  seq->write_from = best_tokens;
+  seq->continues_rings = true;
+  held_continued_.fetch_add(1, std::memory_order_relaxed);
+  return id;
 }
 
 int Engine::ReplayStart(int n, ReplayMode mode, int replay_window) const {
@@ -352,8 +505,17 @@ CacheStats Engine::cache_stats() const {
   s.local_slots_used = cache_->local_slots().num_used();
   {
     std::shared_lock<std::shared_mutex> lock(seq_mu_);
-    s.sequences = static_cast<int>(sequences_.size());
+    s.held_sequences = static_cast<int>(held_.size());
+    s.sequences = static_cast<int>(sequences_.size()) - s.held_sequences;
+    std::vector<int> held_blocks;
+    for (SeqId key : held_) {
+      const Sequence& h = *sequences_.at(key);
+      held_blocks.insert(held_blocks.end(), h.blocks.begin(), h.blocks.end());
+      if (h.local_slot >= 0) --s.local_slots_used;
+    }
+    s.held_blocks = prefix_->OnlyReferencedBy(held_blocks);
   }
+  s.held_continued_total = held_continued_.load(std::memory_order_relaxed);
   s.block_size = cache_->options().block_size;
   s.block_bytes = cache_->block_bytes();
   return s;

@@ -13,7 +13,9 @@
 // sequences.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -50,6 +52,14 @@ struct EngineOptions {
   // Prefix cache (DESIGN.md §1.6): full global blocks are kept by hash chain
   // and reused by later prompts that start with the same tokens.
   bool prefix_cache = true;
+  // Held sequences (§1.6: "a hit that ends where a held sequence ends, with
+  // its local rings still in memory, may continue from those rings"): up to
+  // this many finished sequences passed to HoldSequence keep their blocks and
+  // local rings; a later prompt that extends one continues its encoder from
+  // the rings instead of rebuilding them. Held sequences give way, least
+  // recently held first, whenever a new sequence needs their blocks or ring
+  // slot. 0: HoldSequence releases (needs the prefix cache).
+  int max_held_sequences = 0;
   // Names the model in block identities (h_0 hashes it with the cache format
   // and block size); empty: the model's config.json text.
   std::string model_identity;
@@ -100,8 +110,13 @@ struct CacheStats {
   int cached_blocks = 0;     // blocks held under a hash (referenced or not)
   int evictable_blocks = 0;  // cached and unreferenced
   int64_t evicted_blocks_total = 0;
-  int local_slots_total = 0, local_slots_used = 0;
-  int sequences = 0;
+  int local_slots_total = 0, local_slots_used = 0;  // used: by running sequences
+  int sequences = 0;                                // running (not held)
+  // Held sequences (EngineOptions::max_held_sequences), the blocks only they
+  // reference (counted in global_blocks_used, reclaimed on demand), and the
+  // prompts that continued one.
+  int held_sequences = 0, held_blocks = 0;
+  int64_t held_continued_total = 0;
   int block_size = 0;
   size_t block_bytes = 0;
 };
@@ -189,6 +204,16 @@ class Engine {
     return prefix_->EventsSince(from_seq, max_events);
   }
   absl::Status ReleaseSequence(SeqId seq);
+  // Releases `seq` like ReleaseSequence, but keeps it, with its blocks and
+  // local rings, for a later prompt that extends it (see
+  // EngineOptions::max_held_sequences): CreateSequenceForPrompt then takes it
+  // over (cached tokens = its positions, not rounded down to a block) and
+  // Prefill runs the encoder on from its rings. Only a sequence prefilled by
+  // this engine (whose encoder rings are its own) is held; any other, or any
+  // with holding off, is released. The id is invalid afterwards either way.
+  absl::Status HoldSequence(SeqId seq);
+  // Releases every held sequence; returns how many.
+  int DropHeldSequences();
   // KV tiers: waits until the writes queued so far are done (tests); the
   // tiers' counters (host, disk, shared: those configured). Any thread.
   void FlushKvTiers();
@@ -252,6 +277,17 @@ class Engine {
   std::vector<BlockHash> CacheableHashes(absl::Span<const int32_t> prompt,
                                          int max_cached_tokens) const;
   void WriteBehind(Sequence* seq);
+  // Held sequences; each takes seq_mu_ held exclusively. Release frees the
+  // sequence's blocks and ring; DropOldestHeld releases the least recently
+  // held one (false: none); BestHeld finds the held sequence that `prompt`
+  // extends furthest (at most N - 1 and max_cached_tokens positions; end()
+  // if none), HeldExtent its positions (0 if none); TakeHeld re-keys it as a
+  // new running sequence of `capacity_tokens`, or returns 0.
+  absl::Status ReleaseLocked(SeqId id);
+  bool DropOldestHeld();
+  std::deque<SeqId>::iterator BestHeld(absl::Span<const int32_t> prompt, int max_cached_tokens);
+  int HeldExtent(absl::Span<const int32_t> prompt, int max_cached_tokens);
+  SeqId TakeHeld(absl::Span<const int32_t> prompt, int capacity_tokens, int max_cached_tokens);
 
   ModelConfig config_;
   WeightSet set_ = WeightSet::kFull;
@@ -268,6 +304,10 @@ class Engine {
   mutable std::shared_mutex seq_mu_;
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> sequences_;
   SeqId next_id_ = 1;
+  int max_held_ = 0;
+  std::deque<SeqId> held_;  // least recently held first; keys < 0
+  SeqId next_held_id_ = -1;
+  std::atomic<int64_t> held_continued_{0};
   struct DeviceWeights;
   std::unique_ptr<DeviceWeights> dw_;
 };

@@ -48,6 +48,13 @@ struct Engine::Sequence {
   // is written at most once.
   size_t shared_from = 0;
   std::vector<float> h_e;  // host f32 [num_tokens - replay_start, d] while a replay is pending
+  // The encoder's local rings hold this engine's own computation of the
+  // positions before num_tokens (from encoder_lo): set by Prefill, kept by
+  // decode steps; a sequence whose K/V was imported has none.
+  bool own_rings = false;
+  // Taken over from a held sequence (Engine::HoldSequence): Prefill may run
+  // the encoder on from cached_tokens with these rings instead of a rebuild.
+  bool continues_rings = false;
 };
 
 struct Engine::Batch {

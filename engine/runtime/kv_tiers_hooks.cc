@@ -107,6 +107,7 @@ void Engine::FlushKvTiers() {
 }
 
 int Engine::FlushPrefixCache() {
+  DropHeldSequences();  // their blocks become cached, and are flushed with the rest
   if (tiers_ == nullptr || !tiers_->spills()) return prefix_->EvictAll();
   // Blocks cached later (requests finishing meanwhile) wait for the next flush.
   int left = prefix_->stats().evictable_blocks;

@@ -39,8 +39,7 @@ absl::StatusOr<PrefillResult> Engine::Prefill(SeqId id, absl::Span<const int32_t
                                                    " is below max(W, 1) = ",
                                                    std::max(c.sliding_window, 1)));
   }
-  const bool ced = !c.IsDecoderOnly();
-  if (ced && !options.defer_replay && !HoldsDecoder(*weights_)) {
+  if (!c.IsDecoderOnly() && !options.defer_replay && !HoldsDecoder(*weights_)) {
     return absl::FailedPreconditionError(
         "this instance holds encoder-only weights: the replay must be deferred to decode");
   }
@@ -52,10 +51,16 @@ absl::StatusOr<PrefillResult> Engine::Prefill(SeqId id, absl::Span<const int32_t
   }
   const int s = ReplayStart(n, options.replay, options.replay_window);
   // A resumed prefill (P cached tokens) runs the encoder from a, its local
-  // windows clipped there, and writes global K/V only from P (§1.6).
-  const int a = ResumeStart(n, p, options.replay, options.replay_window);
+  // windows clipped there, and writes global K/V only from P (§1.6); one
+  // that took over a held sequence continues its rings from P instead (the
+  // encoder as a fresh prefill of the whole prompt computes it) when the
+  // replay needs no h_E row before P.
+  const bool ced = !c.IsDecoderOnly();
+  const bool continues = seq->continues_rings && p > 0 && (!ced || s >= p);
+  seq->continues_rings = false;
+  const int a = continues ? p : ResumeStart(n, p, options.replay, options.replay_window);
   seq->replay_start = s;
-  seq->encoder_lo = a;
+  if (!continues) seq->encoder_lo = a;
   seq->write_from = p;
   seq->tokens.assign(tokens.begin(), tokens.end());
   seq->h_e.clear();
@@ -104,6 +109,7 @@ absl::StatusOr<PrefillResult> Engine::Prefill(SeqId id, absl::Span<const int32_t
   }
   RETURN_IF_ERROR(backend_->status());
   seq->prefilled = true;
+  seq->own_rings = true;
   seq->replay_done = !ced;
   if (ced && !options.defer_replay) {
     ASSIGN_OR_RETURN(result.logits, Replay(id));

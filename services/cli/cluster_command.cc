@@ -167,6 +167,9 @@ int RunCluster(const std::vector<std::string>& args) {
       {"routing", "cache_aware",
        "router placement: cache_aware or load (ced serve --role=router --help)"},
       {"prefill-replay-capable", "true", "prefill workers hold the decoder too (true/false)"},
+      {"held-sequences", "8",
+       "prefill workers: finished prompts kept with their local windows, so that the next turn "
+       "continues them instead of rebuilding (0: off)"},
       {"kv-transport", "ucx", "ucx or inproc... (ucx between processes; nccl: GPU to GPU)"},
       {"device", "cpu", "compute backend of every worker: cpu, cuda or cuda-bf16"},
       {"kv-format", "", "cache format override for every worker"},
@@ -257,6 +260,9 @@ int RunCluster(const std::vector<std::string>& args) {
   if (model.empty()) return Fail(kWords, "--model is required", 2);
   if (f->Get("prefix-cache") != "true" && f->Get("prefix-cache") != "false") {
     return Fail(kWords, "--prefix-cache must be true or false", 2);
+  }
+  if (auto n = f->GetInt("held-sequences"); !n.ok() || *n < 0 || *n > 4096) {
+    return Fail(kWords, "--held-sequences must be in [0, 4096]", 2);
   }
   auto np = f->GetInt("prefill"), nd = f->GetInt("decode"), bp = f->GetInt("base-port"),
        mp = f->GetInt("metrics-base-port");
@@ -411,6 +417,7 @@ int RunCluster(const std::vector<std::string>& args) {
     const std::string id = absl::StrCat("prefill-", i);
     std::vector<std::string> a = worker_args("prefill", id, 10 + i);
     if (f->Get("prefill-replay-capable") == "true") a.push_back("--replay-capable");
+    a.insert(a.end(), {"--held-sequences", f->Get("held-sequences")});
     for (const std::string& t : tier_flags(id)) a.push_back(t);
     s = start(id, a);
   }

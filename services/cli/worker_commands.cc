@@ -223,6 +223,11 @@ int ServePrefill(const std::vector<std::string>& args) {
   specs.push_back({"metrics-listen", "127.0.0.1:9110", "Prometheus /metrics listen address"});
   specs.push_back({"replay-capable", "", "also hold the decoder, so the replay can run here", true});
   specs.push_back({"chunk", "256", "default prefill chunk in tokens"});
+  specs.push_back({"held-sequences", "8",
+                   "finished prompts kept with their local windows (and blocks) until their room "
+                   "is needed: a prompt that extends one, such as an agent's next turn, continues "
+                   "its encoder from them instead of rebuilding the windows (DESIGN.md 1.6); 0: "
+                   "off"});
   specs.push_back({"max-queued", "256", "queued prefill requests before RESOURCE_EXHAUSTED"});
   specs.push_back({"max-queued-tokens", "1048576", "prompt tokens of queued prefill requests before RESOURCE_EXHAUSTED"});
   const std::vector<FlagSpec> shown = specs;  // the test-only flag stays out of --help
@@ -255,6 +260,11 @@ int ServePrefill(const std::vector<std::string>& args) {
     return Fail("serve --role=prefill", "bad integer flag", 2);
   }
   o.default_chunk_tokens = static_cast<int>(*chunk);
+  auto held = f->GetInt("held-sequences");
+  if (!held.ok() || *held < 0 || *held > 4096) {
+    return Fail("serve --role=prefill", "--held-sequences must be in [0, 4096]", 2);
+  }
+  o.engine.max_held_sequences = static_cast<int>(*held);
   o.max_queued_requests = static_cast<int>(*mq);
   auto mqt = f->GetInt("max-queued-tokens");
   if (!mqt.ok() || *mq < 1 || *mqt < 1) {

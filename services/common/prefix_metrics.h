@@ -4,6 +4,10 @@
 //   ced_prefix_cache_blocks              blocks held under a hash (state=cached)
 //                                        and of those unreferenced (state=evictable)
 //   ced_prefix_cache_evicted_blocks_total
+//   ced_prefix_cache_held_sequences      finished sequences held with their local
+//                                        windows (EngineOptions::max_held_sequences)
+//   ced_prefix_cache_continued_total     prompts that continued a held sequence's
+//                                        windows instead of rebuilding them
 // Not thread-safe beyond what the metric types give: call from one thread or
 // under the worker's lock.
 #pragma once
@@ -23,9 +27,9 @@ class PrefixCacheMetrics {
   void Update(const CacheStats& stats);
 
  private:
-  metrics::Counter *query_ = nullptr, *hit_ = nullptr, *evicted_ = nullptr;
-  metrics::Gauge *cached_ = nullptr, *evictable_ = nullptr;
-  int64_t evicted_seen_ = 0;
+  metrics::Counter *query_ = nullptr, *hit_ = nullptr, *evicted_ = nullptr, *continued_ = nullptr;
+  metrics::Gauge *cached_ = nullptr, *evictable_ = nullptr, *held_ = nullptr;
+  int64_t evicted_seen_ = 0, continued_seen_ = 0;
 };
 
 }  // namespace ced::services

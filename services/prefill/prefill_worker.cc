@@ -197,7 +197,8 @@ void PrefillWorker::FillLoad(ced::internal::LoadReport* report) {
   report->set_queued_prefill_tokens(queued);
   report->set_inflight_prefill_tokens(current_remaining_tokens_);
   const CacheStats cs = engine_->cache_stats();
-  report->set_free_kv_blocks(cs.global_blocks_total - cs.global_blocks_used);
+  // Blocks only held sequences use give way to any new prompt: free.
+  report->set_free_kv_blocks(cs.global_blocks_total - cs.global_blocks_used + cs.held_blocks);
   report->set_total_kv_blocks(cs.global_blocks_total);
   m_->queue_depth->Set(static_cast<double>(queue_.size()));
   m_->queued_tokens->Set(static_cast<double>(queued + current_remaining_tokens_));
@@ -416,12 +417,14 @@ void PrefillWorker::SenderLoop(SendLane* lane) {
 }
 
 void PrefillWorker::ReleaseCompleted() {
-  std::vector<SeqId> seqs;
+  std::vector<std::pair<SeqId, bool>> seqs;
   {
     std::lock_guard<std::mutex> lock(mu_);
     seqs.swap(release_);
   }
-  for (SeqId seq : seqs) (void)engine_->ReleaseSequence(seq);
+  for (auto [seq, hold] : seqs) {
+    (void)(hold ? engine_->HoldSequence(seq) : engine_->ReleaseSequence(seq));
+  }
 }
 
 bool PrefillWorker::WaitForRelease() {
@@ -637,7 +640,7 @@ void PrefillWorker::Complete(const std::shared_ptr<Job>& jp) {
   // Every message is acknowledged: the cache (and the tail's bytes) may go.
   {
     std::lock_guard<std::mutex> lock(mu_);
-    release_.push_back(job.seq);
+    release_.push_back({job.seq, status.ok()});
     in_transfer_.erase(std::find(in_transfer_.begin(), in_transfer_.end(), jp));
   }
   cv_.notify_all();

@@ -119,7 +119,9 @@ class PrefillWorker {
   int64_t current_remaining_tokens_ = 0;
   // Computed jobs whose messages are still in flight (cancellable).
   std::vector<std::shared_ptr<Job>> in_transfer_;
-  std::vector<SeqId> release_;  // completed jobs' sequences, for the compute thread
+  // Completed jobs' sequences, for the compute thread: held (a succeeded
+  // prompt, for a next turn that extends it) or released.
+  std::vector<std::pair<SeqId, bool>> release_;
   struct SendTask;
   // One send lane per decode worker (by KV address), each with its own
   // thread, so that a decode worker that stops answering holds up only the

@@ -1,10 +1,11 @@
 // Prefix cache end to end (DESIGN.md §1.6, issue 16): an agent session resends
 // its whole conversation every turn. On a `ced cluster` (processes, K/V over
 // UCX) the next turn reuses what both workers cached from the last one: the
-// prefill worker computes only the new tokens (plus the encoder rebuild), the
-// decode worker receives only the blocks it lacks, the client's usage says how
-// many prompt tokens were cached, and the tokens equal a fresh colocated run
-// (exact replay).
+// prefill worker computes only the new tokens (continuing the last turn's
+// held sequence, or, with --held-sequences 0, after an encoder rebuild from
+// the cached blocks), the decode worker receives only the blocks it lacks,
+// the client's usage says how many prompt tokens were cached, and the tokens
+// equal a fresh colocated run (exact replay).
 #include <string>
 #include <vector>
 
@@ -24,9 +25,13 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-TEST(E2ePrefixCacheTest, NextTurnReusesBothWorkersCaches) {
+class E2ePrefixCacheTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(E2ePrefixCacheTest, NextTurnReusesBothWorkersCaches) {
+  const bool held = GetParam();
   const std::string model = MakeModelDir("tiny");
-  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1"});
+  LocalCluster cluster(model,
+                       {"--prefill", "1", "--decode", "1", "--held-sequences", held ? "8" : "0"});
   ASSERT_TRUE(cluster.ready()) << cluster.Log();
   ColocatedEngine colocated(model);
   ASSERT_TRUE(colocated.ok());
@@ -57,9 +62,10 @@ TEST(E2ePrefixCacheTest, NextTurnReusesBothWorkersCaches) {
   ASSERT_TRUE(r2.status.ok()) << r2.status.error_message() << "\n" << cluster.Log();
   EXPECT_EQ(r2.tokens, colocated.Run(turn2, kTokens, ReplayMode::kExact))
       << "a resumed exact prefill must equal a fresh one";
-  // The prefill worker cached turn 1's prompt (full blocks); the decode
-  // worker also the answer it decoded (all but the last token's K/V).
-  const int prefill_cached = 200 / bs * bs;
+  // The prefill worker holds turn 1's sequence (all 200 positions) or cached
+  // its full blocks; the decode worker also the answer it decoded (all but
+  // the last token's K/V).
+  const int prefill_cached = held ? 200 : 200 / bs * bs;
   const int decode_cached = (200 + kTokens - 1) / bs * bs;
   EXPECT_EQ(r2.last.usage().cached_prompt_tokens(), prefill_cached);
   const double kv_in_2 = Metric(cluster, "decode-0", "ced_kv_transfer_bytes_total{direction=\"in\"}");
@@ -71,6 +77,8 @@ TEST(E2ePrefixCacheTest, NextTurnReusesBothWorkersCaches) {
   EXPECT_EQ(Metric(cluster, "prefill-0", "ced_prefix_cache_query_tokens_total"), 200 + n2);
   EXPECT_EQ(Metric(cluster, "decode-0", "ced_prefix_cache_hit_tokens_total"), decode_cached);
   EXPECT_GT(Metric(cluster, "decode-0", "ced_prefix_cache_blocks{state=\"cached\"}"), 0);
+  EXPECT_EQ(Metric(cluster, "prefill-0", "ced_prefix_cache_continued_total"), held ? 1 : 0);
+  EXPECT_EQ(Metric(cluster, "prefill-0", "ced_prefix_cache_held_sequences"), held ? 1 : 0);
 
   // Turn 3, replay on the prefill worker, sampled: the same tokens as fresh.
   const std::vector<int32_t> turn3 = Concat(Concat(turn2, r2.tokens), Prompt(40, 33));
@@ -88,9 +96,13 @@ TEST(E2ePrefixCacheTest, NextTurnReusesBothWorkersCaches) {
   // answer. Which one ran this prefill is the router's call (a short uncached
   // suffix is prefilled on the decode worker that holds the session).
   const bool local = r3.last.placement().local_prefill();
-  EXPECT_EQ(r3.last.usage().cached_prompt_tokens(),
-            local ? (n2 + kTokens - 1) / bs * bs : n2 / bs * bs);
+  EXPECT_EQ(r3.last.usage().cached_prompt_tokens(), local  ? (n2 + kTokens - 1) / bs * bs
+                                                    : held ? n2
+                                                           : n2 / bs * bs);
 }
+
+INSTANTIATE_TEST_SUITE_P(Held, E2ePrefixCacheTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "held" : "rebuilt"; });
 
 }  // namespace
 }  // namespace ced::testing

@@ -234,5 +234,253 @@ TEST(PrefixCacheTest, BoundedResumeIsCloseToAFreshPrefill) {
   EXPECT_LT(RelDiff(resumed.prefill.logits.data(), fresh.prefill.logits.data(), V), 0.5);
 }
 
+// ---- Held sequences: a prompt that extends one continues its rings (§1.6) ----
+
+std::unique_ptr<Engine> MakeHoldingEngine(std::shared_ptr<const ModelWeights> w, int held,
+                                          int64_t kv_bytes = 64ll << 20, int max_sequences = 64) {
+  EngineOptions o;
+  o.kv_cache_bytes = kv_bytes;
+  o.max_held_sequences = held;
+  o.max_sequences = max_sequences;
+  auto e = Engine::CreateWithWeights(o, std::move(w));
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// As a prefill worker runs a turn: the encoder only (the replay deferred to
+// decode), then the sequence is held.
+void PrefillAndHold(Engine& e, const std::vector<int32_t>& prompt, ReplayMode mode) {
+  auto seq = e.CreateSequenceForPrompt(prompt, static_cast<int>(prompt.size()), nullptr);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  PrefillOptions po;
+  po.replay = mode;
+  po.chunk_tokens = 64;
+  po.defer_replay = !e.config().IsDecoderOnly();
+  ASSERT_TRUE(e.Prefill(*seq, prompt, po).ok());
+  ASSERT_TRUE(e.HoldSequence(*seq).ok());
+  // The caller's id is gone.
+  EXPECT_EQ(e.ReleaseSequence(*seq).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(e.HasSequence(*seq));
+}
+
+struct HeldCase {
+  std::string preset;
+  ReplayMode mode;
+};
+
+void PrintTo(const HeldCase& c, std::ostream* os) {
+  *os << c.preset << (c.mode == ReplayMode::kExact ? "_exact" : "_bounded");
+}
+
+class HeldSequenceTest : public ::testing::TestWithParam<HeldCase> {};
+
+// The next turn (the first turn's prompt, not a whole number of blocks, plus
+// new tokens) takes the held sequence over: P is the held positions, the
+// encoder runs only over the new tokens, and the result is a fresh prefill's
+// of the whole prompt (in both modes: nothing is rebuilt), while a resume
+// from the cached blocks alone rebuilds the windows and, in bounded mode,
+// differs from it.
+TEST_P(HeldSequenceTest, NextTurnContinuesTheRingsAsAFreshPrefill) {
+  const HeldCase& c = GetParam();
+  auto weights = LoadTestModel(c.preset);
+  auto engine = MakeHoldingEngine(weights, 2);
+  auto fresh_engine = MakeHoldingEngine(weights, 0);
+  const int bs = engine->cache_stats().block_size;
+  const auto turn1 = RandomPrompt(7 * bs + 5, 51);
+  PrefillAndHold(*engine, turn1, c.mode);
+  CacheStats st = engine->cache_stats();
+  EXPECT_EQ(st.held_sequences, 1);
+  EXPECT_EQ(st.sequences, 0);
+  EXPECT_EQ(st.local_slots_used, 0);
+  EXPECT_EQ(st.held_blocks, 8);
+  const auto turn2 = Concat(turn1, RandomPrompt(150, 52));
+  ResumedRun held = RunResumed(*engine, turn2, 6, c.mode);
+  EXPECT_EQ(held.cached, static_cast<int>(turn1.size()));
+  EXPECT_EQ(held.prefill.cached_tokens, static_cast<int>(turn1.size()));
+  EXPECT_EQ(held.prefill.computed_from, static_cast<int>(turn1.size()));
+  st = engine->cache_stats();
+  EXPECT_EQ(st.held_continued_total, 1);
+  EXPECT_EQ(st.held_sequences, 0);  // RunResumed released it
+  ResumedRun fresh = RunResumed(*fresh_engine, turn2, 6, c.mode);
+  EXPECT_EQ(fresh.cached, 0);
+  // The same turn resumed from turn 1's cached blocks on an engine that holds
+  // nothing: the encoder windows are rebuilt from a < P.
+  auto rebuild_engine = MakeHoldingEngine(weights, 0);
+  PrefillAndHold(*rebuild_engine, turn1, c.mode);
+  EXPECT_EQ(rebuild_engine->cache_stats().held_sequences, 0);
+  ResumedRun rebuilt = RunResumed(*rebuild_engine, turn2, 6, c.mode);
+  EXPECT_EQ(rebuilt.cached, 7 * bs);
+  EXPECT_LT(rebuilt.prefill.computed_from, rebuilt.cached);
+  // Against the fresh prefill, step by step: the held run within float
+  // rounding (~3e-7 here), the rebuilt one, in bounded mode, off by more
+  // (7e-6 .. 1e-4 here: the windows rebuilt from R tokens only).
+  constexpr double kRounding = 2e-6;
+  const int V = engine->config().vocab_size;
+  ASSERT_EQ(held.run.tokens, fresh.run.tokens);
+  double rebuilt_diff = 0;
+  for (size_t k = 0; k < fresh.run.logits.size(); ++k) {
+    EXPECT_LE(RelDiff(held.run.logits[k].data(), fresh.run.logits[k].data(), V), kRounding)
+        << "step " << k;
+    rebuilt_diff = std::max(rebuilt_diff,
+                            RelDiff(rebuilt.run.logits[k].data(), fresh.run.logits[k].data(), V));
+  }
+  if (c.mode == ReplayMode::kExact) {
+    ExpectMatchesFullForward(*engine, turn2, held.run, 1e-5);
+    ExpectMatchesFullForward(*rebuild_engine, turn2, rebuilt.run, 1e-5);
+  } else {
+    EXPECT_GT(rebuilt_diff, kRounding);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, HeldSequenceTest,
+                         ::testing::Values(HeldCase{"tiny", ReplayMode::kBounded},
+                                           HeldCase{"tiny", ReplayMode::kExact},
+                                           HeldCase{"tiny-dec", ReplayMode::kBounded},
+                                           HeldCase{"small", ReplayMode::kBounded}),
+                         [](const auto& info) {
+                           std::string name = info.param.preset;
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name +
+                                  (info.param.mode == ReplayMode::kExact ? "_exact" : "_bounded");
+                         });
+
+// A suffix shorter than the replay window needs h_E rows before P, which only
+// a rebuild gives: the held sequence is taken over, its windows rebuilt, and
+// in exact mode the result is still the full forward's.
+TEST(HeldSequenceEdgeTest, ShortSuffixRebuildsAndStaysExact) {
+  auto engine = MakeHoldingEngine(LoadTestModel("tiny"), 2);
+  const auto turn1 = RandomPrompt(101, 61);
+  PrefillAndHold(*engine, turn1, ReplayMode::kExact);
+  const auto turn2 = Concat(turn1, RandomPrompt(3, 62));
+  ResumedRun r = RunResumed(*engine, turn2, 8, ReplayMode::kExact);
+  EXPECT_EQ(r.cached, 101);
+  EXPECT_LT(r.prefill.computed_from, 101);
+  ExpectMatchesFullForward(*engine, turn2, r.run, 1e-5);
+}
+
+// Only prompts that extend a held sequence take it; the longest one wins; at
+// most max_held_sequences are kept, least recently held dropped first; only
+// sequences this engine prefilled are held; a flush drops them.
+TEST(HeldSequenceEdgeTest, WhichSequencesAreHeldAndTaken) {
+  auto engine = MakeHoldingEngine(LoadTestModel("tiny"), 2);
+  const int bs = engine->cache_stats().block_size;
+  const auto a = RandomPrompt(3 * bs + 2, 71);
+  const auto a_longer = Concat(a, RandomPrompt(2 * bs + 1, 72));
+  const auto b = RandomPrompt(2 * bs + 7, 73);
+  // a_longer first: `a` does not extend it, so both end up held (the other
+  // order would have a_longer take `a` over).
+  PrefillAndHold(*engine, a_longer, ReplayMode::kBounded);
+  PrefillAndHold(*engine, a, ReplayMode::kBounded);
+  EXPECT_EQ(engine->cache_stats().held_sequences, 2);
+  // A prompt diverging inside `a`'s last (partial) block takes neither: it
+  // reuses the full blocks only.
+  auto diverging = a;
+  diverging.back() = (diverging.back() + 1) % engine->config().vocab_size;
+  diverging = Concat(diverging, RandomPrompt(100, 74));
+  int p = -1;
+  auto s = engine->CreateSequenceForPrompt(diverging, static_cast<int>(diverging.size()), &p);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p, 3 * bs);
+  EXPECT_TRUE(engine->ReleaseSequence(*s).ok());
+  EXPECT_EQ(engine->cache_stats().held_sequences, 2);
+  // The longest held prefix of the prompt.
+  const auto next = Concat(a_longer, RandomPrompt(90, 75));
+  s = engine->CreateSequenceForPrompt(next, static_cast<int>(next.size()), &p);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p, static_cast<int>(a_longer.size()));
+  EXPECT_EQ(engine->cache_stats().held_sequences, 1);
+  EXPECT_TRUE(engine->ReleaseSequence(*s).ok());
+  // A cap on the reuse below the held positions: not taken.
+  s = engine->CreateSequenceForPrompt(Concat(a, RandomPrompt(90, 76)), 200, &p, 2 * bs);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p, 2 * bs);
+  EXPECT_TRUE(engine->ReleaseSequence(*s).ok());
+  // At most two: the third hold drops the oldest (`a`).
+  PrefillAndHold(*engine, b, ReplayMode::kBounded);
+  EXPECT_EQ(engine->cache_stats().held_sequences, 2);
+  PrefillAndHold(*engine, RandomPrompt(30, 78), ReplayMode::kBounded);
+  EXPECT_EQ(engine->cache_stats().held_sequences, 2);
+  s = engine->CreateSequenceForPrompt(Concat(a, RandomPrompt(90, 77)), 200, &p);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p, 3 * bs);  // `a` is no longer held: its full blocks only
+  EXPECT_TRUE(engine->ReleaseSequence(*s).ok());
+  // Not prefilled here: released, not held.
+  s = engine->CreateSequenceForPrompt(b, static_cast<int>(b.size()), &p);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(engine->HoldSequence(*s).ok());
+  EXPECT_FALSE(engine->HasSequence(*s));
+  EXPECT_EQ(engine->cache_stats().held_sequences, 2);
+  EXPECT_EQ(engine->HoldSequence(12345).code(), absl::StatusCode::kNotFound);
+  // The operator's flush and the test hook drop them with the cache.
+  EXPECT_GT(engine->EvictCachedBlocks(), 0);
+  const CacheStats st = engine->cache_stats();
+  EXPECT_EQ(st.held_sequences, 0);
+  EXPECT_EQ(st.global_blocks_used, 0);
+  EXPECT_EQ(st.cached_blocks, 0);
+}
+
+// Cached blocks that reach past a held sequence win: the prompt reuses more
+// that way than by continuing the held windows.
+TEST(HeldSequenceEdgeTest, LongerCachedPrefixIsPreferred) {
+  auto engine = MakeHoldingEngine(LoadTestModel("tiny"), 2);
+  const int bs = engine->cache_stats().block_size;
+  const auto a = RandomPrompt(3 * bs + 2, 91);
+  PrefillAndHold(*engine, a, ReplayMode::kBounded);
+  // Another sequence on a longer prompt (not made for a prompt, so it takes
+  // nothing over) leaves its full blocks cached.
+  const auto b = Concat(a, RandomPrompt(3 * bs, 92));
+  auto sb = engine->CreateSequence(static_cast<int>(b.size()));
+  ASSERT_TRUE(sb.ok());
+  ASSERT_TRUE(engine->Prefill(*sb, b, PrefillOptions{}).ok());
+  ASSERT_TRUE(engine->ReleaseSequence(*sb).ok());
+  int p = -1;
+  auto s = engine->CreateSequenceForPrompt(Concat(b, RandomPrompt(40, 93)), 400, &p);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p, 6 * bs);
+  EXPECT_EQ(engine->cache_stats().held_sequences, 1) << "the held sequence stays held";
+  EXPECT_TRUE(engine->ReleaseSequence(*s).ok());
+  // A prompt that extends `a` but not `b` continues the held one.
+  s = engine->CreateSequenceForPrompt(Concat(a, RandomPrompt(40, 94)), 400, &p);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(p, static_cast<int>(a.size()));
+  EXPECT_TRUE(engine->ReleaseSequence(*s).ok());
+}
+
+// Held sequences never stand in the way of running ones: a new sequence that
+// needs their blocks or their ring slot drops them, least recently held
+// first.
+TEST(HeldSequenceEdgeTest, HeldSequencesGiveWayToRunningOnes) {
+  auto weights = LoadTestModel("tiny");
+  const size_t block_bytes = MakeEngine(weights)->cache_stats().block_bytes;
+  // 12 blocks and 3 ring slots.
+  auto engine = MakeHoldingEngine(weights, 4, static_cast<int64_t>(block_bytes) * 12, 3);
+  const int bs = engine->cache_stats().block_size;
+  PrefillAndHold(*engine, RandomPrompt(4 * bs, 81), ReplayMode::kBounded);
+  PrefillAndHold(*engine, RandomPrompt(4 * bs, 82), ReplayMode::kBounded);
+  EXPECT_EQ(engine->cache_stats().held_sequences, 2);
+  EXPECT_EQ(engine->cache_stats().held_blocks, 8);
+  // Seven blocks, four free: the older held sequence goes (its blocks are
+  // then cached and evicted), the newer stays.
+  int p = -1;
+  const auto big = RandomPrompt(7 * bs, 83);
+  auto s = engine->CreateSequenceForPrompt(big, 7 * bs, &p);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(engine->cache_stats().held_sequences, 1);
+  // Three ring slots: two running sequences and one held; a third running
+  // one takes the held one's slot.
+  auto s2 = engine->CreateSequenceForPrompt(RandomPrompt(5, 84), 5, &p);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  auto s3 = engine->CreateSequenceForPrompt(RandomPrompt(5, 85), 5, &p);
+  ASSERT_TRUE(s3.ok()) << s3.status();
+  EXPECT_EQ(engine->cache_stats().held_sequences, 0);
+  // Nothing left to give way: a fourth is refused as before.
+  auto s4 = engine->CreateSequenceForPrompt(RandomPrompt(5, 86), 5, &p);
+  EXPECT_EQ(s4.status().code(), absl::StatusCode::kResourceExhausted);
+  for (SeqId id : {*s, *s2, *s3}) EXPECT_TRUE(engine->ReleaseSequence(id).ok());
+  EXPECT_EQ(engine->cache_stats().global_blocks_used, 0);
+}
+
 }  // namespace
 }  // namespace ced::testing

@@ -56,20 +56,27 @@ TEST(AgentSimTest, TurnsFollowEachOtherAfterTheThinkTime) {
 TEST(AgentSimTest, OneWorkerPairHitsThePreviousPromptAndCutsTtft) {
   AgentSimOptions o = Fleet("llama3-70b-ced", 1, 1);
   auto with = RunAgentSimulation(o);
+  o.held_sequences = 0;
+  auto blocks_only = RunAgentSimulation(o);
   o.prefix_cache = false;
   auto without = RunAgentSimulation(o);
-  ASSERT_TRUE(with.ok() && without.ok());
-  for (const AgentTurnResult& t : with->turns) {
+  ASSERT_TRUE(with.ok() && blocks_only.ok() && without.ok());
+  for (size_t i = 0; i < with->turns.size(); ++i) {
+    const AgentTurnResult& t = with->turns[i];
     if (t.turn == 0) {
       EXPECT_EQ(t.cached_tokens, 0);
       continue;
     }
-    // The prefill instance cached the previous prompt's full blocks (its
-    // answer was decoded elsewhere).
+    // The prefill instance holds the previous prompt's sequence (6 sessions,
+    // 8 held), or, holding none, cached its full blocks (its answer was
+    // decoded elsewhere).
     const int64_t prev_prompt = t.reusable_tokens - 32;
-    EXPECT_EQ(t.cached_tokens, prev_prompt / 16 * 16) << "session " << t.session;
+    EXPECT_EQ(t.cached_tokens, prev_prompt) << "session " << t.session;
+    EXPECT_EQ(blocks_only->turns[i].cached_tokens, prev_prompt / 16 * 16);
     EXPECT_LT(t.transferred_tokens, t.prompt_tokens) << "the decode instance holds the prefix";
   }
+  EXPECT_LT(with->ttft_later_p50_s, blocks_only->ttft_later_p50_s)
+      << "continuing the held windows skips the encoder rebuild";
   for (const AgentTurnResult& t : without->turns) EXPECT_EQ(t.cached_tokens, 0);
   EXPECT_GT(with->hit_rate_later, 0.9);
   EXPECT_EQ(without->hit_rate_later, 0);
@@ -246,6 +253,9 @@ TEST(AgentSimTest, RejectsBadOptions) {
   EXPECT_TRUE(absl::IsInvalidArgument(RunAgentSimulation(o).status()));
   o = Fleet("small", 1, 1);
   o.trace.sessions = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(RunAgentSimulation(o).status()));
+  o = Fleet("small", 1, 1);
+  o.held_sequences = -1;
   EXPECT_TRUE(absl::IsInvalidArgument(RunAgentSimulation(o).status()));
 }
 

@@ -74,6 +74,44 @@ TEST(PrefixCacheModelTest, ListenerSeesStoredAndEvictedBlockRanges) {
   EXPECT_EQ(c.evicted_blocks(), 3);
 }
 
+// Held sequences (a prefill worker's --held-sequences): the session's next
+// prompt continues the held one unless the cached blocks reach further; at
+// most max_held are kept; their blocks are in use, so eviction takes other
+// sessions' first and drops held sequences only when nothing else is left.
+TEST(PrefixCacheModelTest, HeldSequencesAreContinuedAndGiveWayLast) {
+  PrefixCacheModel c(12, 16);
+  c.set_max_held(2);
+  c.Store(1, 50);  // 3 full blocks
+  c.Hold(1, 50);
+  EXPECT_EQ(c.HeldTokens(1, 200), 50);
+  EXPECT_EQ(c.HeldTokens(1, 50), 0) << "the last prompt token is always computed";
+  EXPECT_EQ(c.HeldTokens(2, 200), 0);
+  c.Store(1, 100);  // blocks now reach 96 > 50: the blocks win
+  EXPECT_EQ(c.HeldTokens(1, 200), 0);
+  c.Hold(1, 100);
+  EXPECT_EQ(c.HeldTokens(1, 200), 100);
+  c.Store(2, 64);
+  c.Hold(2, 64);
+  c.Store(3, 32);
+  c.Hold(3, 32);  // the third: session 1's (the oldest) is dropped
+  EXPECT_EQ(c.held_sequences(), 2);
+  EXPECT_EQ(c.HeldTokens(1, 200), 0);
+  EXPECT_EQ(c.HeldTokens(2, 200), 64);
+  c.TakeHeld(2);
+  EXPECT_EQ(c.HeldTokens(2, 200), 0);
+  c.Hold(2, 64);
+  // 6 + 4 + 2 = 12 blocks cached, none free: a reservation of 7 evicts
+  // session 1 (not held) first, then drops the older held sequence (3) and
+  // takes its blocks; session 2 stays held with its blocks.
+  ASSERT_TRUE(c.Reserve(7));
+  EXPECT_EQ(c.CachedTokens(1, 200), 0);
+  EXPECT_EQ(c.CachedTokens(3, 200), 16);
+  EXPECT_EQ(c.HeldTokens(3, 200), 0);
+  EXPECT_EQ(c.HeldTokens(2, 200), 64);
+  EXPECT_EQ(c.CachedTokens(2, 200), 64);
+  EXPECT_EQ(c.held_sequences(), 1);
+}
+
 TEST(ResumeCostTest, EncoderStartFollowsSection16) {
   ModelConfig c = *PresetConfig("small");  // W = R = 64, E = 6 of 12
   EXPECT_EQ(ResumeEncoderStart(c, 1000, 0), 0);
@@ -82,6 +120,22 @@ TEST(ResumeCostTest, EncoderStartFollowsSection16) {
   EXPECT_EQ(ResumeEncoderStart(c, 1000, 32), 0);
   c.num_encoder_layers = c.num_layers;  // decoder-only: R_d = 1
   EXPECT_EQ(ResumeEncoderStart(c, 1000, 992), 992 - 64);
+}
+
+TEST(ResumeCostTest, AContinuedHeldSequenceSkipsTheRebuild) {
+  ModelConfig c = *PresetConfig("small");  // W = R = 64
+  EXPECT_EQ(ContinuedEncoderStart(c, 1000, 900), 900);
+  EXPECT_EQ(ContinuedEncoderStart(c, 1000, 960), ResumeEncoderStart(c, 1000, 960))
+      << "the replay needs h_E rows before P: rebuilt";
+  EXPECT_EQ(ContinuedEncoderStart(c, 1000, 0), 0);
+  CostModel::Options o;
+  o.config = c;
+  o.gpu = *GpuByName("h100");
+  auto cost = *CostModel::Create(o);
+  EXPECT_LT(ResumedPrefillSeconds(*cost, 8000, 7000, false, 1, true),
+            ResumedPrefillSeconds(*cost, 8000, 7000, false, 1, false));
+  c.num_encoder_layers = c.num_layers;  // decoder-only: always continued
+  EXPECT_EQ(ContinuedEncoderStart(c, 1000, 999), 999);
 }
 
 TEST(ResumeCostTest, FreshEqualsPrefillAndHitsCostLess) {
