@@ -2,9 +2,10 @@
 # Bad input to the CPU-variant benches is refused with the flag or variable
 # named, before anything is measured.
 # Usage: bad_flags_test.sh ENGINE_BENCH BLAS_COMPARE|"" GATEWAY_TTFT_SCRIPT TOKENIZER_BENCH|""
-#                          ATTENTION_BENCH
+#                          ATTENTION_BENCH SESSION_TURNS_BENCH
 set -u
 engine=$1 blas=$2 gateway=$3 tokenizer=${4:-} attention=${5:?attention_bench}
+turns=${6:?session_turns_bench}
 fail=0
 # expect CODE PATTERN -- COMMAND...
 expect() {
@@ -53,4 +54,13 @@ expect 2 "--kv-format: expected f32, bf16, fp8_e4m3 or fp4_e2m1, got 'f16'" -- \
   "$attention" --kv-format=f16
 expect 2 "unknown flag --bogus" -- "$attention" --bogus
 expect 2 "unknown argument --bogus" -- bash "$gateway" --bogus
+expect 2 "--turns, --tool, --reps and --chunk must be >= 1, --first >= 2" -- "$turns" --turns=0
+expect 2 "--turns, --tool, --reps and --chunk must be >= 1, --first >= 2" -- "$turns" --first=1
+expect 2 "--threads: must be >= 0" -- "$turns" --threads=-1
+expect 2 "unknown flag --bogus" -- "$turns" --bogus
+expect 2 "past tiny's max_position" -- "$turns" --presets=tiny --first=100000
+expect 2 "CED_CPU_ISA=avx3: unknown kernel variant" -- env CED_CPU_ISA=avx3 "$turns"
+# A short session on tiny: turn 2 reuses the first prompt's 2 full blocks
+# (32 tokens) from blocks, all 40 held.
+expect 0 "| 2 | 86 | 32 / 40 | " -- "$turns" --presets=tiny --turns=3 --first=40 --tool=30 --reps=1
 exit $fail
