@@ -1,5 +1,7 @@
 #include "bench/engine/bench_models.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -7,6 +9,19 @@
 #include "engine/model/presets.h"
 
 namespace ced::bench {
+
+ScratchDir::ScratchDir(const std::string& dir, const std::string& tool) : path_(dir) {
+  if (path_.empty()) {
+    path_ =
+        (std::filesystem::temp_directory_path() / (tool + "_" + std::to_string(getpid()))).string();
+    owned_ = true;
+  }
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  if (owned_) std::filesystem::remove_all(path_, ec);
+}
 
 absl::StatusOr<std::shared_ptr<const ModelWeights>> LoadPreset(const std::string& scratch_dir,
                                                                const std::string& name,

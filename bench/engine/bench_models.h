@@ -25,6 +25,21 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> LoadPreset(const std::string
 absl::StatusOr<std::unique_ptr<Engine>> MakeBenchEngine(std::shared_ptr<const ModelWeights> weights,
                                                         int64_t kv_cache_bytes, int max_sequences);
 
+// Where a bench writes its preset models: `dir` when given (kept), else a new
+// temporary directory named after `tool` and the process, removed with this.
+class ScratchDir {
+ public:
+  ScratchDir(const std::string& dir, const std::string& tool);
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool owned_ = false;
+};
+
 // Deterministic pseudo-random byte tokens (xorshift), ids in [0, 256).
 std::vector<int32_t> RandomPrompt(int n, uint64_t seed);
 

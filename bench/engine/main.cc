@@ -152,20 +152,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
           absl::StrCat("--sections: unknown section '", s, "' (prefill, decode, replay, resume)"));
     }
   }
-  std::string scratch = f.scratch_dir;
-  // A scratch directory of our own is removed on every return.
-  struct RemoveOnExit {
-    std::string dir;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-    }
-  } cleanup;
-  if (scratch.empty()) {
-    scratch = (std::filesystem::temp_directory_path() / absl::StrCat("ced_engine_bench_", getpid()))
-                  .string();
-    cleanup.dir = scratch;
-  }
+  const ScratchDir scratch_dir(f.scratch_dir, "ced_engine_bench");  // ours: removed on return
+  const std::string& scratch = scratch_dir.path();
   std::shared_ptr<const ModelWeights> ced, dec;
   if (f.ced_model.empty() != f.dec_model.empty()) {
     return absl::InvalidArgumentError("--ced_model and --dec_model go together");

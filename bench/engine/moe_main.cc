@@ -9,7 +9,6 @@
 #include <omp.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -52,15 +51,8 @@ std::string Median(const std::vector<double>& v, const char* fmt, double scale =
 absl::StatusOr<std::string> Run(const Flags& f, const std::string& command) {
   ASSIGN_OR_RETURN(const std::vector<int> batches,
                    ParsePositiveInts("decode_batches", f.decode_batches));
-  const std::string scratch =
-      (std::filesystem::temp_directory_path() / absl::StrCat("ced_moe_bench_", getpid())).string();
-  struct RemoveOnExit {
-    std::string dir;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } cleanup{scratch};
+  const ScratchDir scratch_dir("", "ced_moe_bench");  // removed on return
+  const std::string& scratch = scratch_dir.path();
   ASSIGN_OR_RETURN(auto ced, LoadPreset(scratch, f.preset, f.seed));
   ASSIGN_OR_RETURN(auto dec, LoadPreset(scratch, f.preset + "-dec", f.seed));
   const ModelConfig& c = ced->config();

@@ -13,10 +13,8 @@
 // In process: no queue, no transport, no other process; what the cache saves
 // in compute alone. Markdown on stdout, progress on stderr.
 #include <omp.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -186,20 +184,8 @@ absl::Status Main(int argc, char** argv) {
   }
   if (a.threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
   if (a.threads > 0) omp_set_num_threads(a.threads);
-  // A scratch directory of our own is removed on every return.
-  struct RemoveOnExit {
-    std::string dir;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-    }
-  } cleanup;
-  if (a.scratch_dir.empty()) {
-    a.scratch_dir =
-        (std::filesystem::temp_directory_path() / absl::StrCat("session_turns_bench_", getpid()))
-            .string();
-    cleanup.dir = a.scratch_dir;
-  }
+  const ScratchDir scratch(a.scratch_dir, "session_turns_bench");  // ours: removed on return
+  a.scratch_dir = scratch.path();
   const MachineInfo machine = CollectMachineInfo();
   std::printf("# CPU: %s, kernels %s, %d thread(s)\n", machine.cpu_model.c_str(),
               std::string(kernels::CpuIsaName(kernels::ActiveCpuIsa())).c_str(),
