@@ -45,6 +45,7 @@ struct Turn {
   int prefill = -1, decode = -1;
   bool replay_on_decode = false;
   int64_t blocks = 0;  // reserved on the decode instance
+  int64_t decode_held = 0;  // positions of a held sequence the decode instance took over
 };
 
 // The synthetic chain: block j of session s's conversation.
@@ -225,6 +226,7 @@ absl::Status AgentSim::Init() {
     DecodeInst d;
     d.id = absl::StrFormat("d%03d", i);
     d.cache = std::make_unique<PrefixCacheModel>(decode_blocks_, o_.block_size);
+    d.cache->set_max_held(o_.held_sequences);
     SimDecodeInstance::Options exec;
     exec.cost = cost_.get();
     exec.gpus = o_.decode_gpus;
@@ -309,15 +311,24 @@ bool AgentSim::Route(int t) {
     if (q.r.local_prefill) {
       // The worker looks its prefix cache up when it reserves; the prefill
       // resumes from there and charges the recomputed positions to the step.
+      // A held sequence of the session (its last turn, decoded here) is
+      // continued instead (prefix_cache_model.h).
+      const int64_t held =
+          o_.prefix_cache ? d.cache->HeldTokens(q.r.session, q.r.prompt_tokens) : 0;
       const int64_t cached =
-          o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+          held > 0 ? held
+                   : (o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0);
       const int64_t work =
-          q.r.prompt_tokens - ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, cached);
+          q.r.prompt_tokens -
+          (held > 0 ? ContinuedEncoderStart(cost_->config(), q.r.prompt_tokens, cached)
+                    : ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, cached));
       reserved = d.exec->Reserve(
           t, q.r.prompt_tokens, q.r.output_tokens, /*generated=*/0, now_,
-          ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus), work);
+          ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus, held > 0),
+          work);
       if (reserved) {
         d.cache->Touch(q.r.session);
+        if (held > 0) d.cache->TakeHeld(q.r.session);
         q.r.cached_tokens = cached;
       }
     } else {
@@ -326,6 +337,12 @@ bool AgentSim::Route(int t) {
       // The prefill instance makes the first token unless the replay runs on decode.
       reserved = d.exec->Reserve(t, q.r.prompt_tokens, q.r.output_tokens,
                                  q.replay_on_decode ? 0 : 1, now_);
+      // The worker takes its held sequence of the session over here too: the
+      // prefill instance then sends only what follows it.
+      if (reserved && o_.prefix_cache) {
+        q.decode_held = d.cache->HeldTokens(q.r.session, q.r.prompt_tokens);
+        if (q.decode_held > 0) d.cache->TakeHeld(q.r.session);
+      }
     }
     if (!reserved) d.cache->Release(total - shared);
     return reserved;
@@ -417,7 +434,10 @@ void AgentSim::OnPrefillDone(int p) {
   }
   if (!q.replay_on_decode) q.r.first_token_s = now_;  // the prefill instance made it
   DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
-  const int64_t have = o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0;
+  const int64_t have =
+      o_.prefix_cache
+          ? std::max(q.decode_held, d.cache->CachedTokens(q.r.session, q.r.prompt_tokens))
+          : 0;
   q.r.transferred_tokens = q.r.prompt_tokens - have;
   const double bytes = cost_->TransferBytes(q.r.prompt_tokens, q.replay_on_decode) -
                        static_cast<double>(have) * cost_->kv_bytes_per_token();
@@ -468,7 +488,10 @@ void AgentSim::Finish(int t) {
   d.cache->Release(q.blocks);
   --d.reserved;
   // Prompt + answer; the last answer token's K/V is never computed.
-  if (o_.prefix_cache) d.cache->Store(q.r.session, q.r.prompt_tokens + q.r.output_tokens - 1);
+  if (o_.prefix_cache) {
+    d.cache->Store(q.r.session, q.r.prompt_tokens + q.r.output_tokens - 1);
+    d.cache->Hold(q.r.session, q.r.prompt_tokens + q.r.output_tokens - 1);
+  }
   const AgentSessionSpec& s = sessions_[static_cast<size_t>(q.r.session)];
   if (q.r.turn + 1 < o_.trace.turns) {
     const int next = Id(q.r.session, q.r.turn + 1);

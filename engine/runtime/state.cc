@@ -127,6 +127,10 @@ absl::Status Engine::ImportTail(SeqId id, const SequenceTail& tail) {
   seq->replay_start = d.replay_start;
   seq->replay_done = d.replay_done;
   seq->prefilled = true;
+  // The encoder's windows are the prefill's own computation of [N - W, N):
+  // decode steps extend them, and a held sequence can be continued from them.
+  seq->own_rings = c.sliding_window > 0;
+  seq->continues_rings = false;
   seq->h_e = tail.h_e;
   return absl::OkStatus();
 }

@@ -168,7 +168,7 @@ int RunCluster(const std::vector<std::string>& args) {
        "router placement: cache_aware or load (ced serve --role=router --help)"},
       {"prefill-replay-capable", "true", "prefill workers hold the decoder too (true/false)"},
       {"held-sequences", "8",
-       "prefill workers: finished prompts kept with their local windows, so that the next turn "
+       "every worker's finished sequences kept with their local windows, so that the next turn "
        "continues them instead of rebuilding (0: off)"},
       {"kv-transport", "ucx", "ucx or inproc... (ucx between processes; nccl: GPU to GPU)"},
       {"device", "cpu", "compute backend of every worker: cpu, cuda or cuda-bf16"},
@@ -288,10 +288,11 @@ int RunCluster(const std::vector<std::string>& args) {
     return s;
   };
   std::vector<std::string> common_worker = tls_flags;
-  common_worker.insert(common_worker.end(),
-                       {"--model", model, "--kv-transport", f->Get("kv-transport"), "--kv-cache-mb",
-                        f->Get("kv-cache-mb"), "--device", f->Get("device"),
-                        "--prefix-cache=" + f->Get("prefix-cache")});
+  common_worker.insert(
+      common_worker.end(),
+      {"--model", model, "--kv-transport", f->Get("kv-transport"), "--kv-cache-mb",
+       f->Get("kv-cache-mb"), "--device", f->Get("device"),
+       "--prefix-cache=" + f->Get("prefix-cache"), "--held-sequences", f->Get("held-sequences")});
   if (!f->Get("kv-format").empty()) {
     common_worker.insert(common_worker.end(), {"--kv-format", f->Get("kv-format")});
   }
@@ -417,7 +418,6 @@ int RunCluster(const std::vector<std::string>& args) {
     const std::string id = absl::StrCat("prefill-", i);
     std::vector<std::string> a = worker_args("prefill", id, 10 + i);
     if (f->Get("prefill-replay-capable") == "true") a.push_back("--replay-capable");
-    a.insert(a.end(), {"--held-sequences", f->Get("held-sequences")});
     for (const std::string& t : tier_flags(id)) a.push_back(t);
     s = start(id, a);
   }

@@ -24,30 +24,42 @@ std::vector<FlagSpec> EngineFlags() {
       {"kv-cache-mb", "256", "global KV cache budget in MiB"},
       {"block-size", "16", "tokens per KV block"},
       {"max-sequences", "64", "sequences alive at once (local windows)"},
+      {"held-sequences", "8",
+       "finished sequences kept with their local windows (and blocks) until their room is "
+       "needed: a prompt that extends one, such as an agent's next turn, continues its encoder "
+       "from them instead of rebuilding the windows (DESIGN.md 1.6); 0: off"},
       {"prefix-cache", "true",
        "keep full global K/V blocks by hash chain and reuse them for prompts that start with "
        "the same tokens (DESIGN.md 1.6); --prefix-cache=false recomputes every prompt",
        true},
-      {"kv-transport", "ucx", "KV data plane: ucx (UCX_TLS picks tcp/shm), inproc or nccl (GPU to GPU)"},
+      {"kv-transport", "ucx",
+       "KV data plane: ucx (UCX_TLS picks tcp/shm), inproc or nccl (GPU to GPU)"},
       {"router", "127.0.0.1:50051", "router address; empty = do not register"},
       {"worker-id", "", "unique id (default: role-port)"},
       {"advertise-address", "", "gRPC address registered with the router (default: the bound one)"},
       {"drain-timeout-ms", "30000", "SIGTERM: finish in-flight work for at most this long"},
       // KV tiers below the prefix cache (README "KV tiers").
       {"kv-host-mb", "0", "host memory tier under the prefix cache, MiB (0: off)"},
-      {"kv-disk-dir", "", "local disk tier under the host tier: this worker's own directory (empty: off)"},
+      {"kv-disk-dir", "",
+       "local disk tier under the host tier: this worker's own directory (empty: off)"},
       {"kv-disk-mb", "1024", "local disk tier capacity, MiB"},
       {"kv-tier-queue-mb", "256",
        "KV blocks waiting for the tier writer (host, disk, Redis), MiB; past it writes are dropped "
        "and counted (hold at least one long sequence's blocks)"},
-      {"kv-store", "", "shared tier: redis[s]://[user:password@]host[:port][/db] (rediss: TLS; empty: off)"},
+      {"kv-store", "",
+       "shared tier: redis[s]://[user:password@]host[:port][/db] (rediss: TLS; empty: off)"},
       {"kv-store-user", "", "Redis ACL user (env CED_KV_STORE_USER)"},
-      {"kv-store-password-file", "", "file holding the Redis password, e.g. a mounted Secret (env CED_KV_STORE_PASSWORD)"},
-      {"kv-store-tls-ca", "", "rediss://: PEM CA bundle that signed Redis's certificate (empty: the system's)"},
-      {"kv-store-tls-cert", "", "rediss://: PEM client certificate for mutual TLS (with --kv-store-tls-key)"},
+      {"kv-store-password-file", "",
+       "file holding the Redis password, e.g. a mounted Secret (env CED_KV_STORE_PASSWORD)"},
+      {"kv-store-tls-ca", "",
+       "rediss://: PEM CA bundle that signed Redis's certificate (empty: the system's)"},
+      {"kv-store-tls-cert", "",
+       "rediss://: PEM client certificate for mutual TLS (with --kv-store-tls-key)"},
       {"kv-store-tls-key", "", "rediss://: PEM private key of --kv-store-tls-cert"},
-      {"kv-store-timeout-ms", "250", "Redis connect and read/write timeout; past it the request recomputes"},
-      {"kv-store-ttl-s", "0", "expire stored blocks after this long (0: Redis's maxmemory policy decides)"},
+      {"kv-store-timeout-ms", "250",
+       "Redis connect and read/write timeout; past it the request recomputes"},
+      {"kv-store-ttl-s", "0",
+       "expire stored blocks after this long (0: Redis's maxmemory policy decides)"},
   };
 }
 
@@ -125,6 +137,11 @@ absl::Status FillEngine(const Flags& f, EngineOptions* e) {
   auto mb = f.GetInt("kv-cache-mb");
   auto bs = f.GetInt("block-size");
   auto ms = f.GetInt("max-sequences");
+  auto held = f.GetInt("held-sequences");
+  if (!held.ok() || *held < 0 || *held > 4096) {
+    return absl::InvalidArgumentError("--held-sequences must be in [0, 4096]");
+  }
+  e->max_held_sequences = static_cast<int>(*held);
   for (const absl::Status& s : {mb.status(), bs.status(), ms.status()}) {
     if (!s.ok()) return s;
   }
@@ -223,11 +240,6 @@ int ServePrefill(const std::vector<std::string>& args) {
   specs.push_back({"metrics-listen", "127.0.0.1:9110", "Prometheus /metrics listen address"});
   specs.push_back({"replay-capable", "", "also hold the decoder, so the replay can run here", true});
   specs.push_back({"chunk", "256", "default prefill chunk in tokens"});
-  specs.push_back({"held-sequences", "8",
-                   "finished prompts kept with their local windows (and blocks) until their room "
-                   "is needed: a prompt that extends one, such as an agent's next turn, continues "
-                   "its encoder from them instead of rebuilding the windows (DESIGN.md 1.6); 0: "
-                   "off"});
   specs.push_back({"max-queued", "256", "queued prefill requests before RESOURCE_EXHAUSTED"});
   specs.push_back({"max-queued-tokens", "1048576", "prompt tokens of queued prefill requests before RESOURCE_EXHAUSTED"});
   const std::vector<FlagSpec> shown = specs;  // the test-only flag stays out of --help
@@ -260,11 +272,6 @@ int ServePrefill(const std::vector<std::string>& args) {
     return Fail("serve --role=prefill", "bad integer flag", 2);
   }
   o.default_chunk_tokens = static_cast<int>(*chunk);
-  auto held = f->GetInt("held-sequences");
-  if (!held.ok() || *held < 0 || *held > 4096) {
-    return Fail("serve --role=prefill", "--held-sequences must be in [0, 4096]", 2);
-  }
-  o.engine.max_held_sequences = static_cast<int>(*held);
   o.max_queued_requests = static_cast<int>(*mq);
   auto mqt = f->GetInt("max-queued-tokens");
   if (!mqt.ok() || *mq < 1 || *mqt < 1) {

@@ -27,6 +27,7 @@ void DecodeWorker::Finish(Request* r, FinishReason reason, const std::string& de
   // mu_ held by the caller.
   if (r->finished) return;
   r->finished = true;
+  r->finished_ok = status.ok();
   const char* outcome =
       status.ok() ? "ok"
                   : (status.error_code() == grpc::StatusCode::CANCELLED ? "cancelled" : "error");
@@ -232,7 +233,11 @@ void DecodeWorker::SchedulerLoop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.step_delay_ms_for_testing));
     }
     std::lock_guard<std::mutex> elock(engine_mu_);
-    for (auto& r : to_release) (void)engine_->ReleaseSequence(r->seq);
+    // A sequence that ended well is held for the session's next turn (the
+    // engine releases it when it holds none).
+    for (auto& r : to_release) {
+      (void)(r->finished_ok ? engine_->HoldSequence(r->seq) : engine_->ReleaseSequence(r->seq));
+    }
     to_release.clear();
     // Started sequences decode from the next step (the scheduler counted
     // them against max_batch and the step's token budget).

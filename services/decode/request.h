@@ -47,6 +47,7 @@ struct DecodeWorker::Request {
   std::vector<ced::internal::TokenChunk> pending;  // produced before Stream attached
   std::optional<grpc::Status> final_status;        // finished before Stream attached
   bool finished = false;
+  bool finished_ok = false;  // its sequence may be held (Engine::HoldSequence)
 
   // Scheduler thread only.
   int generated = 0;

@@ -64,9 +64,9 @@ TEST_P(E2ePrefixCacheTest, NextTurnReusesBothWorkersCaches) {
       << "a resumed exact prefill must equal a fresh one";
   // The prefill worker holds turn 1's sequence (all 200 positions) or cached
   // its full blocks; the decode worker also the answer it decoded (all but
-  // the last token's K/V).
+  // the last token's K/V), held whole or in full blocks.
   const int prefill_cached = held ? 200 : 200 / bs * bs;
-  const int decode_cached = (200 + kTokens - 1) / bs * bs;
+  const int decode_cached = held ? 200 + kTokens - 1 : (200 + kTokens - 1) / bs * bs;
   EXPECT_EQ(r2.last.usage().cached_prompt_tokens(), prefill_cached);
   const double kv_in_2 = Metric(cluster, "decode-0", "ced_kv_transfer_bytes_total{direction=\"in\"}");
   const double moved = kv_in_2 - kv_in_1;
@@ -79,6 +79,7 @@ TEST_P(E2ePrefixCacheTest, NextTurnReusesBothWorkersCaches) {
   EXPECT_GT(Metric(cluster, "decode-0", "ced_prefix_cache_blocks{state=\"cached\"}"), 0);
   EXPECT_EQ(Metric(cluster, "prefill-0", "ced_prefix_cache_continued_total"), held ? 1 : 0);
   EXPECT_EQ(Metric(cluster, "prefill-0", "ced_prefix_cache_held_sequences"), held ? 1 : 0);
+  EXPECT_EQ(Metric(cluster, "decode-0", "ced_prefix_cache_continued_total"), held ? 1 : 0);
 
   // Turn 3, replay on the prefill worker, sampled: the same tokens as fresh.
   const std::vector<int32_t> turn3 = Concat(Concat(turn2, r2.tokens), Prompt(40, 33));
@@ -96,9 +97,9 @@ TEST_P(E2ePrefixCacheTest, NextTurnReusesBothWorkersCaches) {
   // answer. Which one ran this prefill is the router's call (a short uncached
   // suffix is prefilled on the decode worker that holds the session).
   const bool local = r3.last.placement().local_prefill();
-  EXPECT_EQ(r3.last.usage().cached_prompt_tokens(), local  ? (n2 + kTokens - 1) / bs * bs
-                                                    : held ? n2
-                                                           : n2 / bs * bs);
+  const int decode_has = n2 + kTokens - 1;  // turn 2 and its answer, but the last token
+  EXPECT_EQ(r3.last.usage().cached_prompt_tokens(),
+            held ? (local ? decode_has : n2) : (local ? decode_has / bs * bs : n2 / bs * bs));
 }
 
 INSTANTIATE_TEST_SUITE_P(Held, E2ePrefixCacheTest, ::testing::Bool(),

@@ -101,6 +101,60 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tiny", true, 100, KvFormat::kFP4E2M1},
                       Case{"tiny-dec", false, 100, KvFormat::kF32}));
 
+// A decode engine holds a finished sequence whose prompt came from a prefill
+// engine (its encoder windows arrived in the tail, decode steps extended
+// them): the session's next turn, prefilled locally, continues from them
+// (nothing rebuilt) and equals a fresh run of the whole prompt.
+TEST(TransferTest, ImportedSequenceIsHeldAndTheNextTurnContinuesIt) {
+  auto weights = LoadTestModel("tiny");
+  auto prefill = MakeEngine(weights);
+  EngineOptions o;
+  o.kv_cache_bytes = 64ll << 20;
+  o.max_held_sequences = 2;
+  auto decode = Engine::CreateWithWeights(o, weights);
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  auto fresh = MakeEngine(weights);
+  const auto turn1 = RandomPrompt(100, 61);
+  const int n = static_cast<int>(turn1.size());
+  auto ps = prefill->CreateSequence(n);
+  auto ds = (*decode)->CreateSequenceForPrompt(turn1, n + 10, nullptr);
+  ASSERT_TRUE(ps.ok() && ds.ok());
+  PrefillOptions po;
+  po.defer_replay = true;
+  po.on_chunk = [&](int b, int e) { CopyGlobal(*prefill, *ps, **decode, *ds, b, e); };
+  ASSERT_TRUE(prefill->Prefill(*ps, turn1, po).ok());
+  auto tail = prefill->ExportTail(*ps, -1);
+  ASSERT_TRUE(tail.ok());
+  ASSERT_TRUE((*decode)->ImportTail(*ds, *tail).ok());
+  ASSERT_TRUE((*decode)->SetPromptTokens(*ds, turn1).ok());
+  auto logits = (*decode)->Replay(*ds);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  GreedyRun answer = DecodeGreedy(**decode, *ds, *logits, 10);  // feeds 9 of the 10
+  ASSERT_TRUE((*decode)->HoldSequence(*ds).ok());
+  EXPECT_EQ((*decode)->cache_stats().held_sequences, 1);
+  // The next turn: turn 1, its answer, a short message (a local prefill).
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), answer.tokens.begin(), answer.tokens.end());
+  const auto msg = RandomPrompt(70, 62);
+  turn2.insert(turn2.end(), msg.begin(), msg.end());
+  int cached = -1;
+  auto s2 = (*decode)->CreateSequenceForPrompt(turn2, static_cast<int>(turn2.size()) + 8, &cached);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_EQ(cached, n + 9);
+  auto pre = (*decode)->Prefill(*s2, turn2, PrefillOptions{});
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  EXPECT_EQ(pre->computed_from, n + 9);
+  GreedyRun got = DecodeGreedy(**decode, *s2, pre->logits, 8);
+  GreedyRun want = RunGreedy(*fresh, turn2, 8);
+  ASSERT_EQ(got.tokens, want.tokens);
+  for (size_t k = 0; k < want.logits.size(); ++k) {
+    EXPECT_LE(RelDiff(got.logits[k].data(), want.logits[k].data(), want.logits[k].size()), 1e-5)
+        << "step " << k;
+  }
+  ASSERT_TRUE((*decode)->ReleaseSequence(*s2).ok());
+  ASSERT_TRUE(prefill->ReleaseSequence(*ps).ok());
+}
+
 TEST(TransferTest, ReplayOnPrefillAndOnDecodeGiveTheSameTokens) {
   const auto prompt = RandomPrompt(150, 9);
   std::vector<int32_t> tokens[2];

@@ -83,9 +83,12 @@ TEST(LoadgenAgentClusterTest, LaterTurnsReuseTheSessionsCachedPrefix) {
       // previous turn left (its prompt and answer).
       EXPECT_GE(t.cached_prompt_tokens, prev_prompt / bs * bs);
       EXPECT_LE(t.cached_prompt_tokens, t.reusable_tokens);
-      // Full blocks, or the whole previous prompt: the prefill worker held
-      // that turn's sequence and continued it (DESIGN.md 1.6).
-      EXPECT_TRUE(t.cached_prompt_tokens % bs == 0 || t.cached_prompt_tokens == prev_prompt)
+      // Full blocks, or the whole previous prompt (the prefill worker held
+      // that turn's sequence and continued it, DESIGN.md 1.6), or with a
+      // local prefill the previous prompt and all but the last answer token
+      // (the decode worker held it).
+      EXPECT_TRUE(t.cached_prompt_tokens % bs == 0 || t.cached_prompt_tokens == prev_prompt ||
+                  t.cached_prompt_tokens == t.reusable_tokens - 1)
           << t.cached_prompt_tokens << " cached";
     }
     // Turns of one session follow each other (think time after the answer).
