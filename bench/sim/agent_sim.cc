@@ -313,23 +313,20 @@ bool AgentSim::Route(int t) {
       // resumes from there and charges the recomputed positions to the step.
       // A held sequence of the session (its last turn, decoded here) is
       // continued instead (prefix_cache_model.h).
-      const int64_t held =
-          o_.prefix_cache ? d.cache->HeldTokens(q.r.session, q.r.prompt_tokens) : 0;
-      const int64_t cached =
-          held > 0 ? held
-                   : (o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0);
+      const PrefixCacheModel::Resume from = o_.prefix_cache
+                                                ? d.cache->ResumeFor(q.r.session, q.r.prompt_tokens)
+                                                : PrefixCacheModel::Resume{};
       const int64_t work =
           q.r.prompt_tokens -
-          (held > 0 ? ContinuedEncoderStart(cost_->config(), q.r.prompt_tokens, cached)
-                    : ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, cached));
-      reserved = d.exec->Reserve(
-          t, q.r.prompt_tokens, q.r.output_tokens, /*generated=*/0, now_,
-          ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, true, o_.decode_gpus, held > 0),
-          work);
+          ResumeEncoderStart(cost_->config(), q.r.prompt_tokens, from.tokens, from.continued);
+      reserved = d.exec->Reserve(t, q.r.prompt_tokens, q.r.output_tokens, /*generated=*/0, now_,
+                                 ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, from.tokens, true,
+                                                       o_.decode_gpus, from.continued),
+                                 work);
       if (reserved) {
         d.cache->Touch(q.r.session);
-        if (held > 0) d.cache->TakeHeld(q.r.session);
-        q.r.cached_tokens = cached;
+        if (from.continued) d.cache->TakeHeld(q.r.session);
+        q.r.cached_tokens = from.tokens;
       }
     } else {
       q.replay_on_decode =
@@ -395,15 +392,14 @@ void AgentSim::StartPrefill(int p) {
   inst.current = t;
   Turn& q = turns_[static_cast<size_t>(t)];
   inst.queued_tokens -= q.r.prompt_tokens;
-  const int64_t held = o_.prefix_cache ? inst.cache->HeldTokens(q.r.session, q.r.prompt_tokens) : 0;
-  const int64_t cached =
-      held > 0 ? held
-               : (o_.prefix_cache ? inst.cache->CachedTokens(q.r.session, q.r.prompt_tokens) : 0);
+  const PrefixCacheModel::Resume from = o_.prefix_cache
+                                            ? inst.cache->ResumeFor(q.r.session, q.r.prompt_tokens)
+                                            : PrefixCacheModel::Resume{};
   inst.cache->Touch(q.r.session);
-  if (held > 0) inst.cache->TakeHeld(q.r.session);
-  q.r.cached_tokens = cached;
-  const double s = ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, cached, !q.replay_on_decode,
-                                         o_.prefill_gpus, held > 0);
+  if (from.continued) inst.cache->TakeHeld(q.r.session);
+  q.r.cached_tokens = from.tokens;
+  const double s = ResumedPrefillSeconds(*cost_, q.r.prompt_tokens, from.tokens,
+                                         !q.replay_on_decode, o_.prefill_gpus, from.continued);
   const double end = inst.step.Begin(now_, s, PrefillSpeed(inst));
   Push(end, Ev::kPrefillDone, p, inst.step.gen);
   if (inst.neighbour >= 0) RespeedDecode(inst.neighbour);

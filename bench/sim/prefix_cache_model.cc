@@ -38,6 +38,12 @@ int64_t PrefixCacheModel::HeldTokens(int session, int64_t prompt_tokens) const {
   return 0;
 }
 
+PrefixCacheModel::Resume PrefixCacheModel::ResumeFor(int session, int64_t prompt_tokens) const {
+  const int64_t held = HeldTokens(session, prompt_tokens);
+  if (held > 0) return {held, true};
+  return {CachedTokens(session, prompt_tokens), false};
+}
+
 void PrefixCacheModel::TakeHeld(int session) {
   held_.remove_if([session](const std::pair<int, int64_t>& h) { return h.first == session; });
 }
@@ -115,7 +121,7 @@ void PrefixCacheModel::Store(int session, int64_t tokens) {
   cached_ += add;
 }
 
-int64_t ResumeEncoderStart(const ModelConfig& c, int64_t n, int64_t p) {
+int64_t ResumeEncoderStart(const ModelConfig& c, int64_t n, int64_t p, bool continued) {
   if (p <= 0) return 0;
   int64_t r_d = c.replay_window, r_e = c.replay_window;
   if (c.sliding_window == 0) {
@@ -123,14 +129,8 @@ int64_t ResumeEncoderStart(const ModelConfig& c, int64_t n, int64_t p) {
     r_e = 0;
   }
   if (c.IsDecoderOnly()) r_d = 1;
+  if (continued && n - r_d >= p) return p;
   return std::max<int64_t>(0, std::min(p, n - r_d) - r_e);
-}
-
-int64_t ContinuedEncoderStart(const ModelConfig& c, int64_t n, int64_t p) {
-  if (p <= 0) return 0;
-  const int64_t r_d = c.sliding_window == 0 ? std::max(1, c.replay_window) : c.replay_window;
-  if (c.IsDecoderOnly() || n - r_d >= p) return p;
-  return ResumeEncoderStart(c, n, p);
 }
 
 Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay_here,
@@ -138,7 +138,7 @@ Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay
   if (p <= 0) return cost.PrefillWork(n, replay_here);
   const ModelConfig& c = cost.config();
   const Accounting& acc = cost.accounting();
-  const int64_t a = continued ? ContinuedEncoderStart(c, n, p) : ResumeEncoderStart(c, n, p);
+  const int64_t a = ResumeEncoderStart(c, n, p, continued);
   const bool dec_only = cost.decoder_only();
   const int64_t r = dec_only ? 0 : (replay_here ? cost.ReplayedTokens(n) : 0);
   const int encoder_layers = dec_only ? c.num_layers : c.num_encoder_layers;
@@ -165,8 +165,7 @@ double ResumedPrefillSeconds(const CostModel& cost, int64_t n, int64_t p, bool r
                              int gpus, bool continued) {
   if (p <= 0) return cost.PrefillSeconds(n, replay_here, gpus);
   const GpuSpec& g = cost.gpu();
-  const int64_t a = continued ? ContinuedEncoderStart(cost.config(), n, p)
-                              : ResumeEncoderStart(cost.config(), n, p);
+  const int64_t a = ResumeEncoderStart(cost.config(), n, p, continued);
   return cost.StepSeconds(ResumedPrefillWork(cost, n, p, replay_here, continued), gpus) +
          g.prefill_step_s + g.prefill_token_s * static_cast<double>(n - a);
 }

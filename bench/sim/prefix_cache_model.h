@@ -49,6 +49,14 @@ class PrefixCacheModel {
   int64_t HeldTokens(int session, int64_t prompt_tokens) const;
   // The next prompt took the held sequence over (it is no longer held).
   void TakeHeld(int session);
+  // What the engine reuses for `session`'s prompt of `prompt_tokens`: its
+  // held sequence (continued) when HeldTokens has one, else the cached full
+  // blocks. Takes nothing over.
+  struct Resume {
+    int64_t tokens = 0;
+    bool continued = false;
+  };
+  Resume ResumeFor(int session, int64_t prompt_tokens) const;
   int held_sequences() const { return static_cast<int>(held_.size()); }
   // Marks the session most recently used (a hit).
   void Touch(int session);
@@ -95,16 +103,15 @@ class PrefixCacheModel {
 };
 
 // a: the first position a resumed prefill runs the encoder from (bounded
-// mode; mirrors Engine::ResumeStart). 0 when p <= 0.
-int64_t ResumeEncoderStart(const ModelConfig& config, int64_t n, int64_t p);
-// The same when the prompt extends a held sequence of p positions: p when the
-// replay needs no position before it (decoder-only, or N - R_d >= p), else the
-// rebuild above (mirrors Engine::Prefill).
-int64_t ContinuedEncoderStart(const ModelConfig& config, int64_t n, int64_t p);
+// mode; mirrors Engine::ResumeStart). 0 when p <= 0. `continued`: the p
+// positions are a held sequence's, continued from p when the replay needs no
+// position before it (decoder-only, or N - R_d >= p), else rebuilt as above
+// (mirrors Engine::Prefill).
+int64_t ResumeEncoderStart(const ModelConfig& config, int64_t n, int64_t p, bool continued = false);
 
 // One prefill step for a prompt of `n` tokens with `p` cached (p = 0: a
 // fresh prefill, CostModel::PrefillSeconds); `replay_here` as there;
-// `continued`: p positions of a held sequence (ContinuedEncoderStart).
+// `continued`: p positions of a held sequence (ResumeEncoderStart).
 Work ResumedPrefillWork(const CostModel& cost, int64_t n, int64_t p, bool replay_here,
                         bool continued = false);
 double ResumedPrefillSeconds(const CostModel& cost, int64_t n, int64_t p, bool replay_here,

@@ -216,7 +216,7 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
   TierPrefetch read_here;
   if (max_held_ > 0) {
     std::unique_lock<std::shared_mutex> lock(seq_mu_);
-    if (HeldExtent(prompt, max_cached_tokens) > 0) {
+    if (BestHeld(prompt, max_cached_tokens) != held_.end()) {
       size_t reach = static_cast<size_t>(prefix_->Lookup(hashes));
       if (tiers_ != nullptr && reach < hashes.size()) {
         if (prefetched == nullptr) {
@@ -227,12 +227,11 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
         }
         reach = std::max(reach, prefetched->first_block + prefetched->payloads.size());
       }
-      if (HeldExtent(prompt, max_cached_tokens) >= static_cast<int>(reach) * bs) {
-        const SeqId held = TakeHeld(prompt, capacity_tokens, max_cached_tokens);
-        if (held != 0) {
-          if (cached_tokens != nullptr) *cached_tokens = sequences_.at(held)->cached_tokens;
-          return held;
-        }
+      const SeqId held =
+          TakeHeld(prompt, capacity_tokens, max_cached_tokens, static_cast<int>(reach) * bs);
+      if (held != 0) {
+        if (cached_tokens != nullptr) *cached_tokens = sequences_.at(held)->cached_tokens;
+        return held;
       }
     }
   }
@@ -241,11 +240,15 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
   absl::StatusOr<SeqId> created = [&]() -> absl::StatusOr<SeqId> {
     // The shared blocks stay referenced while the rest is allocated.
     const int total = (capacity_tokens + bs - 1) / bs;
-    std::unique_lock<std::shared_mutex> lock(seq_mu_);
-    // Held sequences give way to running ones.
     auto rest = prefix_->Allocate(total - static_cast<int>(shared.size()));
-    while (!rest.ok() && DropOldestHeld()) {
-      rest = prefix_->Allocate(total - static_cast<int>(shared.size()));
+    // Held sequences give way to running ones (only then is the lock taken
+    // around the allocation).
+    std::unique_lock<std::shared_mutex> lock(seq_mu_, std::defer_lock);
+    if (!rest.ok() && max_held_ > 0) {
+      lock.lock();
+      while (!rest.ok() && DropOldestHeld()) {
+        rest = prefix_->Allocate(total - static_cast<int>(shared.size()));
+      }
     }
     if (!rest.ok()) return rest.status();
     auto seq = std::make_unique<Sequence>();
@@ -255,7 +258,10 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
     seq->blocks.insert(seq->blocks.end(), rest->begin(), rest->end());
     if (config_.sliding_window > 0) {
       auto slot = cache_->local_slots().Allocate(1);
-      while (!slot.ok() && DropOldestHeld()) slot = cache_->local_slots().Allocate(1);
+      if (!slot.ok() && max_held_ > 0) {
+        if (!lock.owns_lock()) lock.lock();
+        while (!slot.ok() && DropOldestHeld()) slot = cache_->local_slots().Allocate(1);
+      }
       if (!slot.ok()) {
         (void)prefix_->Release(*rest);
         return absl::ResourceExhaustedError(absl::StrCat("no free local window slot (",
@@ -265,6 +271,7 @@ absl::StatusOr<SeqId> Engine::CreateSequenceForPrompt(absl::Span<const int32_t> 
       seq->local_slot = (*slot)[0];
     }
     const SeqId sid = seq->id;
+    if (!lock.owns_lock()) lock.lock();
     sequences_.emplace(sid, std::move(seq));
     return sid;
   }();
@@ -423,16 +430,12 @@ std::deque<SeqId>::iterator Engine::BestHeld(absl::Span<const int32_t> prompt,
   return best;
 }
 
-int Engine::HeldExtent(absl::Span<const int32_t> prompt, int max_cached_tokens) {
-  auto it = BestHeld(prompt, max_cached_tokens);
-  return it == held_.end() ? 0 : sequences_.at(*it)->num_tokens;
-}
-
-SeqId Engine::TakeHeld(absl::Span<const int32_t> prompt, int capacity_tokens,
-                       int max_cached_tokens) {
+SeqId Engine::TakeHeld(absl::Span<const int32_t> prompt, int capacity_tokens, int max_cached_tokens,
+                       int min_tokens) {
   auto best = BestHeld(prompt, max_cached_tokens);
   if (best == held_.end()) return 0;
   const int best_tokens = sequences_.at(*best)->num_tokens;
+  if (best_tokens < min_tokens) return 0;
   const SeqId key = *best;
   held_.erase(best);
   Sequence* seq = sequences_.at(key).get();

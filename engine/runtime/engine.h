@@ -119,6 +119,9 @@ struct CacheStats {
   int64_t held_continued_total = 0;
   int block_size = 0;
   size_t block_bytes = 0;
+  // Blocks a new sequence can have now: free, cached and unreferenced, or
+  // referenced only by held sequences (which give way to it).
+  int available_blocks() const { return global_blocks_total - global_blocks_used + held_blocks; }
 };
 
 // A writable/readable byte range of cache memory (backend memory).
@@ -281,13 +284,13 @@ class Engine {
   // sequence's blocks and ring; DropOldestHeld releases the least recently
   // held one (false: none); BestHeld finds the held sequence that `prompt`
   // extends furthest (at most N - 1 and max_cached_tokens positions; end()
-  // if none), HeldExtent its positions (0 if none); TakeHeld re-keys it as a
-  // new running sequence of `capacity_tokens`, or returns 0.
+  // if none); TakeHeld re-keys it, when it holds at least `min_tokens`
+  // positions, as a new running sequence of `capacity_tokens`, or returns 0.
   absl::Status ReleaseLocked(SeqId id);
   bool DropOldestHeld();
   std::deque<SeqId>::iterator BestHeld(absl::Span<const int32_t> prompt, int max_cached_tokens);
-  int HeldExtent(absl::Span<const int32_t> prompt, int max_cached_tokens);
-  SeqId TakeHeld(absl::Span<const int32_t> prompt, int capacity_tokens, int max_cached_tokens);
+  SeqId TakeHeld(absl::Span<const int32_t> prompt, int capacity_tokens, int max_cached_tokens,
+                 int min_tokens);
 
   ModelConfig config_;
   WeightSet set_ = WeightSet::kFull;

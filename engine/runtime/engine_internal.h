@@ -48,9 +48,10 @@ struct Engine::Sequence {
   // is written at most once.
   size_t shared_from = 0;
   std::vector<float> h_e;  // host f32 [num_tokens - replay_start, d] while a replay is pending
-  // The encoder's local rings hold this engine's own computation of the
-  // positions before num_tokens (from encoder_lo): set by Prefill, kept by
-  // decode steps; a sequence whose K/V was imported has none.
+  // The encoder's local rings hold a computation of the positions before
+  // num_tokens (from encoder_lo) that a prompt may continue: set by Prefill
+  // and by ImportTail (the prefill engine's windows), kept by decode steps;
+  // false for a sequence only created, or reserved for imported K/V.
   bool own_rings = false;
   // Taken over from a held sequence (Engine::HoldSequence): Prefill may run
   // the encoder on from cached_tokens with these rings instead of a rebuild.

@@ -176,13 +176,12 @@ void DecodeWorker::FillLoad(ced::internal::LoadReport* report) {
   }
   report->set_running_sequences(running);
   report->set_waiting_sequences(waiting);
-  // Blocks only held sequences use give way to any new request: free.
-  report->set_free_kv_blocks(cs.global_blocks_total - cs.global_blocks_used + cs.held_blocks);
+  report->set_free_kv_blocks(cs.available_blocks());
   report->set_total_kv_blocks(cs.global_blocks_total);
   m_->running->Set(running);
   m_->waiting->Set(waiting);
-  m_->kv_used->Set(cs.global_blocks_used - cs.held_blocks);
-  m_->kv_free->Set(cs.global_blocks_total - cs.global_blocks_used + cs.held_blocks);
+  m_->kv_used->Set(cs.global_blocks_total - cs.available_blocks());
+  m_->kv_free->Set(cs.available_blocks());
 }
 
 void DecodeWorker::Drain() {

@@ -197,8 +197,7 @@ void PrefillWorker::FillLoad(ced::internal::LoadReport* report) {
   report->set_queued_prefill_tokens(queued);
   report->set_inflight_prefill_tokens(current_remaining_tokens_);
   const CacheStats cs = engine_->cache_stats();
-  // Blocks only held sequences use give way to any new prompt: free.
-  report->set_free_kv_blocks(cs.global_blocks_total - cs.global_blocks_used + cs.held_blocks);
+  report->set_free_kv_blocks(cs.available_blocks());
   report->set_total_kv_blocks(cs.global_blocks_total);
   m_->queue_depth->Set(static_cast<double>(queue_.size()));
   m_->queued_tokens->Set(static_cast<double>(queued + current_remaining_tokens_));

@@ -124,10 +124,10 @@ TEST(ResumeCostTest, EncoderStartFollowsSection16) {
 
 TEST(ResumeCostTest, AContinuedHeldSequenceSkipsTheRebuild) {
   ModelConfig c = *PresetConfig("small");  // W = R = 64
-  EXPECT_EQ(ContinuedEncoderStart(c, 1000, 900), 900);
-  EXPECT_EQ(ContinuedEncoderStart(c, 1000, 960), ResumeEncoderStart(c, 1000, 960))
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 900, true), 900);
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 960, true), ResumeEncoderStart(c, 1000, 960))
       << "the replay needs h_E rows before P: rebuilt";
-  EXPECT_EQ(ContinuedEncoderStart(c, 1000, 0), 0);
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 0, true), 0);
   CostModel::Options o;
   o.config = c;
   o.gpu = *GpuByName("h100");
@@ -135,7 +135,7 @@ TEST(ResumeCostTest, AContinuedHeldSequenceSkipsTheRebuild) {
   EXPECT_LT(ResumedPrefillSeconds(*cost, 8000, 7000, false, 1, true),
             ResumedPrefillSeconds(*cost, 8000, 7000, false, 1, false));
   c.num_encoder_layers = c.num_layers;  // decoder-only: always continued
-  EXPECT_EQ(ContinuedEncoderStart(c, 1000, 999), 999);
+  EXPECT_EQ(ResumeEncoderStart(c, 1000, 999, true), 999);
 }
 
 TEST(ResumeCostTest, FreshEqualsPrefillAndHitsCostLess) {
