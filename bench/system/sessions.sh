@@ -56,6 +56,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "sessions.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ $HELD =~ ^[0-9]+$ ]] || { echo "sessions.sh: --held-sequences must be an integer >= 0, got '$HELD'" >&2; exit 2; }
 CED=$BUILD/bin/ced
 LOADGEN=$BUILD/bin/ced-loadgen
 bins=("$CED" "$LOADGEN")

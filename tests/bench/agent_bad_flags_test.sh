@@ -60,6 +60,10 @@ expect 1 "--resume_cached: '2' is not a fraction in (0, 1]" -- \
 expect 1 "--resume_steps must be positive" -- "$engine" --sections=resume --resume_steps=0
 expect 1 "--sections: unknown section 'resumes'" -- "$engine" --sections=resumes
 expect 2 "unknown argument --bogus" -- bash "$sessions" --bogus
+expect 2 "--held-sequences must be an integer >= 0, got '-1'" -- \
+  bash "$sessions" --held-sequences -1
+expect 2 "agent sim: held_sequences must be >= 0" -- \
+  "$sim" --workload agent --held-sequences=-1
 expect 2 "--prefix-cache must be true or false" -- "$ced" cluster --model /nonexistent --prefix-cache=maybe
 expect 2 "--prefix-cache must be true or false" -- \
   "$ced" serve --role=prefill --model /nonexistent --prefix-cache=maybe

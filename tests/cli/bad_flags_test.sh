@@ -59,6 +59,14 @@ done
 for bad in 0 1048577 x; do
   expect 2 "--kv-tier-queue-mb must be in [1, 2^20]" -- "${serve[@]}" --kv-tier-queue-mb "$bad"
 done
+# Held sequences (both worker roles, and ced cluster, which passes it on).
+for bad in -1 4097 x; do
+  expect 2 "--held-sequences must be in [0, 4096]" -- "${serve[@]}" --held-sequences "$bad"
+  expect 2 "--held-sequences must be in [0, 4096]" -- \
+    "$ced" serve --role=prefill --model "$model" --listen 127.0.0.1:0 --held-sequences "$bad"
+  expect 2 "ced cluster: --held-sequences must be in [0, 4096]" -- \
+    "$ced" cluster --model "$model" --held-sequences "$bad"
+done
 # A boolean flag takes true/false (1/0, yes/no) only: a typo is not "false".
 expect 2 "--decode-mux must be true or false (got 'flase')" -- \
   "$ced" serve --role=gateway --model "$model" --decode-mux=flase

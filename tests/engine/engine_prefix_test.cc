@@ -421,6 +421,15 @@ TEST(HeldSequenceEdgeTest, WhichSequencesAreHeldAndTaken) {
   EXPECT_EQ(st.cached_blocks, 0);
 }
 
+TEST(HeldSequenceEdgeTest, NegativeHeldCountIsRefused) {
+  EngineOptions o;
+  o.max_held_sequences = -1;
+  auto e = Engine::CreateWithWeights(o, LoadTestModel("tiny"));
+  ASSERT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("max_held_sequences must be >= 0"), std::string::npos)
+      << e.status();
+}
+
 // Cached blocks that reach past a held sequence win: the prompt reuses more
 // that way than by continuing the held windows.
 TEST(HeldSequenceEdgeTest, LongerCachedPrefixIsPreferred) {
