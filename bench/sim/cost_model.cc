@@ -146,8 +146,8 @@ double CostModel::StepSeconds(const Work& work, int gpus) const {
 
 double CostModel::PrefillSeconds(int64_t prompt, bool replay_here, int gpus) const {
   const GpuSpec& g = options_.gpu;
-  return StepSeconds(PrefillWork(prompt, replay_here), gpus) + g.prefill_step_s +
-         g.prefill_token_s * static_cast<double>(prompt);
+  return g.prefill_scale * (StepSeconds(PrefillWork(prompt, replay_here), gpus) + g.prefill_step_s +
+                            g.prefill_token_s * static_cast<double>(prompt));
 }
 
 double CostModel::DecodeStepSeconds(const Work& work, int64_t sequences, int gpus) const {

@@ -443,6 +443,8 @@ def report(a, preds, meas_items):
       "median TTFT minus prefill compute of 16-token prompts sent one at a time; "
       "`prefill_colocated_slowdown` raised to the prefill worker's mean compute beside three "
       "concurrent decode streams over alone when higher (medians of three rounds); "
+      "`prefill_scale`, the median compute of the eighteen prompts the prefill worker "
+      "computed alone in those rounds over the simulator's prefill of the same prompts; "
       "`decode_step_s` plus the "
       "TPOT of ten mean-length prompts sent one at a time minus the simulator's for them "
       "(when positive). *Calibrated only* uses the file as `ced-sim-calibrate` wrote it "

@@ -37,7 +37,8 @@ std::vector<std::pair<const char*, double GpuSpec::*>> NumericFields() {
           {"kv_room_bytes", &GpuSpec::kv_room_bytes},
           {"link_bytes_per_s", &GpuSpec::link_bytes_per_s},
           {"decode_colocated_slowdown", &GpuSpec::decode_colocated_slowdown},
-          {"prefill_colocated_slowdown", &GpuSpec::prefill_colocated_slowdown}};
+          {"prefill_colocated_slowdown", &GpuSpec::prefill_colocated_slowdown},
+          {"prefill_scale", &GpuSpec::prefill_scale}};
 }
 
 }  // namespace
@@ -84,9 +85,10 @@ absl::StatusOr<GpuSpec> ParseDeviceProfile(absl::string_view text, absl::string_
     return absl::InvalidArgumentError(
         absl::StrCat(filename, ": peak_flops, hbm_bytes_per_s and hbm_bytes are required"));
   }
-  if (!(spec.peak_flops > 0) || !(spec.hbm_bytes_per_s > 0) || !(spec.bytes_per_param > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(filename, ": peak_flops, hbm_bytes_per_s and bytes_per_param must be > 0"));
+  if (!(spec.peak_flops > 0) || !(spec.hbm_bytes_per_s > 0) || !(spec.bytes_per_param > 0) ||
+      !(spec.prefill_scale > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        filename, ": peak_flops, hbm_bytes_per_s, bytes_per_param and prefill_scale must be > 0"));
   }
   return spec;
 }

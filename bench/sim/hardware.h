@@ -38,6 +38,10 @@ struct GpuSpec {
   // 0: peak_flops. Measured for a CPU profile, where long contexts run
   // below the matmul rate.
   double attention_flops_per_s = 0;
+  // Every prefill's compute (fresh or resumed) times this factor: a prefill
+  // measured where the instances serve (a cluster's prefill worker, alone)
+  // over the same prefill as calibrated in process. > 0; 1 = as calibrated.
+  double prefill_scale = 1;
 };
 
 // "h100" (H100 SXM: 989 TFLOP/s, 3.35 TB/s, 80 GB) or "h200" (989 TFLOP/s,

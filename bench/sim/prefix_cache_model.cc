@@ -166,8 +166,9 @@ double ResumedPrefillSeconds(const CostModel& cost, int64_t n, int64_t p, bool r
   if (p <= 0) return cost.PrefillSeconds(n, replay_here, gpus);
   const GpuSpec& g = cost.gpu();
   const int64_t a = ResumeEncoderStart(cost.config(), n, p, continued);
-  return cost.StepSeconds(ResumedPrefillWork(cost, n, p, replay_here, continued), gpus) +
-         g.prefill_step_s + g.prefill_token_s * static_cast<double>(n - a);
+  return g.prefill_scale *
+         (cost.StepSeconds(ResumedPrefillWork(cost, n, p, replay_here, continued), gpus) +
+          g.prefill_step_s + g.prefill_token_s * static_cast<double>(n - a));
 }
 
 }  // namespace ced::sim

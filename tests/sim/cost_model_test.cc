@@ -156,6 +156,15 @@ TEST(DeviceProfileTest, BadInputNamesTheKey) {
   EXPECT_NE(s.status().message().find("peak_flops"), std::string::npos);
   s = ParseDeviceProfile("peak_flops 1e11\n", "p.txt");  // missing required keys
   EXPECT_FALSE(s.ok());
+  // A prefill scale of 0 would make every prefill free.
+  s = ParseDeviceProfile("peak_flops 1e11\nhbm_bytes_per_s 1\nhbm_bytes 1\nprefill_scale 0\n",
+                         "p.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("prefill_scale"), std::string::npos);
+  s = ParseDeviceProfile("peak_flops 1e11\nhbm_bytes_per_s 1\nhbm_bytes 1\nprefill_scale -2\n",
+                         "p.txt");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("prefill_scale"), std::string::npos);
 }
 
 // `small` on a CPU-like profile (f32 weights) of the given rates.
@@ -187,6 +196,35 @@ TEST(DeviceProfileTest, OverheadsAddToSteps) {
   // The model's cache format (small: f32) sets the K/V bytes.
   EXPECT_DOUBLE_EQ(cpu->kv_bytes_per_token(),
                    GlobalKvBytesPerToken(options.config, KvFormat::kF32));
+}
+
+// prefill_scale multiplies every prefill's whole compute (roofline and the
+// fixed and per-token costs), fresh or resumed, and no decode step.
+TEST(DeviceProfileTest, PrefillScaleMultipliesPrefillsOnly) {
+  CostModel::Options options = SmallOnCpu(1e11, 2e10);
+  options.gpu.prefill_step_s = 0.003;
+  options.gpu.prefill_token_s = 1e-5;
+  options.gpu.decode_step_s = 0.002;
+  std::unique_ptr<CostModel> base = *CostModel::Create(options);
+  options.gpu.prefill_scale = 1.25;
+  std::unique_ptr<CostModel> scaled = *CostModel::Create(options);
+  EXPECT_NEAR(scaled->PrefillSeconds(512, true, 1), 1.25 * base->PrefillSeconds(512, true, 1),
+              1e-12);
+  EXPECT_NEAR(scaled->PrefillSeconds(2048, false, 1), 1.25 * base->PrefillSeconds(2048, false, 1),
+              1e-12);
+  EXPECT_NEAR(ResumedPrefillSeconds(*scaled, 4096, 3072, true, 1),
+              1.25 * ResumedPrefillSeconds(*base, 4096, 3072, true, 1), 1e-12);
+  EXPECT_NEAR(ResumedPrefillSeconds(*scaled, 4096, 4000, true, 1, /*continued=*/true),
+              1.25 * ResumedPrefillSeconds(*base, 4096, 4000, true, 1, true), 1e-12);
+  const Work w = scaled->DecodeStepBaseWork();
+  EXPECT_DOUBLE_EQ(scaled->DecodeStepSeconds(w, 4, 1), base->DecodeStepSeconds(w, 4, 1));
+  // Not given: 1; the key round-trips through the profile text.
+  absl::StatusOr<GpuSpec> plain = ParseDeviceProfile(DeviceProfileText(base->gpu()), "p.txt");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_DOUBLE_EQ(plain->prefill_scale, 1);
+  absl::StatusOr<GpuSpec> again = ParseDeviceProfile(DeviceProfileText(options.gpu), "p.txt");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_DOUBLE_EQ(again->prefill_scale, 1.25);
 }
 
 // A measured attention rate: attention's FLOPs at that rate, the matmuls'
