@@ -4,9 +4,12 @@
 
 namespace ced::gateway {
 
-CallThreads::CallThreads(absl::Duration idle_exit) : idle_exit_(idle_exit) {}
+CallThreads::CallThreads(absl::Duration idle_exit, int max_threads)
+    : idle_exit_(idle_exit), max_threads_(max_threads) {}
 
-CallThreads::~CallThreads() {
+CallThreads::~CallThreads() { Shutdown(); }
+
+void CallThreads::Shutdown() {
   std::list<Worker> workers;
   {
     absl::MutexLock lock(&mu_);
@@ -28,9 +31,7 @@ CallThreads::~CallThreads() {
 
 int CallThreads::threads() const {
   absl::MutexLock lock(&mu_);
-  int n = 0;
-  for (const Worker& w : workers_) n += w.exited ? 0 : 1;
-  return n;
+  return live_;
 }
 
 int CallThreads::idle() const {
@@ -51,7 +52,8 @@ void CallThreads::Run(std::function<void()> fn) {
     queue_.push_back(std::move(fn));
     if (static_cast<int>(queue_.size()) <= idle_) {
       work_.Signal();
-    } else {
+    } else if (max_threads_ <= 0 || live_ < max_threads_) {
+      ++live_;
       workers_.emplace_back();
       Worker* w = &workers_.back();
       w->thread = std::thread([this, w] { Loop(w); });
@@ -69,10 +71,15 @@ void CallThreads::Loop(Worker* self) {
       --idle_;
       if (timed_out && queue_.empty()) {
         self->exited = true;
+        --live_;
         return;
       }
     }
-    if (queue_.empty()) return;  // stopping
+    if (queue_.empty()) {  // stopping
+      self->exited = true;
+      --live_;
+      return;
+    }
     std::function<void()> fn = std::move(queue_.front());
     queue_.pop_front();
     mu_.Unlock();

@@ -76,5 +76,58 @@ TEST(CallThreadsTest, IdleThreadsEndAfterTheirIdleTime) {
   EXPECT_TRUE(again.WaitForNotificationWithTimeout(absl::Seconds(30)));
 }
 
+// With a limit, calls past it wait for a thread to come free, and all run.
+TEST(CallThreadsTest, CallsPastTheLimitWaitForAFreeThread) {
+  CallThreads pool(absl::Seconds(30), /*max_threads=*/2);
+  constexpr int kCalls = 7;
+  std::atomic<int> running{0}, most{0}, finished{0};
+  absl::Notification release;
+  for (int i = 0; i < kCalls; ++i) {
+    pool.Run([&] {
+      const int now = ++running;
+      int seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      release.WaitForNotificationWithTimeout(absl::Seconds(30));
+      --running;
+      ++finished;
+    });
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (running < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(pool.threads(), 2);
+  release.Notify();
+  while (finished < kCalls && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(finished, kCalls);
+  EXPECT_EQ(most, 2);
+  EXPECT_EQ(pool.threads(), 2);
+}
+
+// Shutdown runs what is queued, then ends every thread; a second call is
+// harmless.
+TEST(CallThreadsTest, ShutdownRunsQueuedCallsThenEndsTheThreads) {
+  CallThreads pool(absl::Seconds(30), /*max_threads=*/1);
+  std::atomic<int> finished{0};
+  absl::Notification release;
+  pool.Run([&] {
+    release.WaitForNotificationWithTimeout(absl::Seconds(30));
+    ++finished;
+  });
+  for (int i = 0; i < 3; ++i) pool.Run([&] { ++finished; });
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release.Notify();
+  });
+  pool.Shutdown();
+  releaser.join();
+  EXPECT_EQ(finished, 4);
+  EXPECT_EQ(pool.threads(), 0);
+  pool.Shutdown();
+}
+
 }  // namespace
 }  // namespace ced::gateway

@@ -17,6 +17,7 @@
 #include "services/common/grpc_util.h"
 #include "services/common/host_port.h"
 #include "services/common/worker_util.h"
+#include "services/gateway/call_threads.h"
 #include "services/gateway/generate_call.h"
 #include "services/gateway/openai/http_sink.h"
 #include "services/gateway/openai/openai_protocol.h"
@@ -29,6 +30,21 @@ constexpr char kJson[] = "application/json";
 // Pending connections the HTTP listener queues (the kernel caps it at
 // net.core.somaxconn).
 constexpr int kListenBacklog = 4096;
+
+// The connections' threads: httplib serves each open connection on a thread
+// of its task queue for the connection's life (a streamed response included).
+// Its own ThreadPool starts all of them up front (the gateway's max_inflight
+// + 8, 264 by default, in an idle gateway); these start on demand up to the
+// same limit, and end after 30 s idle.
+class ConnectionThreads : public httplib::TaskQueue {
+ public:
+  explicit ConnectionThreads(int max_threads) : threads_(absl::Seconds(30), max_threads) {}
+  void enqueue(std::function<void()> fn) override { threads_.Run(std::move(fn)); }
+  void shutdown() override { threads_.Shutdown(); }
+
+ private:
+  CallThreads threads_;
+};
 
 void SendError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusOf(status.code());
@@ -137,7 +153,7 @@ absl::Status OpenAiServer::Impl::Start() {
     server_ = std::make_unique<httplib::Server>();
   }
   const int threads = std::max(4, options_.threads);
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->new_task_queue = [threads] { return new ConnectionThreads(threads); };
   server_->set_tcp_nodelay(true);
   server_->set_keep_alive_max_count(100000);
   server_->set_keep_alive_timeout(30);

@@ -35,7 +35,7 @@ struct OpenAiServerOptions {
   // HTTP carries no deadline: each request gets this long.
   absl::Duration request_timeout = absl::Minutes(10);
   int max_request_bytes = 4 << 20;  // larger bodies: 413
-  int threads = 264;                // connections served at once
+  int threads = 264;                // connections served at once (their threads start on demand)
   // A client that takes no bytes for this long is dropped (its call cancelled).
   absl::Duration write_timeout = absl::Seconds(30);
   // Streamed tokens go from the call's thread straight to a plain TCP socket
