@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -111,6 +112,25 @@ void Log(const std::string& line) {
 
 absl::Status Run(const Flags& f, const std::string& command) {
   const double t_start = NowSeconds();
+  const std::pair<const char*, int> counts[] = {{"threads", f.threads},
+                                                {"mib_per_sample", f.mib_per_sample},
+                                                {"transport_reps", f.transport_reps},
+                                                {"ttft_prompt_tokens", f.ttft_prompt_tokens},
+                                                {"ttft_max_tokens", f.ttft_max_tokens},
+                                                {"ttft_reps", f.ttft_reps},
+                                                {"gateway_prompt_tokens", f.gateway_prompt_tokens},
+                                                {"gateway_max_tokens", f.gateway_max_tokens},
+                                                {"gateway_reps", f.gateway_reps},
+                                                {"stream_tokens", f.stream_tokens},
+                                                {"throughput_reps", f.throughput_reps},
+                                                {"kv_short_prompt", f.kv_short_prompt},
+                                                {"kv_long_prompt", f.kv_long_prompt}};
+  for (const auto& [name, value] : counts) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, "=", value, ": must be at least 1"));
+    }
+  }
   const std::vector<std::string> list = SplitList(f.sections, ',');
   const std::set<std::string> sections(list.begin(), list.end());
   for (const std::string& s : sections) {
@@ -135,7 +155,13 @@ absl::Status Run(const Flags& f, const std::string& command) {
         (std::filesystem::temp_directory_path() / absl::StrCat("ced_services_bench_", getpid()))
             .string();
   }
-  std::filesystem::create_directories(scratch);
+  std::error_code scratch_error;
+  std::filesystem::create_directories(scratch, scratch_error);
+  if (scratch_error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(own_scratch ? "scratch folder " : "--scratch_dir: ", scratch,
+                     " cannot be made a folder: ", scratch_error.message()));
+  }
   Log(absl::StrCat("scratch ", scratch, "; ced ", ced));
 
   ServicesReport report;

@@ -2,10 +2,10 @@
 # Bad input to the CPU-variant benches is refused with the flag or variable
 # named, before anything is measured.
 # Usage: bad_flags_test.sh ENGINE_BENCH BLAS_COMPARE|"" GATEWAY_TTFT_SCRIPT TOKENIZER_BENCH|""
-#                          ATTENTION_BENCH SESSION_TURNS_BENCH
+#                          ATTENTION_BENCH SESSION_TURNS_BENCH SERVICES_BENCH
 set -u
 engine=$1 blas=$2 gateway=$3 tokenizer=${4:-} attention=${5:?attention_bench}
-turns=${6:?session_turns_bench}
+turns=${6:?session_turns_bench} services=${7:?ced_services_bench}
 fail=0
 # expect CODE PATTERN -- COMMAND...
 expect() {
@@ -60,6 +60,26 @@ expect 2 "--threads: must be >= 0" -- "$turns" --threads=-1
 expect 2 "unknown flag --bogus" -- "$turns" --bogus
 expect 2 "past tiny's max_position" -- "$turns" --presets=tiny --first=100000
 expect 2 "CED_CPU_ISA=avx3: unknown kernel variant" -- env CED_CPU_ISA=avx3 "$turns"
+# The services bench refuses before it starts anything (and writes no report:
+# --markdown / --json point into a folder that the test checks stays empty).
+reports=$(mktemp -d)
+trap 'rm -rf "$reports"' EXIT
+for flag in threads mib_per_sample transport_reps ttft_prompt_tokens ttft_max_tokens ttft_reps \
+  gateway_prompt_tokens gateway_max_tokens gateway_reps stream_tokens throughput_reps \
+  kv_short_prompt kv_long_prompt; do
+  expect 1 "--$flag=0: must be at least 1" -- "$services" --$flag=0 \
+    --markdown="$reports/r.md" --json="$reports/r.json"
+done
+expect 1 "--sections: unknown section 'bogus'" -- "$services" --sections=bogus
+touch "$reports/a_file"
+expect 1 "--scratch_dir: $reports/a_file/x cannot be made a folder" -- "$services" \
+  --sections=kvbytes --scratch_dir="$reports/a_file/x" --markdown="$reports/r.md" \
+  --json="$reports/r.json"
+expect 2 "unknown flag --bogus" -- "$services" --bogus
+if [[ -e $reports/r.md || -e $reports/r.json ]]; then
+  echo "FAIL: a refused ced_services_bench wrote a report"
+  fail=1
+fi
 # A short session on tiny: turn 2 reuses the first prompt's 2 full blocks
 # (32 tokens) from blocks, all 40 held.
 expect 0 "| 2 | 86 | 32 / 40 | " -- "$turns" --presets=tiny --turns=3 --first=40 --tool=30 --reps=1
