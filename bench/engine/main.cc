@@ -152,6 +152,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
           absl::StrCat("--sections: unknown section '", s, "' (prefill, decode, replay, resume)"));
     }
   }
+  RETURN_IF_ERROR(CheckWritable("markdown", f.markdown));
+  RETURN_IF_ERROR(CheckWritable("json", f.json));
   const ScratchDir scratch_dir(f.scratch_dir, "ced_engine_bench");  // ours: removed on return
   const std::string& scratch = scratch_dir.path();
   std::shared_ptr<const ModelWeights> ced, dec;

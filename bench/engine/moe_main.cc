@@ -49,6 +49,7 @@ std::string Median(const std::vector<double>& v, const char* fmt, double scale =
 }
 
 absl::StatusOr<std::string> Run(const Flags& f, const std::string& command) {
+  RETURN_IF_ERROR(CheckWritable("out", f.out));
   ASSIGN_OR_RETURN(const std::vector<int> batches,
                    ParsePositiveInts("decode_batches", f.decode_batches));
   const ScratchDir scratch_dir("", "ced_moe_bench");  // removed on return

@@ -142,6 +142,9 @@ absl::Status Main(const Args& a) {
   run.interrupt = &g_interrupt;
   const Slo slo{a.slo_ttft_ms, a.slo_tpot_ms};
 
+  // Results go to files only at the end: a bad path is refused now.
+  RETURN_IF_ERROR(bench::CheckWritable("md-out", a.md_out));
+  RETURN_IF_ERROR(bench::CheckWritable("json-out", a.json_out));
   std::vector<ced::v1::ModelInfoResponse> infos;
   for (const Target& t : targets) {
     ASSIGN_OR_RETURN(ced::v1::ModelInfoResponse info, run.api == Api::kOpenAi

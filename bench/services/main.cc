@@ -131,6 +131,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
           absl::StrCat("--", name, "=", value, ": must be at least 1"));
     }
   }
+  RETURN_IF_ERROR(CheckWritable("markdown", f.markdown));
+  RETURN_IF_ERROR(CheckWritable("json", f.json));
   const std::vector<std::string> list = SplitList(f.sections, ',');
   const std::set<std::string> sections(list.begin(), list.end());
   for (const std::string& s : sections) {

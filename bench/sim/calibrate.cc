@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/common/flags.h"
+#include "bench/common/run_info.h"
 #include "bench/common/stats.h"
 #include "bench/engine/attention_probe.h"
 #include "bench/engine/machine.h"
@@ -213,6 +214,7 @@ absl::Status Main(int argc, char** argv) {
     return absl::OkStatus();
   }
   if (a.model.empty()) return absl::InvalidArgumentError("--model: required");
+  RETURN_IF_ERROR(bench::CheckWritable("out", a.out));  // the profile is written after minutes
   if (a.attention_context < 0) {
     return absl::InvalidArgumentError("--attention-context: must be >= 0");
   }

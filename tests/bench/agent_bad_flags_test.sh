@@ -58,6 +58,25 @@ expect 2 "--attention-context: 100000 + --chunk 256 exceeds the model's max_posi
 expect 1 "--resume_cached: '2' is not a fraction in (0, 1]" -- \
   "$engine" --sections=resume --resume_cached=2
 expect 1 "--resume_steps must be positive" -- "$engine" --sections=resume --resume_steps=0
+# An output path that cannot be written is refused before the run, not after
+# it (the results would be lost), and no report file is left behind.
+touch "$work/a_file"
+expect 1 "--json-out: cannot write '$work/a_file/r.json': Not a directory" -- \
+  "$loadgen" --target $t --num-requests 1 --json-out "$work/a_file/r.json"
+expect 1 "--md-out: cannot write '$work': it is a folder" -- \
+  "$loadgen" --target $t --num-requests 1 --md-out "$work"
+expect 1 "--json-out: cannot write '$work/a_file/r.json': Not a directory" -- \
+  "$loadgen" --target $t --workload agent --json-out "$work/a_file/r.json"
+expect 2 "--out: cannot write '$work/a_file/p.txt': Not a directory" -- \
+  "$calibrate" --model "$work/tiny" --out "$work/a_file/p.txt"
+expect 1 "--json: cannot write '$work/a_file/e.json': Not a directory" -- \
+  "$engine" --sections=resume --json="$work/a_file/e.json"
+expect 1 "--markdown: cannot write '$work': it is a folder" -- \
+  "$engine" --sections=resume --markdown="$work"
+if [[ -n $(find "$work" -name 'r.json' -o -name 'e.json' -o -name 'p.txt') ]]; then
+  echo "FAIL: a refused run left a report behind"
+  fail=1
+fi
 expect 1 "--sections: unknown section 'resumes'" -- "$engine" --sections=resumes
 expect 2 "unknown argument --bogus" -- bash "$sessions" --bogus
 expect 2 "--held-sequences must be an integer >= 0, got '-1'" -- \

@@ -76,6 +76,8 @@ expect 1 "--scratch_dir: $reports/a_file/x cannot be made a folder" -- "$service
   --sections=kvbytes --scratch_dir="$reports/a_file/x" --markdown="$reports/r.md" \
   --json="$reports/r.json"
 expect 2 "unknown flag --bogus" -- "$services" --bogus
+expect 1 "--json: cannot write '$reports': it is a folder" -- "$services" --json="$reports" \
+  --markdown="$reports/r.md"
 if [[ -e $reports/r.md || -e $reports/r.json ]]; then
   echo "FAIL: a refused ced_services_bench wrote a report"
   fail=1

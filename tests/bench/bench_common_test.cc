@@ -1,10 +1,15 @@
 // The benches' shared toolkit (bench/common): the flag parser, the list flags
 // and the percentiles every report uses.
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "bench/common/flags.h"
+#include "bench/common/run_info.h"
 #include "bench/common/stats.h"
 #include "gtest/gtest.h"
 
@@ -105,6 +110,33 @@ TEST(BenchPercentileTest, SummarizeQuartilesMatchPercentile) {
   EXPECT_DOUBLE_EQ(s.median, Percentile({4, 1, 3, 2, 10}, 50));
   EXPECT_DOUBLE_EQ(s.q1, Percentile({4, 1, 3, 2, 10}, 25));
   EXPECT_DOUBLE_EQ(s.q3, Percentile({4, 1, 3, 2, 10}, 75));
+}
+
+// A results path is checked before the run: writable paths pass (folders
+// made, nothing left behind, an existing file untouched), others are refused
+// naming the flag.
+TEST(BenchCheckWritableTest, RefusesWhatCannotBeWrittenAndLeavesNothing) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("bench_check_writable_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(CheckWritable("json", "").ok());
+  const std::string fresh = (dir / "sub" / "r.json").string();
+  EXPECT_TRUE(CheckWritable("json", fresh).ok());
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "sub"));
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  { std::ofstream(dir / "kept.md") << "old"; }
+  EXPECT_TRUE(CheckWritable("md", (dir / "kept.md").string()).ok());
+  std::ifstream kept(dir / "kept.md");
+  std::string text((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "old");
+  absl::Status s = CheckWritable("json", dir.string());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--json: cannot write"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("it is a folder"), std::string::npos) << s;
+  s = CheckWritable("out", (dir / "kept.md" / "x").string());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("--out: cannot write"), std::string::npos) << s;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
