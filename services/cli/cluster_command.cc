@@ -1,14 +1,17 @@
 // `ced cluster`: the compose topology (router, gateway, prefill pool, decode
 // pool) as local processes on loopback — the embedded default deployment.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -258,6 +261,24 @@ int RunCluster(const std::vector<std::string>& args) {
   }
   const std::string model = f->Get("model");
   if (model.empty()) return Fail(kWords, "--model is required", 2);
+  // The ready file is written through FILE.tmp once everything runs; a path
+  // that cannot be written is refused now (a script waiting for it would
+  // wait forever).
+  const std::string ready_file = f->Get("ready-file");
+  if (!ready_file.empty()) {
+    const std::string tmp = ready_file + ".tmp";
+    const bool ok = static_cast<bool>(std::ofstream(tmp));
+    const int err = errno;
+    std::remove(tmp.c_str());
+    struct stat st;
+    if (stat(ready_file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      return Fail(kWords, absl::StrCat("--ready-file: '", ready_file, "' is a folder"), 2);
+    }
+    if (!ok) {
+      return Fail(kWords,
+                  absl::StrCat("--ready-file: cannot write '", tmp, "': ", std::strerror(err)), 2);
+    }
+  }
   if (f->Get("prefix-cache") != "true" && f->Get("prefix-cache") != "false") {
     return Fail(kWords, "--prefix-cache must be true or false", 2);
   }
@@ -446,9 +467,17 @@ int RunCluster(const std::vector<std::string>& args) {
                     c->kv.empty() ? "" : " kv=" + c->kv, c->http.empty() ? "" : " http=" + c->http,
                     "\n");
   }
-  if (!f->Get("ready-file").empty()) {
-    std::ofstream(f->Get("ready-file") + ".tmp") << summary;
-    std::rename((f->Get("ready-file") + ".tmp").c_str(), f->Get("ready-file").c_str());
+  if (!ready_file.empty()) {
+    const std::string tmp = ready_file + ".tmp";
+    std::ofstream out(tmp);
+    out << summary;
+    out.close();
+    if (!out || std::rename(tmp.c_str(), ready_file.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      StopAll(children, 5000);
+      return Fail(kWords, absl::StrCat("--ready-file: cannot write '", ready_file, "': ", why));
+    }
   }
   {
     std::lock_guard<std::mutex> lock(g_print_mu);

@@ -27,6 +27,12 @@ empty=$(mktemp -d)
 trap 'rm -rf "$empty"' EXIT
 expect 2 "ced up: --model $empty has no model.safetensors" -- \
   env HOME="$empty" "$ced" up --model "$empty"
+# A ready file that cannot be written is refused before anything starts.
+touch "$empty/a_file"
+expect 2 "ced cluster: --ready-file: cannot write '$empty/a_file/r.tmp': Not a directory" -- \
+  "$ced" cluster --model "$model" --ready-file "$empty/a_file/r"
+expect 2 "ced cluster: --ready-file: '$empty' is a folder" -- \
+  "$ced" cluster --model "$model" --ready-file "$empty"
 # The shared KV tier's TLS files: only with rediss://, cert and key together,
 # readable, and PEM (checked at start-up, before anything listens).
 pem=$(mktemp)
