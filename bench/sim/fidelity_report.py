@@ -262,8 +262,8 @@ def header(a):
       "p50 / p90 at each load) prediction error within 15% as the median over the "
       f"{a.runs} runs. The device profile is calibrated once (`ced-sim-calibrate`, before the "
       "cluster starts), completed by one probe phase on the idle cluster before any load "
-      "(path latency, the prefill's colocation slowdown in the cluster, the decode loop's "
-      "cost per step), then frozen; every prediction below is written to this file before "
+      "(path latency, the prefill's colocation slowdown and speed in the cluster, the decode "
+      "loop's cost per step and per sequence), then frozen; every prediction below is written to this file before "
       "the first load starts, and nothing measured during a load changes any prediction "
       "(no per-load probe, no rescaling by the judged run).")
     w("")
@@ -447,7 +447,10 @@ def report(a, preds, meas_items):
       "computed alone in those rounds over the simulator's prefill of the same prompts; "
       "`decode_step_s` plus the "
       "TPOT of ten mean-length prompts sent one at a time minus the simulator's for them "
-      "(when positive). *Calibrated only* uses the file as `ced-sim-calibrate` wrote it "
+      "(when positive); `decode_seq_s` plus the TPOT of four mean-length prompts sent at once "
+      "(160 output tokens) minus the simulator's for them, over the decode worker's mean "
+      "batch in that probe minus one (and `decode_step_s` minus the same, so that batch 1 "
+      "keeps the first probe's figure). *Calibrated only* uses the file as `ced-sim-calibrate` wrote it "
       f"(sha256 {hashlib.sha256(open(a.calibrated, 'rb').read()).hexdigest()[:16]}); the "
       f"file below has sha256 {hashlib.sha256(open(a.profile, 'rb').read()).hexdigest()[:16]}. "
       "WORK is the run's temporary folder.")
