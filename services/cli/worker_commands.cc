@@ -1,10 +1,14 @@
 // `ced serve --role=prefill|decode`: the two worker roles.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
 #include "kernels/cpu/isa.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
@@ -21,7 +25,9 @@ std::vector<FlagSpec> EngineFlags() {
       {"model", "", "model directory (config.json + model.safetensors)"},
       {"device", "cpu", "compute backend"},
       {"kv-format", "", "cache format override: f32, bf16, fp8_e4m3, fp4_e2m1"},
-      {"kv-cache-mb", "256", "global KV cache budget in MiB"},
+      {"kv-cache-mb", "256",
+       "global KV cache budget in MiB, 1 .. 2^24 (on the CPU, with --kv-host-mb, at most the "
+       "machine's memory)"},
       {"block-size", "16", "tokens per KV block"},
       {"max-sequences", "64", "sequences alive at once (local windows)"},
       {"held-sequences", "8",
@@ -145,7 +151,8 @@ absl::Status FillEngine(const Flags& f, EngineOptions* e) {
   for (const absl::Status& s : {mb.status(), bs.status(), ms.status()}) {
     if (!s.ok()) return s;
   }
-  if (*mb < 1) return absl::InvalidArgumentError("--kv-cache-mb must be >= 1");
+  if (*mb < 1 || *mb > (1 << 24))
+    return absl::InvalidArgumentError("--kv-cache-mb must be in [1, 2^24]");
   const std::string pc = f.Get("prefix-cache");
   if (pc != "true" && pc != "false") {
     return absl::InvalidArgumentError("--prefix-cache must be true or false");
@@ -154,7 +161,21 @@ absl::Status FillEngine(const Flags& f, EngineOptions* e) {
   e->kv_cache_bytes = *mb << 20;
   e->block_size = static_cast<int>(*bs);
   e->max_sequences = static_cast<int>(*ms);
-  return FillKvTiers(f, e);
+  RETURN_IF_ERROR(FillKvTiers(f, e));
+  // On the CPU both the cache and the host tier are this machine's memory
+  // (the cache is allocated and zeroed at start): more than there is would
+  // take minutes of paging or the kernel's OOM killer, not an error.
+  if (e->device == "cpu") {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const int64_t total_mb = pages > 0 && page > 0 ? (int64_t{pages} * page) >> 20 : 0;
+    const int64_t asked_mb = *mb + (e->kv_host_bytes >> 20);
+    if (total_mb > 0 && asked_mb > total_mb) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-cache-mb (", *mb, ") plus --kv-host-mb (", e->kv_host_bytes >> 20,
+                       ") is more than this machine's memory (", total_mb, " MiB)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int ServeDecode(const std::vector<std::string>& args) {

@@ -27,6 +27,21 @@ empty=$(mktemp -d)
 trap 'rm -rf "$empty"' EXIT
 expect 2 "ced up: --model $empty has no model.safetensors" -- \
   env HOME="$empty" "$ced" up --model "$empty"
+# The K/V cache budget: a range, and on the CPU no more than the machine's
+# memory (with the host tier), refused before anything is allocated.
+mem_mb=$(( $(getconf _PHYS_PAGES) * $(getconf PAGESIZE) / 1048576 ))
+for role in prefill decode; do
+  for bad in 0 -1 16777217; do
+    expect 2 "--kv-cache-mb must be in [1, 2^24]" -- \
+      "$ced" serve --role=$role --model "$model" --kv-cache-mb "$bad"
+  done
+  expect 2 "flag --kv-cache-mb: 'x' is not an integer" -- \
+    "$ced" serve --role=$role --model "$model" --kv-cache-mb x
+  expect 2 "--kv-cache-mb ($(( mem_mb + 1 ))) plus --kv-host-mb (0) is more than this machine's memory" -- \
+    "$ced" serve --role=$role --model "$model" --kv-cache-mb $(( mem_mb + 1 ))
+  expect 2 "--kv-cache-mb (1) plus --kv-host-mb ($mem_mb) is more than this machine's memory" -- \
+    "$ced" serve --role=$role --model "$model" --kv-cache-mb 1 --kv-host-mb $mem_mb
+done
 # A ready file that cannot be written is refused before anything starts.
 touch "$empty/a_file"
 expect 2 "ced cluster: --ready-file: cannot write '$empty/a_file/r.tmp': Not a directory" -- \
