@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -291,6 +292,21 @@ int RunCluster(const std::vector<std::string>& args) {
     return Fail(kWords, "--prefill >= 0, --decode >= 1 and ports must be integers", 2);
   }
   const int base = static_cast<int>(*bp), mbase = static_cast<int>(*mp);
+  // On the CPU every worker's cache and host tier are this machine's memory;
+  // each worker checks its own, the sum over the workers is checked here.
+  if (f->Get("device") == "cpu") {
+    auto cache_mb = f->GetInt("kv-cache-mb"), host_mb = f->GetInt("kv-host-mb");
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const int64_t total_mb = pages > 0 && page > 0 ? (int64_t{pages} * page) >> 20 : 0;
+    if (cache_mb.ok() && host_mb.ok() && *cache_mb > 0 && *host_mb >= 0 && total_mb > 0 &&
+        (*np + *nd) * (*cache_mb + *host_mb) > total_mb) {
+      return Fail(
+          kWords,
+          absl::StrCat(*np + *nd, " workers x (--kv-cache-mb ", *cache_mb, " + --kv-host-mb ",
+                       *host_mb, ") is more than this machine's memory (", total_mb, " MiB)"),
+          2);
+    }
+  }
   // Every worker runs OpenMP kernels on the same machine: threads that spin
   // while waiting steal the cores their neighbours need, so wait passively
   // and share the cores out (unless the user chose otherwise).

@@ -42,6 +42,9 @@ for role in prefill decode; do
   expect 2 "--kv-cache-mb (1) plus --kv-host-mb ($mem_mb) is more than this machine's memory" -- \
     "$ced" serve --role=$role --model "$model" --kv-cache-mb 1 --kv-host-mb $mem_mb
 done
+half=$(( mem_mb / 2 + 1 ))
+expect 2 "ced cluster: 2 workers x (--kv-cache-mb $half + --kv-host-mb 0) is more than this machine's memory" -- \
+  "$ced" cluster --model "$model" --kv-cache-mb $half
 # A ready file that cannot be written is refused before anything starts.
 touch "$empty/a_file"
 expect 2 "ced cluster: --ready-file: cannot write '$empty/a_file/r.tmp': Not a directory" -- \
