@@ -13,6 +13,7 @@
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
 #include "services/cli/service_commands.h"
+#include "services/common/host_port.h"
 #include "services/decode/decode_worker.h"
 #include "services/kv_store/redis_store.h"
 #include "services/prefill/prefill_worker.h"
@@ -215,6 +216,11 @@ int ServeDecode(const std::vector<std::string>& args) {
   o.kv_address = f->Get("kv-listen");
   o.kv_transport = f->Get("kv-transport");
   o.router_address = f->Get("router");
+  if (!o.router_address.empty()) {
+    if (absl::Status s = services::CheckPeerAddress("router", o.router_address); !s.ok()) {
+      return Fail("serve --role=decode", std::string(s.message()), 2);
+    }
+  }
   o.advertise_address = f->Get("advertise-address");
   o.advertise_kv_address = f->Get("advertise-kv-address");
   o.worker_id = f->Get("worker-id").empty() ? "decode-" + o.grpc_address : f->Get("worker-id");
@@ -284,6 +290,11 @@ int ServePrefill(const std::vector<std::string>& args) {
   o.metrics_address = f->Get("metrics-listen");
   o.kv_transport = f->Get("kv-transport");
   o.router_address = f->Get("router");
+  if (!o.router_address.empty()) {
+    if (absl::Status s = services::CheckPeerAddress("router", o.router_address); !s.ok()) {
+      return Fail("serve --role=prefill", std::string(s.message()), 2);
+    }
+  }
   o.advertise_address = f->Get("advertise-address");
   o.worker_id = f->Get("worker-id").empty() ? "prefill-" + o.grpc_address : f->Get("worker-id");
   auto chunk = f->GetInt("chunk");

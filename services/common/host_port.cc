@@ -23,6 +23,17 @@ absl::StatusOr<HostPort> ParseHostPort(const std::string& address) {
   return hp;
 }
 
+absl::Status CheckPeerAddress(const std::string& flag, const std::string& address) {
+  const absl::StatusOr<HostPort> hp = ParseHostPort(address);
+  if (!hp.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", hp.status().message()));
+  if (hp->host.empty() || hp->port == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": '", address, "' needs a host and a port in 1-65535"));
+  }
+  return absl::OkStatus();
+}
+
 std::string FormatHostPort(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/cli/flags.h"
+#include "services/common/host_port.h"
 #include "services/gateway/gateway_server.h"
 #include "services/router/router_command.h"
 
@@ -85,6 +86,11 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.listen_address = flags->Get("listen");
   options.metrics_address = flags->Get("metrics-listen");
   options.router_address = flags->Get("router");
+  if (!flags->GetBool("embed-router")) {
+    if (absl::Status s = services::CheckPeerAddress("router", options.router_address); !s.ok()) {
+      return Fail(std::string(s.message()), 2);
+    }
+  }
   if (flags->GetBool("embed-router")) {
     if (flags->Has("router")) {
       return Fail(

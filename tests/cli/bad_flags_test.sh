@@ -45,6 +45,17 @@ done
 half=$(( mem_mb / 2 + 1 ))
 expect 2 "ced cluster: 2 workers x (--kv-cache-mb $half + --kv-host-mb 0) is more than this machine's memory" -- \
   "$ced" cluster --model "$model" --kv-cache-mb $half
+# A router address that cannot be a peer is refused, not retried forever.
+for role in prefill decode; do
+  expect 2 "ced serve --role=$role: --router: 'bad' is not host:port" -- \
+    "$ced" serve --role=$role --model "$model" --router bad
+  expect 2 "ced serve --role=$role: --router: '127.0.0.1:0' needs a host and a port in 1-65535" -- \
+    "$ced" serve --role=$role --model "$model" --router 127.0.0.1:0
+done
+expect 2 "--router: ':50051' needs a host and a port in 1-65535" -- \
+  "$ced" serve --role=gateway --model "$model" --router :50051
+expect 2 "--router: 'r:x' has no valid port (0-65535)" -- \
+  "$ced" serve --role=gateway --model "$model" --router r:x
 # A ready file that cannot be written is refused before anything starts.
 touch "$empty/a_file"
 expect 2 "ced cluster: --ready-file: cannot write '$empty/a_file/r.tmp': Not a directory" -- \
