@@ -50,7 +50,10 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(
   rs->server_ = builder.BuildAndStart();
   if (rs->server_ == nullptr || port == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen for gRPC on ", options.grpc_address));
+        absl::StrCat("cannot listen for gRPC on ", options.grpc_address,
+                     security.health_address.empty()
+                         ? ""
+                         : absl::StrCat(" and health checks on ", security.health_address)));
   }
   if (!security.health_address.empty() && health_port == 0) {
     return absl::UnavailableError(

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "services/common/host_port.h"
 
 namespace ced::services {
 namespace {
@@ -305,6 +306,9 @@ absl::StatusOr<SecurityConfig> LoadSecurity(const std::string& role, const Secur
   c.server_name = files.server_name;
   if (!files.health_listen.empty()) {
     if (!server) return absl::InvalidArgumentError("--health-listen is a flag of the services");
+    if (absl::StatusOr<HostPort> hp = ParseHostPort(files.health_listen); !hp.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--health-listen: ", hp.status().message()));
+    }
     c.health_address = files.health_listen;
   }
   return c;

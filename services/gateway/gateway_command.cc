@@ -116,7 +116,7 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
                                 route_timeout.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()), 2);
   }
-  if (*inflight < 1 || *inflight > (1 << 20)) return Fail("--max-inflight must be >= 1", 2);
+  if (*inflight < 1 || *inflight > (1 << 20)) return Fail("--max-inflight must be in [1, 2^20]", 2);
   if (*inflight_tokens < 1 || *inflight_tokens > (int64_t{1} << 40)) {
     return Fail("--max-inflight-tokens must be in [1, 2^40]", 2);
   }

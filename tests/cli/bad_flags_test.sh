@@ -56,6 +56,12 @@ expect 2 "--router: ':50051' needs a host and a port in 1-65535" -- \
   "$ced" serve --role=gateway --model "$model" --router :50051
 expect 2 "--router: 'r:x' has no valid port (0-65535)" -- \
   "$ced" serve --role=gateway --model "$model" --router r:x
+expect 2 "--max-inflight must be in [1, 2^20]" -- \
+  "$ced" serve --role=gateway --model "$model" --max-inflight 100000000
+for role in router gateway prefill decode; do
+  expect 2 "--health-listen: 'x' is not host:port" -- \
+    "$ced" serve --role=$role --model "$model" --health-listen x
+done
 # A ready file that cannot be written is refused before anything starts.
 touch "$empty/a_file"
 expect 2 "ced cluster: --ready-file: cannot write '$empty/a_file/r.tmp': Not a directory" -- \
