@@ -3,6 +3,7 @@
 // lengths; per run throughput, TTFT / TPOT / E2E percentiles, SLO attainment,
 // goodput and errors by status, as a markdown table and JSON.
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 
@@ -96,7 +97,30 @@ absl::Status MainAgent(const Args& a) {
   return RunAgentWorkload(a.agent, c);
 }
 
+// The numeric flags both workloads share, checked before any connection
+// (reaching the gateway may wait up to its timeout).
+absl::Status CheckCommonFlags(const Args& a) {
+  if (!std::isfinite(a.timeout_s) || a.timeout_s <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--timeout-s must be > 0, got ", a.timeout_s));
+  }
+  if (!std::isfinite(a.temperature) || a.temperature < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--temperature must be >= 0, got ", a.temperature));
+  }
+  const std::pair<const char*, double> non_negative[] = {{"duration-s", a.duration_s},
+                                                         {"num-requests", a.num_requests},
+                                                         {"slo-ttft-ms", a.slo_ttft_ms},
+                                                         {"slo-tpot-ms", a.slo_tpot_ms}};
+  for (const auto& [name, value] : non_negative) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " must be >= 0, got ", value));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Main(const Args& a) {
+  RETURN_IF_ERROR(CheckCommonFlags(a));
   if (a.workload == "agent") return MainAgent(a);
   if (a.workload != "poisson") {
     return absl::InvalidArgumentError(

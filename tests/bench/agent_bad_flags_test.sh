@@ -58,6 +58,20 @@ expect 2 "--attention-context: 100000 + --chunk 256 exceeds the model's max_posi
 expect 1 "--resume_cached: '2' is not a fraction in (0, 1]" -- \
   "$engine" --sections=resume --resume_cached=2
 expect 1 "--resume_steps must be positive" -- "$engine" --sections=resume --resume_steps=0
+# The numeric flags both workloads share, refused before connecting.
+for wl in poisson agent; do
+  expect 1 "--timeout-s must be > 0, got 0" -- "$loadgen" --target $t --workload $wl --timeout-s 0
+  expect 1 "--temperature must be >= 0, got -1" -- \
+    "$loadgen" --target $t --workload $wl --temperature -1
+  expect 1 "--duration-s must be >= 0, got -1" -- \
+    "$loadgen" --target $t --workload $wl --duration-s -1
+  expect 1 "--num-requests must be >= 0, got -1" -- \
+    "$loadgen" --target $t --workload $wl --num-requests -1
+  expect 1 "--slo-ttft-ms must be >= 0, got -5" -- \
+    "$loadgen" --target $t --workload $wl --slo-ttft-ms -5
+  expect 1 "--slo-tpot-ms must be >= 0, got nan" -- \
+    "$loadgen" --target $t --workload $wl --slo-tpot-ms nan
+done
 # An output path that cannot be written is refused before the run, not after
 # it (the results would be lost), and no report file is left behind.
 touch "$work/a_file"
