@@ -2,6 +2,7 @@
 //   ced-sim [flags]          one simulation at --rate, a markdown summary
 //   ced-sim --plan [flags]   every prefill:decode split's capacity
 //   ced-sim --info [flags]   instance memory and one-prefill-step tables
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -92,6 +93,17 @@ absl::StatusOr<SimOptions> BuildOptions(const Args& a) {
   o.workload.duration_s = a.duration;
   o.workload.max_requests = a.max_requests;
   o.workload.seed = static_cast<uint64_t>(a.seed);
+  if (!std::isfinite(a.tpot_ms) || a.tpot_ms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--tpot-slo-ms must be > 0, got ", a.tpot_ms));
+  }
+  if (!std::isfinite(a.ttft_ms) || a.ttft_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ttft-slo-ms must be >= 0 (0: from --ttft-slo-factor), got ", a.ttft_ms));
+  }
+  if (a.ttft_ms == 0 && (!std::isfinite(a.ttft_factor) || a.ttft_factor <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ttft-slo-factor must be > 0, got ", a.ttft_factor));
+  }
   o.tpot_slo_s = a.tpot_ms / 1e3;
   if (a.ttft_ms > 0) {
     o.ttft_slo_s = a.ttft_ms / 1e3;

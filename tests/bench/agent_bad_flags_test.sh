@@ -39,6 +39,10 @@ expect 1 "--flush-workers: no target labelled 'b' in --target" -- \
 expect 1 "--flush-workers: empty worker address for 'a'" -- \
   "$loadgen" --target a=$t --workload agent --flush-workers a=127.0.0.1:2+
 expect 2 "--workload: expected poisson or agent" -- "$sim" --workload chat
+expect 2 "--tpot-slo-ms must be > 0, got -1" -- "$sim" --preset tiny --rate 1 --tpot-slo-ms -1
+expect 2 "--ttft-slo-ms must be >= 0 (0: from --ttft-slo-factor), got -1" -- \
+  "$sim" --preset tiny --rate 1 --ttft-slo-ms -1
+expect 2 "--ttft-slo-factor must be > 0, got 0" -- "$sim" --preset tiny --rate 1 --ttft-slo-factor 0
 expect 2 "over max_position 8192" -- "$sim" --workload agent --preset small --turns 20 \
   --first-prompt-tokens 1000 --tool-result-mean 1000 --tool-result-cv 0
 expect 2 "agent trace: sessions must be >= 1" -- "$sim" --workload agent --sessions 0
