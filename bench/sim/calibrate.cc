@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -221,6 +222,21 @@ absl::Status Main(int argc, char** argv) {
   if (a.reps < 1 || a.steps < 1 || a.context < 1 || a.kv_cache_mb < 1 || a.chunk < 1) {
     return absl::InvalidArgumentError(
         "--reps, --steps, --context, --chunk and --kv-cache-mb must be >= 1");
+  }
+  if (!std::isfinite(a.request_ms) || a.request_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--request-ms must be >= 0, got ", a.request_ms));
+  }
+  if (!std::isfinite(a.link_gbps) || a.link_gbps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--link-gbps must be >= 0, got ", a.link_gbps));
+  }
+  if (!std::isfinite(a.bandwidth_mb) || a.bandwidth_mb < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--bandwidth-mb must be >= 1, got ", a.bandwidth_mb));
+  }
+  if (a.name.empty() || a.name.find_first_of(" \t\n#") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--name: '", a.name, "' must be one word (no spaces or '#')"));
   }
   ASSIGN_OR_RETURN(std::vector<int> prompts, ParseFitPoints("prompts", a.prompts));
   ASSIGN_OR_RETURN(std::vector<int> batches, ParseFitPoints("batches", a.batches));

@@ -53,6 +53,12 @@ expect 2 "agent sim: reserve_retries must be >= 0" -- \
 expect 2 "--json-out: cannot write '/nonexistent/sim.json'" -- \
   "$sim" --workload agent --sessions 1 --turns 1 --json-out /nonexistent/sim.json
 expect 2 "--attention-context: must be >= 0" -- "$calibrate" --model /nonexistent --attention-context -1
+expect 2 "--request-ms must be >= 0, got -1" -- "$calibrate" --model /nonexistent --request-ms -1
+expect 2 "--link-gbps must be >= 0, got -1" -- "$calibrate" --model /nonexistent --link-gbps -1
+expect 2 "--bandwidth-mb must be >= 1, got 0" -- "$calibrate" --model /nonexistent --bandwidth-mb 0
+expect 2 "--name: '' must be one word (no spaces or '#')" -- "$calibrate" --model /nonexistent --name=
+expect 2 "--name: 'a b' must be one word (no spaces or '#')" -- \
+  "$calibrate" --model /nonexistent --name "a b"
 # Refused as soon as the model's max_position is known, before any probe runs.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
