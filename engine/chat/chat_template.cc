@@ -230,6 +230,12 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const std::string
   }
   if (!override_file.empty()) {
     ASSIGN_OR_RETURN(std::string source, ReadFile(override_file));
+    // An empty template is valid Jinja, but it renders every conversation to
+    // an empty prompt: a wrong file, not a template.
+    if (source.find_first_not_of(" \t\r\n") == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(override_file, ": the chat template file is empty"));
+    }
     return ChatTemplate::Parse(source, override_file);
   }
   if (!model_dir.empty()) {

@@ -171,6 +171,17 @@ TEST(ChatTemplateTest, LoadErrorsNameTheFile) {
   t = LoadChatTemplate(dir.path(), dir.path() + "/missing.jinja", &options);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("missing.jinja"), std::string::npos) << t.status();
+
+  // An empty --chat-template file (or only whitespace) is refused, naming it.
+  for (const char* text : {"", " \n\t\n"}) {
+    const std::string empty_file = dir.Write("empty.jinja", text);
+    t = LoadChatTemplate(dir.path(), empty_file, &options);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find("empty.jinja: the chat template file is empty"),
+              std::string::npos)
+        << t.status();
+  }
 }
 
 }  // namespace

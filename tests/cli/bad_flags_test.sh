@@ -62,6 +62,10 @@ for role in router gateway prefill decode; do
   expect 2 "--health-listen: 'x' is not host:port" -- \
     "$ced" serve --role=$role --model "$model" --health-listen x
 done
+: >"$empty/empty.jinja"
+expect 1 "chat template: $empty/empty.jinja: the chat template file is empty" -- \
+  "$ced" serve --role=gateway --model "$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+  --http-listen 127.0.0.1:0 --chat-template "$empty/empty.jinja"
 # A ready file that cannot be written is refused before anything starts.
 touch "$empty/a_file"
 expect 2 "ced cluster: --ready-file: cannot write '$empty/a_file/r.tmp': Not a directory" -- \
