@@ -214,41 +214,58 @@ PYEOF
 echo "prefill_scale $P_SCALE  # probe: the prefill worker's compute alone, median $P_MEAS ms, over the simulated $P_SIM ms" >>"$WORK/profile.txt"
 log "prefill alone in the cluster: $P_MEAS ms, simulated $P_SIM ms -> prefill_scale $P_SCALE"
 
+# decode_probe TAG SEED CONCURRENCY REQUESTS OUTPUT SIM_RATE SKIP: REQUESTS
+# mean-length prompts with OUTPUT tokens each, CONCURRENCY at a time,
+# through the cluster, and the same trace in the simulator on the profile so
+# far (arriving at SIM_RATE per second); prints the median TPOT measured
+# (after the first SKIP requests) and simulated (ms), and the decode worker's
+# mean step (ms) and mean batch over the probe, from its histograms.
+decode_probe() {
+  local tag=$1 seed=$2 conc=$3 n=$4 out=$5 rate=$6 skip=$7
+  scrape "$WORK/${tag}_before.prom"
+  "$BIN/ced-loadgen" --target "$GATEWAY" --concurrency "$conc" --num-requests "$n" \
+    --duration-s 0 --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean "$out" --output-cv 0 \
+    --seed "$seed" --json-out "$WORK/$tag.json" --json-requests >/dev/null 2>"$WORK/$tag.log"
+  scrape "$WORK/${tag}_after.prom"
+  "$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2 \
+    --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --colocated --rate "$rate" \
+    --requests "$n" --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean "$out" --output-cv 0 \
+    --seed "$seed" --ttft-slo-ms 1000 --requests-out "$WORK/${tag}_sim.csv" >/dev/null
+  $PY - "$WORK" "$tag" "$skip" <<'PYEOF'
+import csv, json, re, statistics, sys
+w, tag, skip = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ok = [r for r in json.load(open(f"{w}/{tag}.json"))["runs"][0]["requests"][skip:]
+      if r["outcome"] == "OK" and "tpot_ms" in r]
+meas = statistics.median(r["tpot_ms"] for r in ok)
+sim = statistics.median(1e3 * float(r["tpot_s"]) for r in csv.DictReader(open(f"{w}/{tag}_sim.csv")))
+def sums(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"^(ced_decode_(?:step_seconds|batch_size)_(?:sum|count))\s+(\S+)$",
+                     line.strip())
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+b, a = sums(f"{w}/{tag}_before.prom"), sums(f"{w}/{tag}_after.prom")
+def delta(key):
+    return a.get(key, 0) - b.get(key, 0)
+steps = delta("ced_decode_step_seconds_count")
+batches = delta("ced_decode_batch_size_count")
+print("%.4f %.4f %s %s" % (meas, sim,
+                           "%.4f" % (1e3 * delta("ced_decode_step_seconds_sum") / steps)
+                           if steps > 0 else "nan",
+                           "%.3f" % (delta("ced_decode_batch_size_sum") / batches)
+                           if batches > 0 else "nan"))
+PYEOF
+}
+
 # The real decode loop's cost per step beyond the engine's step as calibrated
 # in-process (scheduler iteration, per-token emission and relays): the TPOT of
 # ten prompts of the mean length with 16 output tokens, one at a time (the
 # workers never overlap), minus the simulator's for the same probe, added to
 # decode_step_s when positive (never a rescaling of the profile's rates).
-scrape "$WORK/decode_probe_before.prom"
-"$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 1 --num-requests 10 --duration-s 0 \
-  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
-  --json-out "$WORK/probe_decode.json" --json-requests >/dev/null 2>"$WORK/probe_decode.log"
-scrape "$WORK/decode_probe_after.prom"
-"$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2 \
-  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --colocated --rate 0.01 --requests 10 \
-  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 16 --output-cv 0 --seed 98 \
-  --ttft-slo-ms 1000 --requests-out "$WORK/probe_sim.csv" >/dev/null
-read -r STEP_ADD PROBE_TPOT SIM_TPOT STEP_MS < <($PY - "$WORK" <<'PYEOF'
-import csv, json, re, statistics, sys
-w = sys.argv[1]
-ok = [r for r in json.load(open(f"{w}/probe_decode.json"))["runs"][0]["requests"][2:]
-      if r["outcome"] == "OK" and "tpot_ms" in r]
-meas = statistics.median(r["tpot_ms"] for r in ok)
-sim = statistics.median(1e3 * float(r["tpot_s"]) for r in csv.DictReader(open(f"{w}/probe_sim.csv")))
-def sums(path):
-    out = {}
-    for line in open(path):
-        m = re.match(r"^(ced_decode_step_seconds_(?:sum|count))\s+(\S+)$", line.strip())
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
-b, a = sums(f"{w}/decode_probe_before.prom"), sums(f"{w}/decode_probe_after.prom")
-n = a.get("ced_decode_step_seconds_count", 0) - b.get("ced_decode_step_seconds_count", 0)
-s = a.get("ced_decode_step_seconds_sum", 0) - b.get("ced_decode_step_seconds_sum", 0)
-print("%.9g %.4f %.4f %s" % (max(0.0, meas - sim) / 1e3, meas, sim,
-                              "%.4f" % (1e3 * s / n) if n > 0 else "nan"))
-PYEOF
-)
+read -r PROBE_TPOT SIM_TPOT STEP_MS _ < <(decode_probe probe_decode 98 1 10 16 0.01 2)
+STEP_ADD=$($PY -c "print('%.9g' % (max(0.0, $PROBE_TPOT - $SIM_TPOT) / 1e3))")
 $PY - "$WORK/profile.txt" "$STEP_ADD" "probe: + TPOT $PROBE_TPOT ms - simulated $SIM_TPOT ms (clipped at 0; the worker's mean step $STEP_MS ms)" <<'PYEOF'
 import sys
 path, add, note = sys.argv[1], float(sys.argv[2]), sys.argv[3]
@@ -273,37 +290,11 @@ log "decode probe: TPOT $PROBE_TPOT ms, simulated $SIM_TPOT ms -> decode_step_s 
 # the TPOTs at the loads' batches of 2-4.5 were measured above the
 # prediction; the three decode streams of the colocation rounds above ran
 # 20.0-22.0 ms against about 18.5 ms simulated in the run of 12-07 07:10.
-scrape "$WORK/decode_probe4_before.prom"
-"$BIN/ced-loadgen" --target "$GATEWAY" --concurrency 4 --num-requests 4 --duration-s 0 \
-  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 160 --output-cv 0 --seed 99 \
-  --json-out "$WORK/probe_decode4.json" --json-requests >/dev/null 2>"$WORK/probe_decode4.log"
-scrape "$WORK/decode_probe4_after.prom"
-"$BIN/ced-sim" --preset "$PRESET" --device-profile "$WORK/profile.txt" --instances 2 \
-  --prefill-instances 1 --prefill-gpus 1 --decode-gpus 1 --colocated --rate 1000 --requests 4 \
-  --input-mean "$INPUT_MEAN" --input-cv 0 --output-mean 160 --output-cv 0 --seed 99 \
-  --ttft-slo-ms 1000 --requests-out "$WORK/probe_sim4.csv" >/dev/null
-read -r SEQ_ADD PROBE4_TPOT SIM4_TPOT BATCH4 < <($PY - "$WORK" <<'PYEOF'
-import csv, json, re, statistics, sys
-w = sys.argv[1]
-ok = [r for r in json.load(open(f"{w}/probe_decode4.json"))["runs"][0]["requests"]
-      if r["outcome"] == "OK" and "tpot_ms" in r]
-meas = statistics.median(r["tpot_ms"] for r in ok)
-sim = statistics.median(1e3 * float(r["tpot_s"]) for r in csv.DictReader(open(f"{w}/probe_sim4.csv")))
-def sums(path):
-    out = {}
-    for line in open(path):
-        m = re.match(r"^(ced_decode_batch_size_(?:sum|count))\s+(\S+)$", line.strip())
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
-b, a = sums(f"{w}/decode_probe4_before.prom"), sums(f"{w}/decode_probe4_after.prom")
-n = a.get("ced_decode_batch_size_count", 0) - b.get("ced_decode_batch_size_count", 0)
-s = a.get("ced_decode_batch_size_sum", 0) - b.get("ced_decode_batch_size_sum", 0)
-batch = s / n if n > 0 else float("nan")
-add = (meas - sim) / 1e3 / (batch - 1) if batch == batch and batch > 1.2 else 0.0
-print("%.9g %.4f %.4f %.3f" % (add, meas, sim, batch))
-PYEOF
-)
+read -r PROBE4_TPOT SIM4_TPOT _ BATCH4 < <(decode_probe probe_decode4 99 4 4 160 1000 0)
+SEQ_ADD=$($PY -c "
+b = float('$BATCH4')
+print('%.9g' % (($PROBE4_TPOT - $SIM4_TPOT) / 1e3 / (b - 1) if b == b and b > 1.2 else 0.0))")
+
 $PY - "$WORK/profile.txt" "$SEQ_ADD" "probe: + (TPOT $PROBE4_TPOT ms - simulated $SIM4_TPOT ms of four concurrent streams) / (mean batch $BATCH4 - 1)" <<'PYEOF'
 import sys
 path, add, note = sys.argv[1], float(sys.argv[2]), sys.argv[3]
