@@ -27,6 +27,7 @@
 #include "services/cli/service_commands.h"
 #include "services/common/grpc_util.h"
 #include "services/common/subprocess.h"
+#include "services/common/worker_util.h"
 #include "services/kv_store/local_redis.h"
 
 namespace ced::cli {
@@ -296,14 +297,14 @@ int RunCluster(const std::vector<std::string>& args) {
   // each worker checks its own, the sum over the workers is checked here.
   if (f->Get("device") == "cpu") {
     auto cache_mb = f->GetInt("kv-cache-mb"), host_mb = f->GetInt("kv-host-mb");
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    const int64_t total_mb = pages > 0 && page > 0 ? (int64_t{pages} * page) >> 20 : 0;
+    const int64_t total_mb = services::MemoryLimitMiB();
     if (cache_mb.ok() && host_mb.ok() && *cache_mb > 0 && *host_mb >= 0 && total_mb > 0 &&
         (*np + *nd) * (*cache_mb + *host_mb) > total_mb) {
       return Fail(
           kWords,
           absl::StrCat(*np + *nd, " workers x (--kv-cache-mb ", *cache_mb, " + --kv-host-mb ",
-                       *host_mb, ") is more than this machine's memory (", total_mb, " MiB)"),
+                       *host_mb, ") is more than this machine's memory (", total_mb,
+                       " MiB; a container's limit counts when lower)"),
           2);
     }
   }

@@ -14,6 +14,7 @@
 #include "services/cli/flags.h"
 #include "services/cli/service_commands.h"
 #include "services/common/host_port.h"
+#include "services/common/worker_util.h"
 #include "services/decode/decode_worker.h"
 #include "services/kv_store/redis_store.h"
 #include "services/prefill/prefill_worker.h"
@@ -167,13 +168,13 @@ absl::Status FillEngine(const Flags& f, EngineOptions* e) {
   // (the cache is allocated and zeroed at start): more than there is would
   // take minutes of paging or the kernel's OOM killer, not an error.
   if (e->device == "cpu") {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    const int64_t total_mb = pages > 0 && page > 0 ? (int64_t{pages} * page) >> 20 : 0;
+    const int64_t total_mb = services::MemoryLimitMiB();
     const int64_t asked_mb = *mb + (e->kv_host_bytes >> 20);
     if (total_mb > 0 && asked_mb > total_mb) {
       return absl::InvalidArgumentError(
           absl::StrCat("--kv-cache-mb (", *mb, ") plus --kv-host-mb (", e->kv_host_bytes >> 20,
-                       ") is more than this machine's memory (", total_mb, " MiB)"));
+                       ") is more than this machine's memory (", total_mb,
+                       " MiB; a container's limit counts when lower)"));
     }
   }
   return absl::OkStatus();

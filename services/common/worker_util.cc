@@ -1,6 +1,9 @@
 #include "services/common/worker_util.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +11,19 @@
 #include "services/common/host_port.h"
 
 namespace ced::services {
+
+int64_t MemoryLimitMiB() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  int64_t bytes = pages > 0 && page > 0 ? int64_t{pages} * page : 0;
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    int64_t limit = 0;
+    // "max" (v2) or a number near 2^63 (v1) mean no limit.
+    if (in >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;
+  }
+  return bytes >> 20;
+}
 
 absl::Status CheckAdvertisable(const std::string& bound, const std::string& advertised,
                                const std::string& flag) {

@@ -25,6 +25,10 @@ std::string ModelFingerprint(const ModelConfig& config);
 // is empty, this is an InvalidArgument naming `flag`; otherwise OK.
 absl::Status CheckAdvertisable(const std::string& bound, const std::string& advertised,
                                const std::string& flag);
+// The memory this process may use, MiB: the machine's physical memory, or a
+// smaller limit of its control group (a container's: cgroup v2 memory.max or
+// v1 memory.limit_in_bytes). 0 when not known.
+int64_t MemoryLimitMiB();
 SamplingParams FromProto(const ced::internal::SamplingParams& p);
 void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out);
 // The registration every worker sends the router: id, role, gRPC address,
