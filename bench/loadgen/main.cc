@@ -97,9 +97,12 @@ absl::Status MainAgent(const Args& a) {
   return RunAgentWorkload(a.agent, c);
 }
 
-// The numeric flags both workloads share, checked before any connection
-// (reaching the gateway may wait up to its timeout).
+// The flags both workloads share, checked before any connection (reaching
+// the gateway may wait up to its timeout); the results go to files only at
+// the end, so a path that cannot be written is refused now.
 absl::Status CheckCommonFlags(const Args& a) {
+  RETURN_IF_ERROR(bench::CheckWritable("md-out", a.md_out));
+  RETURN_IF_ERROR(bench::CheckWritable("json-out", a.json_out));
   if (!std::isfinite(a.timeout_s) || a.timeout_s <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--timeout-s must be > 0, got ", a.timeout_s));
   }
@@ -166,9 +169,6 @@ absl::Status Main(const Args& a) {
   run.interrupt = &g_interrupt;
   const Slo slo{a.slo_ttft_ms, a.slo_tpot_ms};
 
-  // Results go to files only at the end: a bad path is refused now.
-  RETURN_IF_ERROR(bench::CheckWritable("md-out", a.md_out));
-  RETURN_IF_ERROR(bench::CheckWritable("json-out", a.json_out));
   std::vector<ced::v1::ModelInfoResponse> infos;
   for (const Target& t : targets) {
     ASSIGN_OR_RETURN(ced::v1::ModelInfoResponse info, run.api == Api::kOpenAi

@@ -31,7 +31,9 @@ void CallThreads::Shutdown() {
 
 int CallThreads::threads() const {
   absl::MutexLock lock(&mu_);
-  return live_;
+  int n = 0;
+  for (const Worker& w : workers_) n += w.exited ? 0 : 1;
+  return n;
 }
 
 int CallThreads::idle() const {
@@ -52,8 +54,8 @@ void CallThreads::Run(std::function<void()> fn) {
     queue_.push_back(std::move(fn));
     if (static_cast<int>(queue_.size()) <= idle_) {
       work_.Signal();
-    } else if (max_threads_ <= 0 || live_ < max_threads_) {
-      ++live_;
+    } else if (max_threads_ <= 0 || static_cast<int>(workers_.size()) < max_threads_) {
+      // (workers_ holds no exited thread here: they were taken out above.)
       workers_.emplace_back();
       Worker* w = &workers_.back();
       w->thread = std::thread([this, w] { Loop(w); });
@@ -71,15 +73,10 @@ void CallThreads::Loop(Worker* self) {
       --idle_;
       if (timed_out && queue_.empty()) {
         self->exited = true;
-        --live_;
         return;
       }
     }
-    if (queue_.empty()) {  // stopping
-      self->exited = true;
-      --live_;
-      return;
-    }
+    if (queue_.empty()) return;  // stopping
     std::function<void()> fn = std::move(queue_.front());
     queue_.pop_front();
     mu_.Unlock();

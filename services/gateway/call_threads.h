@@ -53,7 +53,6 @@ class CallThreads {
   std::list<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::list<Worker> workers_ ABSL_GUARDED_BY(mu_);
   int idle_ ABSL_GUARDED_BY(mu_) = 0;
-  int live_ ABSL_GUARDED_BY(mu_) = 0;  // workers not exited
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -86,11 +86,6 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.listen_address = flags->Get("listen");
   options.metrics_address = flags->Get("metrics-listen");
   options.router_address = flags->Get("router");
-  if (!flags->GetBool("embed-router")) {
-    if (absl::Status s = services::CheckPeerAddress("router", options.router_address); !s.ok()) {
-      return Fail(std::string(s.message()), 2);
-    }
-  }
   if (flags->GetBool("embed-router")) {
     if (flags->Has("router")) {
       return Fail(
@@ -104,6 +99,9 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       return Fail(std::string(s.message()), 2);
     }
     options.embedded_router = router;
+  } else if (absl::Status s = services::CheckPeerAddress("router", options.router_address);
+             !s.ok()) {
+    return Fail(std::string(s.message()), 2);
   }
   options.model_dir = flags->Get("model");
   options.model_name = flags->Get("model-name");
