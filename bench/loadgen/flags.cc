@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "services/common/host_port.h"
 
 namespace ced::loadgen {
 
@@ -21,6 +22,7 @@ absl::StatusOr<std::vector<Target>> ParseTargets(const std::string& text) {
       return absl::InvalidArgumentError(
           absl::StrCat("--target: bad item '", item, "' (expected [label=]host:port)"));
     }
+    if (absl::Status s = services::CheckPeerAddress("target", t.address); !s.ok()) return s;
     if (!labels.insert(t.label).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("--target: label '", t.label, "' given twice (name each target)"));

@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
            "--duration-s, --num-requests and the length flags are then unused)");
   AddAgentFlags(&f, &a.agent);
   if (absl::Status s = f.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "ced-loadgen: %s (see --help)\n", std::string(s.message()).c_str());
+    std::fprintf(stderr, "ced-loadgen: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (f.help_requested()) {

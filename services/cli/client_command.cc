@@ -21,8 +21,9 @@
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
 #include "services/cli/service_commands.h"
-#include "services/common/grpc_util.h"
 #include "services/cli/terminal_text.h"
+#include "services/common/grpc_util.h"
+#include "services/common/host_port.h"
 
 namespace ced::cli {
 namespace {
@@ -184,6 +185,9 @@ int Generate(const std::vector<std::string>& raw_args) {
   else if (!mode.empty())
     return Fail(kGenerateWords, "--replay-mode must be bounded or exact", 2);
 
+  if (absl::Status s = services::CheckPeerAddress("gateway", flags->Get("gateway")); !s.ok()) {
+    return Fail(kGenerateWords, std::string(s.message()), 2);
+  }
   auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
   grpc::ClientContext ctx;
   SetTimeout(&ctx, *timeout);
@@ -257,6 +261,9 @@ int Tokenize(const std::vector<std::string>& args) {
   ced::v1::TokenizeRequest request;
   request.set_text(flags->positional().empty() ? flags->Get("text") : flags->positional()[0]);
   request.set_add_bos(flags->GetBool("add-bos"));
+  if (absl::Status s = services::CheckPeerAddress("gateway", flags->Get("gateway")); !s.ok()) {
+    return Fail(kTokenizeWords, std::string(s.message()), 2);
+  }
   auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
   grpc::ClientContext ctx;
   SetTimeout(&ctx, *timeout);
@@ -290,6 +297,9 @@ int ModelInfo(const std::vector<std::string>& args) {
   }
   auto timeout = flags->GetInt("timeout-ms");
   if (!timeout.ok()) return Fail(kModelInfoWords, std::string(timeout.status().message()), 2);
+  if (absl::Status s = services::CheckPeerAddress("gateway", flags->Get("gateway")); !s.ok()) {
+    return Fail(kModelInfoWords, std::string(s.message()), 2);
+  }
   auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
   grpc::ClientContext ctx;
   SetTimeout(&ctx, *timeout);
@@ -325,6 +335,9 @@ int Drain(const std::vector<std::string>& args) {
   if (!timeout.ok()) return Fail(kDrainWords, std::string(timeout.status().message()), 2);
   const std::string worker = flags->Get("worker");
   if (worker.empty()) return Fail(kDrainWords, "--worker is required", 2);
+  if (absl::Status s = services::CheckPeerAddress("worker", worker); !s.ok()) {
+    return Fail(kDrainWords, std::string(s.message()), 2);
+  }
   auto channel = services::MakeChannel(worker);
   ced::internal::DrainRequest request;
   request.set_reason(flags->Get("reason"));
@@ -376,6 +389,9 @@ int FlushCache(const std::vector<std::string>& args) {
   if (!timeout.ok()) return Fail(kFlushCacheWords, std::string(timeout.status().message()), 2);
   const std::string worker = flags->Get("worker");
   if (worker.empty()) return Fail(kFlushCacheWords, "--worker is required", 2);
+  if (absl::Status s = services::CheckPeerAddress("worker", worker); !s.ok()) {
+    return Fail(kFlushCacheWords, std::string(s.message()), 2);
+  }
   auto channel = services::MakeChannel(worker);
   ced::internal::FlushCacheRequest request;
   request.set_reason(flags->Get("reason"));

@@ -38,6 +38,9 @@ int ModelMake(const std::vector<std::string>& args) {
   if (flags->Get("out").empty()) return Fail("model make", "--out is required", 2);
   auto seed = flags->GetInt("seed");
   if (!seed.ok()) return Fail("model make", std::string(seed.status().message()), 2);
+  if (*seed < 0) {
+    return Fail("model make", absl::StrCat("--seed must be >= 0, got ", *seed), 2);
+  }
   MakeModelOptions o;
   o.preset = flags->Get("preset");
   o.seed = static_cast<uint64_t>(*seed);

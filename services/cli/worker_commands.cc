@@ -131,6 +131,13 @@ absl::Status FillKvTiers(const Flags& f, EngineOptions* e) {
   return absl::OkStatus();
 }
 
+// --router: empty (no router) or a peer address.
+absl::Status RouterFlag(const Flags& f, std::string* router) {
+  *router = f.Get("router");
+  if (router->empty()) return absl::OkStatus();
+  return services::CheckPeerAddress("router", *router);
+}
+
 absl::Status FillEngine(const Flags& f, EngineOptions* e) {
   e->model_dir = f.Get("model");
   if (e->model_dir.empty()) return absl::InvalidArgumentError("--model is required");
@@ -216,11 +223,8 @@ int ServeDecode(const std::vector<std::string>& args) {
   o.metrics_address = f->Get("metrics-listen");
   o.kv_address = f->Get("kv-listen");
   o.kv_transport = f->Get("kv-transport");
-  o.router_address = f->Get("router");
-  if (!o.router_address.empty()) {
-    if (absl::Status s = services::CheckPeerAddress("router", o.router_address); !s.ok()) {
-      return Fail("serve --role=decode", std::string(s.message()), 2);
-    }
+  if (absl::Status s = RouterFlag(*f, &o.router_address); !s.ok()) {
+    return Fail("serve --role=decode", std::string(s.message()), 2);
   }
   o.advertise_address = f->Get("advertise-address");
   o.advertise_kv_address = f->Get("advertise-kv-address");
@@ -290,11 +294,8 @@ int ServePrefill(const std::vector<std::string>& args) {
   o.grpc_address = f->Get("listen");
   o.metrics_address = f->Get("metrics-listen");
   o.kv_transport = f->Get("kv-transport");
-  o.router_address = f->Get("router");
-  if (!o.router_address.empty()) {
-    if (absl::Status s = services::CheckPeerAddress("router", o.router_address); !s.ok()) {
-      return Fail("serve --role=prefill", std::string(s.message()), 2);
-    }
+  if (absl::Status s = RouterFlag(*f, &o.router_address); !s.ok()) {
+    return Fail("serve --role=prefill", std::string(s.message()), 2);
   }
   o.advertise_address = f->Get("advertise-address");
   o.worker_id = f->Get("worker-id").empty() ? "prefill-" + o.grpc_address : f->Get("worker-id");

@@ -56,6 +56,21 @@ expect 2 "--router: ':50051' needs a host and a port in 1-65535" -- \
   "$ced" serve --role=gateway --model "$model" --router :50051
 expect 2 "--router: 'r:x' has no valid port (0-65535)" -- \
   "$ced" serve --role=gateway --model "$model" --router r:x
+expect 2 "--router: 'http://127.0.0.1:50051' is a URL; give host:port (e.g. 127.0.0.1:50050)" -- \
+  "$ced" serve --role=decode --model "$model" --router http://127.0.0.1:50051
+# The client commands check the address they call before calling it (gRPC
+# would answer a DNS error, or take a URL's scheme for a host name).
+for sub in generate tokenize model-info; do
+  expect 2 "ced client $sub: --gateway: 'http://127.0.0.1:50050' is a URL; give host:port" -- \
+    "$ced" client $sub --gateway http://127.0.0.1:50050
+  expect 2 "ced client $sub: --gateway: 'gw' is not host:port" -- "$ced" client $sub --gateway gw
+done
+for sub in drain flush-cache; do
+  expect 2 "ced client $sub: --worker: 'w w:1' has a character a host cannot have (' ')" -- \
+    "$ced" client $sub --worker "w w:1"
+done
+expect 2 "ced model make: --seed must be >= 0, got -1" -- \
+  "$ced" model make --preset tiny --seed -1 --out "$empty/never"
 expect 2 "--max-inflight must be in [1, 2^20]" -- \
   "$ced" serve --role=gateway --model "$model" --max-inflight 100000000
 for role in router gateway prefill decode; do

@@ -36,11 +36,16 @@ TEST(HostPortTest, BadAddressesQuoteTheAddress) {
 TEST(HostPortTest, PeerAddressNeedsAHostAndANonZeroPort) {
   EXPECT_TRUE(CheckPeerAddress("router", "ced-router:50051").ok());
   EXPECT_TRUE(CheckPeerAddress("router", "[::1]:50051").ok());
-  for (const char* bad : {"bad", ":50051", "127.0.0.1:0", "r:x", ""}) {
+  for (const char* bad : {"bad", ":50051", "127.0.0.1:0", "r:x", "", "http://r:50051",
+                          "dns:///r:50051", "r/x:1", "r x:1", "user@r:1", "[::1:1"}) {
     const absl::Status s = CheckPeerAddress("router", bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(s.message().rfind("--router: ", 0), 0u) << s;
   }
+  EXPECT_EQ(CheckPeerAddress("gateway", "https://gw:443").message(),
+            "--gateway: 'https://gw:443' is a URL; give host:port (e.g. 127.0.0.1:50050)");
+  EXPECT_EQ(CheckPeerAddress("router", "r/x:1").message(),
+            "--router: 'r/x:1' has a character a host cannot have ('/')");
 }
 
 }  // namespace

@@ -111,6 +111,9 @@ TEST(LoadgenFlagsTest, ParsesTypedFlagsAndLists) {
   EXPECT_EQ((*ParseTargets("localhost:5"))[0].label, "gateway");
   EXPECT_FALSE(ParseTargets("a=h:1,a=h:2").ok());
   EXPECT_FALSE(ParseTargets("a=").ok());
+  EXPECT_EQ(ParseTargets("a=h:1,b=http://h:2").status().message(),
+            "--target: 'http://h:2' is a URL; give host:port (e.g. 127.0.0.1:50050)");
+  EXPECT_EQ(ParseTargets("h").status().message(), "--target: 'h' is not host:port");
   auto rates = bench::ParseDoubleList("rate", "1, 2,4.5");
   ASSERT_TRUE(rates.ok());
   EXPECT_EQ(*rates, (std::vector<double>{1, 2, 4.5}));
