@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <set>
 #include <string_view>
 
@@ -200,8 +201,22 @@ bool WeightSetNeeds(const ModelConfig& config, WeightSet set, const std::string&
   return suffix == "global_k" || suffix == "global_v";
 }
 
+absl::Status CheckRunnableModel(const std::string& dir) {
+  RETURN_IF_ERROR(LoadConfigFile(dir + "/config.json").status());
+  std::error_code ec;
+  if (!std::filesystem::exists(dir + "/model.safetensors", ec)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir,
+        ": config.json but no model.safetensors: a shape-only model (ced model make "
+        "--shape-only, or a preset too large to write such as deepseek-v4.1-flash) can be "
+        "inspected with `ced model info`, not run"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const std::string& dir,
                                                                WeightSet set) {
+  RETURN_IF_ERROR(CheckRunnableModel(dir));
   ASSIGN_OR_RETURN(ModelConfig config, LoadConfigFile(dir + "/config.json"));
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
                    SafetensorsFile::Open(dir + "/model.safetensors"));

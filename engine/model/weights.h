@@ -61,6 +61,11 @@ class ModelWeights {
   int64_t resident_bytes_ = 0;
 };
 
+// A model folder that can be run: config.json parses and model.safetensors
+// exists. FAILED_PRECONDITION saying so when the folder holds a shape-only
+// model (config.json alone), NOT_FOUND / INVALID_ARGUMENT from the config.
+absl::Status CheckRunnableModel(const std::string& dir);
+
 // Loads `dir/config.json` and the tensors of `set` from `dir/model.safetensors`,
 // validating names, shapes, dtypes (F32, BF16, F16) and offsets. Tensors the
 // set does not need are skipped (never read). Errors name the file and tensor.

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ced/internal/router.grpc.pb.h"
+#include "engine/model/weights.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
 #include "services/cli/security_flags.h"
@@ -355,6 +356,11 @@ int RunCluster(const std::vector<std::string>& args) {
   // otherwise start every worker before the gateway refused it.
   if (auto n = f->GetInt("migration-limit"); !n.ok() || *n < 0 || *n > 16) {
     return Fail(kWords, "--migration-limit must be in [0, 16]", 2);
+  }
+  // Every worker would fail on a folder it cannot run; say why once, before
+  // anything starts.
+  if (absl::Status s = CheckRunnableModel(model); !s.ok()) {
+    return Fail(kWords, absl::StrCat("--model: ", s.message()), 2);
   }
   if (kv_store == "local") {
     auto mb = f->GetInt("kv-store-mb");

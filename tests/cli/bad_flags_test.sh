@@ -27,6 +27,12 @@ empty=$(mktemp -d)
 trap 'rm -rf "$empty"' EXIT
 expect 2 "ced up: --model $empty has no model.safetensors" -- \
   env HOME="$empty" "$ced" up --model "$empty"
+# A shape-only model (config.json alone) is refused before any worker starts.
+"$ced" model make --preset tiny --shape-only --out "$empty/shape" >/dev/null
+expect 2 "ced cluster: --model: $empty/shape: config.json but no model.safetensors: a shape-only model" -- \
+  "$ced" cluster --model "$empty/shape" --base-port 0 --metrics-base-port 0
+expect 1 "$empty/shape: config.json but no model.safetensors" -- \
+  "$ced" generate --model "$empty/shape" --prompt hi
 # The K/V cache budget: a range, and on the CPU no more than the machine's
 # memory (with the host tier), refused before anything is allocated.
 mem_mb=$(( $(getconf _PHYS_PAGES) * $(getconf PAGESIZE) / 1048576 ))

@@ -237,7 +237,14 @@ TEST_F(BadModelDirTest, MissingFiles) {
   EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(w.status().message()), HasSubstr("config.json"));
   std::remove(file().c_str());
-  EXPECT_THAT(LoadError(dir_.path()), HasSubstr("model.safetensors: cannot open"));
+  // config.json alone is a shape-only model: said so, not "cannot open".
+  auto shape_only = LoadModelWeights(dir_.path(), WeightSet::kFull);
+  ASSERT_FALSE(shape_only.ok());
+  EXPECT_EQ(shape_only.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(shape_only.status().message()),
+              HasSubstr("config.json but no model.safetensors: a shape-only model"));
+  EXPECT_EQ(CheckRunnableModel(dir_.path()), shape_only.status());
+  EXPECT_EQ(CheckRunnableModel(empty.path()).code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(BadModelDirTest, BadConfigJson) {
