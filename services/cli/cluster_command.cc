@@ -38,11 +38,17 @@ constexpr char kWords[] = "cluster";
 
 struct Child {
   std::string name;
+  std::vector<std::string> args;  // of `ced serve`, as first started
+  bool embedded_router = false;
   std::unique_ptr<services::Subprocess> proc;
   std::string grpc, metrics, kv, http;
   std::string router, router_metrics;  // a gateway's embedded router
   std::thread reader;                  // forwards its output, then reaps it (and says how it ended)
   std::atomic<bool> exited{false};
+  std::atomic<bool> crashed{false};  // ended by a signal or a non-zero status
+  std::string how;                   // "killed by signal 9", "exited with status 1"
+  int restarts = 0;
+  std::chrono::steady_clock::time_point restart_at{};  // set when a restart is due
 };
 
 std::mutex g_print_mu;
@@ -102,10 +108,13 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args, bool embedded
       const int st = *status;
       std::lock_guard<std::mutex> lock(g_print_mu);
       if (WIFEXITED(st)) {
-        std::printf("cluster: %s exited with status %d\n", c->name.c_str(), WEXITSTATUS(st));
+        c->how = absl::StrCat("exited with status ", WEXITSTATUS(st));
+        c->crashed = WEXITSTATUS(st) != 0;
       } else if (WIFSIGNALED(st)) {
-        std::printf("cluster: %s killed by signal %d\n", c->name.c_str(), WTERMSIG(st));
+        c->how = absl::StrCat("killed by signal ", WTERMSIG(st));
+        c->crashed = true;
       }
+      std::printf("cluster: %s %s\n", c->name.c_str(), c->how.c_str());
       std::fflush(stdout);
     }
     c->exited = true;
@@ -132,6 +141,70 @@ void StopAll(std::vector<std::unique_ptr<Child>>& children, int grace_ms) {
     if (absl::IsDeadlineExceeded(c->proc->Wait(std::max(0.0, left.count())).status())) {
       c->proc->Signal(SIGKILL);
       (void)c->proc->Wait(-1);
+    }
+  }
+}
+
+// The arguments that start `c` again on the addresses it bound (a port 0
+// became a real port: peers and clients keep the address they know).
+std::vector<std::string> RestartArgs(const Child& c) {
+  const std::map<std::string, std::string> bound = {
+      {"--listen", c.grpc},          {"--metrics-listen", c.metrics},
+      {"--kv-listen", c.kv},         {"--http-listen", c.http},
+      {"--router-listen", c.router}, {"--router-metrics-listen", c.router_metrics}};
+  std::vector<std::string> a = c.args;
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    auto it = bound.find(a[i]);
+    if (it != bound.end() && !it->second.empty()) a[i + 1] = it->second;
+  }
+  return a;
+}
+
+// Until SIGINT / SIGTERM: starts again, on the same addresses, a service
+// process that crashed (a signal, or a non-zero status; one that exited with
+// 0, e.g. after `ced client drain`, is left stopped), after 1 s, then 2, 4 ..
+// 30 s between restarts, at most `max_restarts` times each.
+void Supervise(std::vector<std::unique_ptr<Child>>& children, int max_restarts) {
+  using Clock = std::chrono::steady_clock;
+  while (services::WaitForShutdownSignalFor(0.2) == 0) {
+    for (auto& c : children) {
+      if (!c->exited || !c->crashed || c->restarts >= max_restarts) continue;
+      const Clock::time_point now = Clock::now();
+      if (c->restart_at == Clock::time_point{}) {
+        const int delay_s = std::min(30, 1 << std::min(c->restarts, 5));
+        c->restart_at = now + std::chrono::seconds(delay_s);
+        std::lock_guard<std::mutex> lock(g_print_mu);
+        std::printf("cluster: restarting %s in %d s (restart %d of --max-restarts %d)\n",
+                    c->name.c_str(), delay_s, c->restarts + 1, max_restarts);
+        std::fflush(stdout);
+        continue;
+      }
+      if (now < c->restart_at) continue;
+      c->restart_at = Clock::time_point{};
+      ++c->restarts;
+      if (c->reader.joinable()) c->reader.join();
+      c->exited = false;
+      c->crashed = false;
+      const absl::Status s = Spawn(c.get(), RestartArgs(*c), c->embedded_router);
+      std::lock_guard<std::mutex> lock(g_print_mu);
+      if (s.ok()) {
+        std::printf("cluster: %s restarted (pid %d) on %s\n", c->name.c_str(),
+                    static_cast<int>(c->proc->pid()), c->grpc.c_str());
+      } else {
+        std::printf("cluster: restarting %s failed: %s\n", c->name.c_str(),
+                    std::string(s.message()).c_str());
+        if (c->proc != nullptr) {  // not ready in time: stopped, counted as a crash
+          c->proc->Signal(SIGKILL);
+          (void)c->proc->Wait(-1);
+        }
+        c->exited = true;
+        c->crashed = true;
+      }
+      if (c->restarts >= max_restarts && !s.ok()) {
+        std::printf("cluster: %s is not restarted again (--max-restarts %d)\n", c->name.c_str(),
+                    max_restarts);
+      }
+      std::fflush(stdout);
     }
   }
 }
@@ -213,6 +286,9 @@ int RunCluster(const std::vector<std::string>& args) {
        "gateway: streamed OpenAI events written to the client's socket by the thread that "
        "receives the tokens (false: by the connection's thread)",
        true},
+      {"max-restarts", "5",
+       "start a service process that crashed (a signal or a non-zero exit) again on the same "
+       "addresses, after 1, 2, 4 .. 30 s, at most this many times each (0: never)"},
       {"embed-router", "false",
        "run the router inside the gateway process (on the router's port; no Route RPC on the "
        "request path) instead of as a process of its own",
@@ -322,6 +398,8 @@ int RunCluster(const std::vector<std::string>& args) {
                    bool embedded_router = false) -> absl::Status {
     auto c = std::make_unique<Child>();
     c->name = name;
+    c->args = a;
+    c->embedded_router = embedded_router;
     absl::Status s = Spawn(c.get(), a, embedded_router);
     children.push_back(std::move(c));
     return s;
@@ -357,6 +435,11 @@ int RunCluster(const std::vector<std::string>& args) {
   if (auto n = f->GetInt("migration-limit"); !n.ok() || *n < 0 || *n > 16) {
     return Fail(kWords, "--migration-limit must be in [0, 16]", 2);
   }
+  const absl::StatusOr<int64_t> restarts_flag = f->GetInt("max-restarts");
+  if (!restarts_flag.ok() || *restarts_flag < 0 || *restarts_flag > 1000) {
+    return Fail(kWords, "--max-restarts must be in [0, 1000]", 2);
+  }
+  const int max_restarts = static_cast<int>(*restarts_flag);
   // Every worker would fail on a folder it cannot run; say why once, before
   // anything starts.
   if (absl::Status s = CheckRunnableModel(model); !s.ok()) {
@@ -507,7 +590,7 @@ int RunCluster(const std::vector<std::string>& args) {
     std::printf("cluster ready: gateway %s\n%s", gateway_address.c_str(), summary.c_str());
     std::fflush(stdout);
   }
-  services::WaitForShutdownSignal();
+  Supervise(children, max_restarts);
   std::printf("cluster: stopping\n");
   StopAll(children, 35000);
   return 0;

@@ -1,16 +1,17 @@
 #include "services/common/grpc_util.h"
 
-#include "services/common/host_port.h"
-
-#include <csignal>
-#include <cstdio>
-#include <semaphore.h>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <semaphore.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "services/common/host_port.h"
 
 namespace ced::services {
 
@@ -144,6 +145,18 @@ void InstallShutdownSignals() {
 
 int WaitForShutdownSignal() {
   while (sem_wait(&g_signal_sem) != 0) {
+  }
+  return g_signal.load();
+}
+
+int WaitForShutdownSignalFor(double seconds) {
+  timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  const int64_t ns = deadline.tv_nsec + static_cast<int64_t>(seconds * 1e9);
+  deadline.tv_sec += ns / 1000000000;
+  deadline.tv_nsec = ns % 1000000000;
+  while (sem_timedwait(&g_signal_sem, &deadline) != 0) {
+    if (errno == ETIMEDOUT) return g_signal.load();
   }
   return g_signal.load();
 }

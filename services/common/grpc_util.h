@@ -65,6 +65,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 // arrives and returns the signal number.
 void InstallShutdownSignals();
 int WaitForShutdownSignal();
+// The same for at most `seconds`: 0 when none arrived by then.
+int WaitForShutdownSignalFor(double seconds);
 bool ShutdownRequested();
 // Wakes WaitForShutdownSignal as SIGTERM would (the admin Drain RPC).
 void RequestShutdown();

@@ -75,6 +75,10 @@ for sub in drain flush-cache; do
   expect 2 "ced client $sub: --worker: 'w w:1' has a character a host cannot have (' ')" -- \
     "$ced" client $sub --worker "w w:1"
 done
+for bad in -1 1001 x; do
+  expect 2 "ced cluster: --max-restarts must be in [0, 1000]" -- \
+    "$ced" cluster --model "$model" --max-restarts $bad
+done
 expect 2 "ced model make: --seed must be >= 0, got -1" -- \
   "$ced" model make --preset tiny --seed -1 --out "$empty/never"
 expect 2 "--max-inflight must be in [1, 2^20]" -- \

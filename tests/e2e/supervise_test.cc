@@ -1,0 +1,113 @@
+// `ced cluster` keeps its services running: a process that crashes (SIGKILL
+// here, as the kernel's OOM killer would) is started again on the addresses
+// it had, and the cluster answers again; one that exits cleanly (SIGTERM, or
+// a drain) is left stopped, and --max-restarts 0 turns restarts off. Real
+// processes on loopback; tokens compared with a colocated run of the engine.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/e2e/cluster_fixture.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace ced::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+bool LogHas(const LocalCluster& cluster, const std::string& text) {
+  return cluster.Log().find(text) != std::string::npos;
+}
+
+// The value after `flag` in a service's argv, or "".
+std::string FlagValue(const std::vector<std::string>& argv, const std::string& flag) {
+  auto it = std::find(argv.begin(), argv.end(), flag);
+  return it == argv.end() || it + 1 == argv.end() ? "" : *(it + 1);
+}
+
+TEST(E2eSuperviseTest, EveryRoleThatCrashesIsStartedAgainOnItsAddresses) {
+  const std::string model = MakeModelDir("tiny");
+  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1"});
+  ASSERT_TRUE(cluster.ready()) << cluster.Log();
+  const auto prompt = Prompt(60, 7);
+  ColocatedEngine colocated(model);
+  const auto expected = colocated.Run(prompt, 8, ReplayMode::kBounded, {});
+
+  for (const std::string name : {"decode-0", "prefill-0", "router", "gateway"}) {
+    SCOPED_TRACE(name);
+    const std::vector<std::string> before = cluster.ServiceArgv(name);
+    ASSERT_FALSE(before.empty()) << "no " << name << " process";
+    ASSERT_TRUE(cluster.SignalService(name, SIGKILL));
+    ASSERT_TRUE(
+        WaitUntil([&] { return LogHas(cluster, "cluster: " + name + " restarted"); }, seconds(90)))
+        << cluster.Log();
+    EXPECT_TRUE(LogHas(cluster, "cluster: " + name + " killed by signal 9"));
+    EXPECT_TRUE(LogHas(cluster, "cluster: restarting " + name + " in 1 s (restart 1 of"));
+    // The new process listens where the old one did (the cluster started
+    // with port 0: the bound port, not 0, is passed again).
+    const std::vector<std::string> after = cluster.ServiceArgv(name);
+    ASSERT_FALSE(after.empty()) << cluster.Log();
+    EXPECT_EQ(FlagValue(after, "--listen"), cluster.addresses().at(name).at("grpc"));
+    EXPECT_EQ(FlagValue(after, "--metrics-listen"), cluster.addresses().at(name).at("metrics"));
+    if (name == "decode-0") {
+      EXPECT_EQ(FlagValue(after, "--kv-listen"), cluster.addresses().at(name).at("kv"));
+    }
+    if (name == "gateway") {
+      EXPECT_EQ(FlagValue(after, "--http-listen"), cluster.addresses().at(name).at("http"));
+    }
+    EXPECT_EQ(FlagValue(before, "--listen"), "127.0.0.1:0");
+    // The cluster answers again, with the same tokens (a restarted router
+    // first hears from the workers at their next load report).
+    GenResult r;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          r = Generate(cluster.gateway(), Request(prompt, 8, ced::v1::REPLAY_ON_AUTO));
+          return r.status.ok();
+        },
+        seconds(60), milliseconds(500)))
+        << r.status.error_message() << "\n"
+        << cluster.Log();
+    EXPECT_EQ(r.tokens, expected);
+  }
+}
+
+TEST(E2eSuperviseTest, CleanExitsAndMaxRestartsZeroAreNotRestarted) {
+  const std::string model = MakeModelDir("tiny");
+  {
+    // SIGTERM: the worker drains and exits with 0, as after `ced client
+    // drain`; taking it out was asked for, so it stays out.
+    LocalCluster cluster(model, {"--prefill", "1", "--decode", "1"});
+    ASSERT_TRUE(cluster.ready()) << cluster.Log();
+    ASSERT_TRUE(cluster.SignalService("prefill-0", SIGTERM));
+    ASSERT_TRUE(WaitUntil(
+        [&] { return LogHas(cluster, "cluster: prefill-0 exited with status 0"); }, seconds(60)))
+        << cluster.Log();
+    // A restart would be announced 0.2 s after the exit and run 1 s later.
+    std::this_thread::sleep_for(seconds(3));
+    EXPECT_FALSE(LogHas(cluster, "restarting prefill-0")) << cluster.Log();
+    EXPECT_TRUE(cluster.ServiceArgv("prefill-0").empty());
+  }
+  {
+    LocalCluster cluster(model, {"--prefill", "1", "--decode", "1", "--max-restarts", "0"});
+    ASSERT_TRUE(cluster.ready()) << cluster.Log();
+    ASSERT_TRUE(cluster.SignalService("decode-0", SIGKILL));
+    ASSERT_TRUE(WaitUntil([&] { return LogHas(cluster, "cluster: decode-0 killed by signal 9"); },
+                          seconds(60)))
+        << cluster.Log();
+    std::this_thread::sleep_for(seconds(3));
+    EXPECT_FALSE(LogHas(cluster, "restarting decode-0")) << cluster.Log();
+    EXPECT_TRUE(cluster.ServiceArgv("decode-0").empty());
+    // The rest keeps serving what it can: no decode worker, a clear error.
+    const GenResult r =
+        Generate(cluster.gateway(), Request(Prompt(20, 1), 4, ced::v1::REPLAY_ON_AUTO));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  }
+}
+
+}  // namespace
+}  // namespace ced::testing
