@@ -68,6 +68,15 @@ absl::StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
   return v;
 }
 
+absl::StatusOr<int64_t> Flags::GetIntIn(const std::string& name, int64_t lo, int64_t hi) const {
+  int64_t v;
+  if (!absl::SimpleAtoi(Get(name), &v) || v < lo || v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be in [", lo, ", ", hi, "], got '", Get(name), "'"));
+  }
+  return v;
+}
+
 absl::StatusOr<double> Flags::GetDouble(const std::string& name) const {
   double v;
   if (!absl::SimpleAtod(Get(name), &v)) {

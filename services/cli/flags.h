@@ -27,6 +27,8 @@ class Flags {
   std::string Get(const std::string& name) const;
   bool Has(const std::string& name) const { return set_.count(name) > 0; }
   absl::StatusOr<int64_t> GetInt(const std::string& name) const;
+  // GetInt within [lo, hi]: "--name must be in [lo, hi], got V" otherwise.
+  absl::StatusOr<int64_t> GetIntIn(const std::string& name, int64_t lo, int64_t hi) const;
   absl::StatusOr<double> GetDouble(const std::string& name) const;
   bool GetBool(const std::string& name) const;
 

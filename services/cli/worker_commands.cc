@@ -131,6 +131,20 @@ absl::Status FillKvTiers(const Flags& f, EngineOptions* e) {
   return absl::OkStatus();
 }
 
+constexpr int64_t kDayMs = 86400000;
+constexpr int64_t kHourMs = 3600000;  // the gateway's --drain-timeout-ms bound too
+
+// --advertise-address (and --advertise-kv-address when `kv` is given): empty
+// (the bound address) or an address peers can connect to.
+absl::Status AdvertiseFlags(const Flags& f, std::string* grpc, std::string* kv) {
+  *grpc = f.Get("advertise-address");
+  if (!grpc->empty()) RETURN_IF_ERROR(services::CheckPeerAddress("advertise-address", *grpc));
+  if (kv == nullptr) return absl::OkStatus();
+  *kv = f.Get("advertise-kv-address");
+  if (kv->empty()) return absl::OkStatus();
+  return services::CheckPeerAddress("advertise-kv-address", *kv);
+}
+
 // --router: empty (no router) or a peer address.
 absl::Status RouterFlag(const Flags& f, std::string* router) {
   *router = f.Get("router");
@@ -226,13 +240,16 @@ int ServeDecode(const std::vector<std::string>& args) {
   if (absl::Status s = RouterFlag(*f, &o.router_address); !s.ok()) {
     return Fail("serve --role=decode", std::string(s.message()), 2);
   }
-  o.advertise_address = f->Get("advertise-address");
-  o.advertise_kv_address = f->Get("advertise-kv-address");
+  if (absl::Status s = AdvertiseFlags(*f, &o.advertise_address, &o.advertise_kv_address); !s.ok()) {
+    return Fail("serve --role=decode", std::string(s.message()), 2);
+  }
   o.worker_id = f->Get("worker-id").empty() ? "decode-" + o.grpc_address : f->Get("worker-id");
-  auto mb = f->GetInt("max-batch");
-  auto rt = f->GetInt("reservation-timeout-ms");
-  auto dt = f->GetInt("drain-timeout-ms");
-  if (!mb.ok() || !rt.ok() || !dt.ok()) return Fail("serve --role=decode", "bad integer flag", 2);
+  auto mb = f->GetIntIn("max-batch", 1, 1 << 16);
+  auto rt = f->GetIntIn("reservation-timeout-ms", 1, kDayMs);
+  auto dt = f->GetIntIn("drain-timeout-ms", 0, kHourMs);
+  for (const absl::Status& s : {mb.status(), rt.status(), dt.status()}) {
+    if (!s.ok()) return Fail("serve --role=decode", std::string(s.message()), 2);
+  }
   auto sd = f->GetInt("step-delay-ms-for-testing");
   if (!sd.ok() || *sd < 0 || *sd > 60000) {
     return Fail("serve --role=decode", "--step-delay-ms-for-testing must be in [0, 60000]", 2);
@@ -297,20 +314,19 @@ int ServePrefill(const std::vector<std::string>& args) {
   if (absl::Status s = RouterFlag(*f, &o.router_address); !s.ok()) {
     return Fail("serve --role=prefill", std::string(s.message()), 2);
   }
-  o.advertise_address = f->Get("advertise-address");
+  if (absl::Status s = AdvertiseFlags(*f, &o.advertise_address, nullptr); !s.ok()) {
+    return Fail("serve --role=prefill", std::string(s.message()), 2);
+  }
   o.worker_id = f->Get("worker-id").empty() ? "prefill-" + o.grpc_address : f->Get("worker-id");
-  auto chunk = f->GetInt("chunk");
-  auto mq = f->GetInt("max-queued");
-  auto dt = f->GetInt("drain-timeout-ms");
-  if (!chunk.ok() || !mq.ok() || !dt.ok() || *chunk < 1) {
-    return Fail("serve --role=prefill", "bad integer flag", 2);
+  auto chunk = f->GetIntIn("chunk", 1, 1 << 20);
+  auto mq = f->GetIntIn("max-queued", 1, 1 << 20);
+  auto dt = f->GetIntIn("drain-timeout-ms", 0, kHourMs);
+  auto mqt = f->GetIntIn("max-queued-tokens", 1, int64_t{1} << 40);
+  for (const absl::Status& s : {chunk.status(), mq.status(), dt.status(), mqt.status()}) {
+    if (!s.ok()) return Fail("serve --role=prefill", std::string(s.message()), 2);
   }
   o.default_chunk_tokens = static_cast<int>(*chunk);
   o.max_queued_requests = static_cast<int>(*mq);
-  auto mqt = f->GetInt("max-queued-tokens");
-  if (!mqt.ok() || *mq < 1 || *mqt < 1) {
-    return Fail("serve --role=prefill", "--max-queued and --max-queued-tokens must be >= 1", 2);
-  }
   o.max_queued_tokens = *mqt;
   o.drain_timeout_ms = static_cast<int>(*dt);
   auto faults = services::ParsePrefillFaults(f->Get("fault-injection-for-testing"));

@@ -75,6 +75,24 @@ for sub in drain flush-cache; do
   expect 2 "ced client $sub: --worker: 'w w:1' has a character a host cannot have (' ')" -- \
     "$ced" client $sub --worker "w w:1"
 done
+# Worker flags out of range name the flag and the range (they were cast to
+# int unchecked: a negative drain, a reservation timeout of 0).
+for role in prefill decode; do
+  expect 2 "ced serve --role=$role: --drain-timeout-ms must be in [0, 3600000], got '-5'" -- \
+    "$ced" serve --role=$role --model "$model" --drain-timeout-ms -5
+  expect 2 "ced serve --role=$role: --advertise-address: 'bad' is not host:port" -- \
+    "$ced" serve --role=$role --model "$model" --advertise-address bad
+done
+expect 2 "ced serve --role=decode: --reservation-timeout-ms must be in [1, 86400000], got '0'" -- \
+  "$ced" serve --role=decode --model "$model" --reservation-timeout-ms 0
+expect 2 "ced serve --role=decode: --max-batch must be in [1, 65536], got '100000'" -- \
+  "$ced" serve --role=decode --model "$model" --max-batch 100000
+expect 2 "ced serve --role=decode: --advertise-kv-address: 'http://x:1' is a URL" -- \
+  "$ced" serve --role=decode --model "$model" --advertise-kv-address http://x:1
+expect 2 "ced serve --role=prefill: --max-queued must be in [1, 1048576], got '99999999999'" -- \
+  "$ced" serve --role=prefill --model "$model" --max-queued 99999999999
+expect 2 "ced serve --role=prefill: --chunk must be in [1, 1048576], got '0'" -- \
+  "$ced" serve --role=prefill --model "$model" --chunk 0
 for bad in -1 1001 x; do
   expect 2 "ced cluster: --max-restarts must be in [0, 1000]" -- \
     "$ced" cluster --model "$model" --max-restarts $bad
