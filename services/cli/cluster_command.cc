@@ -164,9 +164,37 @@ std::vector<std::string> RestartArgs(const Child& c) {
 // process that crashed (a signal, or a non-zero status; one that exited with
 // 0, e.g. after `ced client drain`, is left stopped), after 1 s, then 2, 4 ..
 // 30 s between restarts, at most `max_restarts` times each.
-void Supervise(std::vector<std::unique_ptr<Child>>& children, int max_restarts) {
+// `redis` (--kv-store local, may be null) too: on its port, empty.
+void Supervise(std::vector<std::unique_ptr<Child>>& children, int max_restarts,
+               services::LocalRedis* redis) {
   using Clock = std::chrono::steady_clock;
+  int redis_restarts = 0;
+  Clock::time_point redis_restart_at{};
   while (services::WaitForShutdownSignalFor(0.2) == 0) {
+    if (redis != nullptr && redis_restarts < max_restarts && !redis->Running()) {
+      const Clock::time_point now = Clock::now();
+      std::lock_guard<std::mutex> lock(g_print_mu);
+      if (redis_restart_at == Clock::time_point{}) {
+        const int delay_s = std::min(30, 1 << std::min(redis_restarts, 5));
+        redis_restart_at = now + std::chrono::seconds(delay_s);
+        std::printf(
+            "cluster: redis-server (KV tier) stopped; restarting it in %d s (restart %d of "
+            "--max-restarts %d); the workers recompute meanwhile\n",
+            delay_s, redis_restarts + 1, max_restarts);
+      } else if (now >= redis_restart_at) {
+        redis_restart_at = Clock::time_point{};
+        ++redis_restarts;
+        const absl::Status s = redis->Restart();
+        if (s.ok()) {
+          std::printf("cluster: redis-server restarted (pid %d) on %s, empty\n",
+                      static_cast<int>(redis->pid()), redis->url().c_str());
+        } else {
+          std::printf("cluster: restarting redis-server failed: %s\n",
+                      std::string(s.message()).c_str());
+        }
+      }
+      std::fflush(stdout);
+    }
     for (auto& c : children) {
       if (!c->exited || !c->crashed || c->restarts >= max_restarts) continue;
       const Clock::time_point now = Clock::now();
@@ -590,7 +618,7 @@ int RunCluster(const std::vector<std::string>& args) {
     std::printf("cluster ready: gateway %s\n%s", gateway_address.c_str(), summary.c_str());
     std::fflush(stdout);
   }
-  Supervise(children, max_restarts);
+  Supervise(children, max_restarts, local_redis.get());
   std::printf("cluster: stopping\n");
   StopAll(children, 35000);
   return 0;

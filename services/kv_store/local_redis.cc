@@ -63,59 +63,91 @@ std::string FindRedisServer() {
 absl::StatusOr<std::unique_ptr<LocalRedis>> LocalRedis::Start(int max_memory_mb,
                                                              const std::string& password,
                                                              const LocalRedisTls* tls) {
-  const std::string binary = FindRedisServer();
-  if (binary.empty()) {
+  std::unique_ptr<LocalRedis> r(new LocalRedis());
+  r->binary_ = FindRedisServer();
+  if (r->binary_.empty()) {
     return absl::UnavailableError(
         "--kv-store local: redis-server is not installed (scripts/install_deps.sh installs it)");
   }
-  std::unique_ptr<LocalRedis> r(new LocalRedis());
+  r->max_memory_mb_ = max_memory_mb;
+  r->password_ = password;
   r->tls_ = tls != nullptr;
+  if (tls != nullptr) r->tls_options_ = *tls;
   char tmpl[] = "/tmp/ced-redis-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("--kv-store local: mkdtemp failed");
   r->dir_ = tmpl;
   for (int attempt = 0; attempt < 3 && r->proc_ == nullptr; ++attempt) {
-    r->port_ = FreePort();
-    if (r->port_ == 0) continue;
-    SubprocessOptions o;
-    o.argv = {
-        binary,        "--port", std::to_string(r->port_), "--bind", "127.0.0.1",
-        "--dir",       r->dir_,  "--save", "",  "--appendonly", "no",
-        "--maxmemory", absl::StrCat(max_memory_mb, "mb"), "--maxmemory-policy", "allkeys-lru",
-        "--logfile",   r->dir_ + "/redis.log", "--daemonize", "no"};
-    if (!password.empty()) o.argv.insert(o.argv.end(), {"--requirepass", password});
-    // Transparent huge pages for Redis's heap (jemalloc, as Debian builds
-    // it, madvises them): the blocks it stores are fresh memory, and a page
-    // fault per 4 KiB made redis-server spend 4.6-5.2 s of CPU taking 1.1 GiB
-    // of SETs on a VM, against 1.8-2.1 s with huge pages (redis-benchmark,
-    // 3,000 values of 384 KiB), CPU the workers' compute shares. Nothing is
-    // persisted (no fork), so THP's copy-on-write cost does not arise. A
-    // MALLOC_CONF of the caller's own wins.
-    if (std::getenv("MALLOC_CONF") == nullptr) o.env["MALLOC_CONF"] = "thp:always";
-    if (tls != nullptr) {
-      o.argv[2] = "0";  // no plain port
-      o.argv.insert(o.argv.end(),
-                    {"--tls-port", std::to_string(r->port_), "--tls-cert-file", tls->cert_file,
-                     "--tls-key-file", tls->key_file, "--tls-ca-cert-file", tls->ca_file,
-                     "--tls-auth-clients", tls->auth_clients ? "yes" : "no"});
-    }
-    absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Spawn(o);
-    if (!proc.ok()) return absl::UnavailableError("--kv-store local: cannot start redis-server");
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (Accepts(r->port_)) {
-        r->proc_ = *std::move(proc);
-        break;
-      }
-      if (!(*proc)->Running()) break;  // lost the port race: try another
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (r->proc_ == nullptr && (*proc)->Signal(SIGKILL)) (void)(*proc)->Wait(-1);
+    const int port = FreePort();
+    if (port == 0) continue;
+    if (absl::Status s = r->Launch(port); !s.ok() && !absl::IsAborted(s)) return s;
   }
   if (r->proc_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("--kv-store local: redis-server did not start (see ", r->dir_, "/redis.log)"));
   }
   return r;
+}
+
+absl::Status LocalRedis::Launch(int port) {
+  SubprocessOptions o;
+  o.argv = {binary_,
+            "--port",
+            std::to_string(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            dir_,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxmemory",
+            absl::StrCat(max_memory_mb_, "mb"),
+            "--maxmemory-policy",
+            "allkeys-lru",
+            "--logfile",
+            dir_ + "/redis.log",
+            "--daemonize",
+            "no"};
+  if (!password_.empty()) o.argv.insert(o.argv.end(), {"--requirepass", password_});
+  // Transparent huge pages for Redis's heap (jemalloc, as Debian builds
+  // it, madvises them): the blocks it stores are fresh memory, and a page
+  // fault per 4 KiB made redis-server spend 4.6-5.2 s of CPU taking 1.1 GiB
+  // of SETs on a VM, against 1.8-2.1 s with huge pages (redis-benchmark,
+  // 3,000 values of 384 KiB), CPU the workers' compute shares. Nothing is
+  // persisted (no fork), so THP's copy-on-write cost does not arise. A
+  // MALLOC_CONF of the caller's own wins.
+  if (std::getenv("MALLOC_CONF") == nullptr) o.env["MALLOC_CONF"] = "thp:always";
+  if (tls_) {
+    o.argv[2] = "0";  // no plain port
+    o.argv.insert(o.argv.end(), {"--tls-port", std::to_string(port), "--tls-cert-file",
+                                 tls_options_.cert_file, "--tls-key-file", tls_options_.key_file,
+                                 "--tls-ca-cert-file", tls_options_.ca_file, "--tls-auth-clients",
+                                 tls_options_.auth_clients ? "yes" : "no"});
+  }
+  absl::StatusOr<std::unique_ptr<Subprocess>> proc = Subprocess::Spawn(o);
+  if (!proc.ok()) return absl::UnavailableError("--kv-store local: cannot start redis-server");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Accepts(port)) {
+      proc_ = *std::move(proc);
+      port_ = port;
+      return absl::OkStatus();
+    }
+    if (!(*proc)->Running()) break;  // lost the port race, or failed
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if ((*proc)->Signal(SIGKILL)) (void)(*proc)->Wait(-1);
+  return absl::AbortedError(
+      absl::StrCat("redis-server did not start on port ", port, " (see ", dir_, "/redis.log)"));
+}
+
+bool LocalRedis::Running() { return proc_ != nullptr && proc_->Running(); }
+
+absl::Status LocalRedis::Restart() {
+  if (proc_ != nullptr) proc_->Terminate(1.0);
+  proc_.reset();
+  return Launch(port_);
 }
 
 LocalRedis::~LocalRedis() { Stop(); }

@@ -40,13 +40,25 @@ class LocalRedis {
   }
   int port() const { return port_; }
   pid_t pid() const;  // -1 once stopped
+  // Whether redis-server still runs (reaps it when it ended).
+  bool Running();
+  // Starts redis-server again on the same port with the same options (empty:
+  // what it held is gone); stops the old one first if it still runs.
+  absl::Status Restart();
   void Stop();
 
  private:
   LocalRedis() = default;
+  // redis-server on `port`, answering within 10 s; ABORTED when it did not
+  // (e.g. the port was taken meanwhile).
+  absl::Status Launch(int port);
   std::unique_ptr<Subprocess> proc_;
+  std::string binary_;
+  int max_memory_mb_ = 0;
+  std::string password_;
   int port_ = 0;
   bool tls_ = false;
+  LocalRedisTls tls_options_;
   std::string dir_;
 };
 

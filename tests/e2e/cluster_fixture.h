@@ -97,8 +97,9 @@ class LocalCluster {
     exit_status_ = st.ok() ? *st : 0;
   }
 
-  // Sends `sig` to one service process of the cluster: "router", "gateway" or
-  // a worker id ("prefill-0", "decode-1"). False when it is not running.
+  // Sends `sig` to one service process of the cluster: "router", "gateway", a
+  // worker id ("prefill-0", "decode-1") or another program it started, by
+  // name ("redis-server"). False when it is not running.
   // Tests use SIGSTOP / SIGCONT to hold a request in flight deterministically.
   bool SignalService(const std::string& name, int sig) const {
     const pid_t child = ChildPid(name);
@@ -125,7 +126,7 @@ class LocalCluster {
 
  private:
   // The pid of the `ced cluster` child started as `name` (its argv has
-  // "--worker-id NAME" or "--role=NAME"), or -1.
+  // "--worker-id NAME" or "--role=NAME", or its program is NAME), or -1.
   pid_t ChildPid(const std::string& name) const {
     const pid_t parent = proc_ == nullptr ? -1 : proc_->pid();
     if (parent <= 0) return -1;
@@ -146,6 +147,10 @@ class LocalCluster {
       rest >> state >> ppid;
       if (ppid != parent) continue;
       const std::vector<std::string> argv = Argv(pid);
+      // A program of its own, e.g. "redis-server" (--kv-store local), which
+      // retitles itself "/usr/bin/redis-server 127.0.0.1:PORT".
+      const std::string program = argv.empty() ? "" : argv[0].substr(0, argv[0].find(' '));
+      if (program.substr(program.rfind('/') + 1) == name) found = pid;
       for (size_t i = 0; i < argv.size(); ++i) {
         if (argv[i] == "--role=" + name ||
             (argv[i] == "--worker-id" && i + 1 < argv.size() && argv[i + 1] == name)) {

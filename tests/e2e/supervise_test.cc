@@ -109,5 +109,42 @@ TEST(E2eSuperviseTest, CleanExitsAndMaxRestartsZeroAreNotRestarted) {
   }
 }
 
+// --kv-store local: the cluster's own redis-server is started again on its
+// port when it dies, and the workers store blocks in it again.
+TEST(E2eSuperviseTest, TheLocalRedisIsStartedAgainOnItsPort) {
+  const std::string model = MakeModelDir("tiny");
+  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1", "--kv-store", "local"});
+  ASSERT_TRUE(cluster.ready()) << cluster.Log();
+  const std::vector<std::string> before = cluster.ServiceArgv("redis-server");
+  ASSERT_FALSE(before.empty()) << "no redis-server process\n" << cluster.Log();
+  ASSERT_TRUE(cluster.SignalService("redis-server", SIGKILL));
+  ASSERT_TRUE(
+      WaitUntil([&] { return LogHas(cluster, "cluster: redis-server restarted"); }, seconds(60)))
+      << cluster.Log();
+  EXPECT_TRUE(LogHas(cluster, "cluster: redis-server (KV tier) stopped; restarting it in 1 s"));
+  const std::vector<std::string> after = cluster.ServiceArgv("redis-server");
+  ASSERT_FALSE(after.empty()) << cluster.Log();
+  // Its process title names the address it serves: the same port.
+  EXPECT_EQ(after, before);
+  // A request's full blocks reach the new redis-server (the workers
+  // reconnect; until then they recompute, never fail a request).
+  auto written = [&] {
+    double sum = 0;
+    for (const char* w : {"prefill-0", "decode-0"}) {
+      sum += ScrapeMetric(cluster.addresses().at(w).at("metrics"),
+                          R"(ced_kv_tier_written_bytes_total{tier="redis"})")
+                 .value_or(0.0);
+    }
+    return sum;
+  };
+  const double before_request = written();
+  const GenResult r =
+      Generate(cluster.gateway(), Request(Prompt(80, 5), 4, ced::v1::REPLAY_ON_AUTO));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << cluster.Log();
+  EXPECT_TRUE(WaitUntil([&] { return written() > before_request; }, seconds(30)))
+      << "written before the request: " << before_request << "\n"
+      << cluster.Log();
+}
+
 }  // namespace
 }  // namespace ced::testing

@@ -69,6 +69,24 @@ TEST(OpenAiProtocolTest, ChatMessagesAndMaxCompletionTokens) {
   EXPECT_FALSE(r->messages[2].content_is_null);
 }
 
+TEST(OpenAiProtocolTest, OnlyAnAssistantMessageMayLeaveItsContentOut) {
+  for (const char* role : {"user", "system", "developer", "tool"}) {
+    for (const char* content : {"", R"(, "content": null)"}) {
+      const std::string body = std::string(R"({"model": "m", "messages": [{"role": "user", )") +
+                               R"("content": "hi"}, {"role": ")" + role + "\"" + content + "}]}";
+      auto r = ParseRequest(Endpoint::kChat, body);
+      ASSERT_FALSE(r.ok()) << body;
+      EXPECT_EQ(FieldOf(r.status()), "messages[1].content") << body;
+      EXPECT_NE(r.status().message().find(std::string("required for a \"") + role),
+                std::string::npos)
+          << r.status();
+    }
+  }
+  auto ok = ParseRequest(Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user",
+      "content": "hi"}, {"role": "assistant"}]})");
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
 TEST(OpenAiProtocolTest, ErrorsNameTheField) {
   auto bad = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 3})");
   ASSERT_FALSE(bad.ok());

@@ -206,6 +206,13 @@ absl::Status ParseMessages(const Json& v, std::vector<ChatMessage>* out) {
           field + ".role",
           absl::StrCat("must be system, developer, user, assistant or tool, got \"", m.role, "\""));
     }
+    // Only an assistant turn may leave its content out (its tool_calls say
+    // what it did); a user, system, developer or tool message without text
+    // is a client's mistake the template would render as an empty turn.
+    if (m.content_is_null && m.role != "assistant") {
+      return InvalidField(field + ".content",
+                          absl::StrCat("required for a \"", m.role, "\" message"));
+    }
     out->push_back(std::move(m));
   }
   return absl::OkStatus();
