@@ -64,6 +64,12 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args, bool embedded
   o.argv = {"ced", "serve"};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   o.pipe_stdout = true;  // stderr stays ours
+  // A cluster process that dies without stopping its services (SIGKILL, a
+  // crash) takes them along instead of leaving them holding their ports;
+  // SIGTERM lets them finish what is in flight. (Spawn runs on the main
+  // thread, which lives as long as the process.)
+  o.kill_with_parent = true;
+  o.parent_death_signal = SIGTERM;
   auto proc = services::Subprocess::Spawn(o);
   if (!proc.ok()) return absl::InternalError(absl::StrCat("cannot start ", c->name));
   c->proc = *std::move(proc);

@@ -131,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SubprocessOp
     if (pid < 0) {
       rc = errno;
     } else if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      prctl(PR_SET_PDEATHSIG, o.parent_death_signal);
       if (getppid() != parent) _exit(127);
       struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;

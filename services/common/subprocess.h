@@ -53,8 +53,10 @@ struct SubprocessOptions {
   // Its own process group: Terminate's SIGKILL then also reaches whatever
   // it started. false: it stays in ours (a terminal's Ctrl-C reaches it).
   bool new_process_group = false;
-  // SIGKILL it when this process dies (Linux PR_SET_PDEATHSIG; forks).
+  // Signal it when this process (precisely: the thread that spawned it)
+  // dies (Linux PR_SET_PDEATHSIG; forks).
   bool kill_with_parent = false;
+  int parent_death_signal = 9;  // SIGKILL; SIGTERM lets a service drain
 };
 
 class Subprocess {

@@ -110,6 +110,8 @@ absl::Status LocalRedis::Launch(int port) {
             "--daemonize",
             "no"};
   if (!password_.empty()) o.argv.insert(o.argv.end(), {"--requirepass", password_});
+  o.kill_with_parent = true;  // never outlives its owner (e.g. a SIGKILLed ced cluster)
+  o.parent_death_signal = SIGTERM;
   // Transparent huge pages for Redis's heap (jemalloc, as Debian builds
   // it, madvises them): the blocks it stores are fresh memory, and a page
   // fault per 4 KiB made redis-server spend 4.6-5.2 s of CPU taking 1.1 GiB

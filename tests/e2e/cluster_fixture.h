@@ -106,6 +106,12 @@ class LocalCluster {
     return child > 0 && kill(child, sig) == 0;
   }
 
+  // The pid of one service process of the cluster (named as for
+  // SignalService), or -1 when it is not running.
+  pid_t ServicePid(const std::string& name) const { return ChildPid(name); }
+  // Sends `sig` to the `ced cluster` process itself.
+  bool SignalCluster(int sig) const { return proc_ != nullptr && proc_->Signal(sig); }
+
   // The argv of one service process of the cluster (named as for
   // SignalService), as `ced cluster` started it; empty when it is not running.
   std::vector<std::string> ServiceArgv(const std::string& name) const {

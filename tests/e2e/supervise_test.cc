@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +109,33 @@ TEST(E2eSuperviseTest, CleanExitsAndMaxRestartsZeroAreNotRestarted) {
         Generate(cluster.gateway(), Request(Prompt(20, 1), 4, ced::v1::REPLAY_ON_AUTO));
     EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
   }
+}
+
+// Whether `pid` has ended (no such process, or a zombie nobody reaped yet).
+bool Ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(stat)), {});
+  const size_t close = text.rfind(')');
+  return close == std::string::npos || text.compare(close + 1, 3, " Z ") == 0;
+}
+
+// A `ced cluster` that is killed outright (it cannot stop anything) does not
+// leave its services behind holding their ports: they get SIGTERM from the
+// kernel when it dies.
+TEST(E2eSuperviseTest, ServicesEndWhenTheClusterProcessIsKilled) {
+  const std::string model = MakeModelDir("tiny");
+  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1", "--kv-store", "local"});
+  ASSERT_TRUE(cluster.ready()) << cluster.Log();
+  std::vector<pid_t> pids;
+  for (const char* name : {"router", "prefill-0", "decode-0", "gateway", "redis-server"}) {
+    pids.push_back(cluster.ServicePid(name));
+    ASSERT_GT(pids.back(), 0) << "no " << name << " process\n" << cluster.Log();
+  }
+  ASSERT_TRUE(cluster.SignalCluster(SIGKILL));
+  EXPECT_TRUE(WaitUntil(
+      [&] { return std::all_of(pids.begin(), pids.end(), [](pid_t p) { return Ended(p); }); },
+      seconds(60)))
+      << cluster.Log();
 }
 
 // --kv-store local: the cluster's own redis-server is started again on its
