@@ -56,27 +56,4 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-absl::Status CheckWritable(const std::string& flag, const std::string& path) {
-  if (path.empty()) return absl::OkStatus();
-  auto refuse = [&](const std::string& why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": cannot write '", path, "': ", why));
-  };
-  std::error_code ec;
-  const std::filesystem::path p(path);
-  if (std::filesystem::is_directory(p, ec)) return refuse("it is a folder");
-  if (!p.parent_path().empty()) {
-    std::filesystem::create_directories(p.parent_path(), ec);
-    if (ec) return refuse(ec.message());
-  }
-  const bool existed = std::filesystem::exists(p, ec);
-  std::ofstream probe(path, std::ios::app);
-  const bool ok = static_cast<bool>(probe);
-  const int err = errno;
-  probe.close();
-  if (!ok) return refuse(std::strerror(err));
-  if (!existed) std::filesystem::remove(p, ec);
-  return absl::OkStatus();
-}
-
 }  // namespace ced::bench

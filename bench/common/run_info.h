@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "services/cli/flags.h"
 
 namespace ced::bench {
 
@@ -24,11 +25,8 @@ std::string LoadAverage();
 // error naming the path.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
-// Before a run whose results go to `path` (given by --`flag`; empty: none):
-// creates its parent folders and checks that the file can be written, so
-// that a bad path is refused before the work rather than losing it after.
-// Leaves an existing file as it is and no new file behind. INVALID_ARGUMENT
-// naming the flag and the path.
-absl::Status CheckWritable(const std::string& flag, const std::string& path);
+// cli::CheckWritable (services/cli/flags.h): a results path checked before
+// the run that writes it.
+using cli::CheckWritable;
 
 }  // namespace ced::bench

@@ -1,5 +1,10 @@
 #include "services/cli/flags.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -103,6 +108,29 @@ std::string FormatHelp(const std::string& usage, const std::string& summary,
     absl::StrAppend(&out, head, s.help, "\n");
   }
   return out;
+}
+
+absl::Status CheckWritable(const std::string& flag, const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  auto refuse = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": cannot write '", path, "': ", why));
+  };
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (std::filesystem::is_directory(p, ec)) return refuse("it is a folder");
+  if (!p.parent_path().empty()) {
+    std::filesystem::create_directories(p.parent_path(), ec);
+    if (ec) return refuse(ec.message());
+  }
+  const bool existed = std::filesystem::exists(p, ec);
+  std::ofstream probe(path, std::ios::app);
+  const bool ok = static_cast<bool>(probe);
+  const int err = errno;
+  probe.close();
+  if (!ok) return refuse(std::strerror(err));
+  if (!existed) std::filesystem::remove(p, ec);
+  return absl::OkStatus();
 }
 
 }  // namespace ced::cli

@@ -39,6 +39,13 @@ class Flags {
   std::vector<std::string> positional_;
 };
 
+// Before work whose results go to `path` (given by --`flag`; empty: none):
+// creates its parent folders and checks that the file can be written, so
+// that a bad path is refused before the work rather than losing it after.
+// Leaves an existing file as it is and no new file behind. INVALID_ARGUMENT
+// naming the flag and the path.
+absl::Status CheckWritable(const std::string& flag, const std::string& path);
+
 // "Usage: <usage>\n\n<summary>\n\nFlags:\n  --name (default) help..."
 std::string FormatHelp(const std::string& usage, const std::string& summary,
                        const std::vector<FlagSpec>& specs);

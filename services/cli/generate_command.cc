@@ -167,6 +167,10 @@ int Generate(const std::vector<std::string>& args) {
     }
     eo.kv_format = f;
   }
+  // Checked before the model loads and runs, not when the logits are written.
+  if (absl::Status s = CheckWritable("dump-logits", flags->Get("dump-logits")); !s.ok()) {
+    return Fail(kWords, std::string(s.message()), 2);
+  }
   const auto t_load = std::chrono::steady_clock::now();
   auto engine = Engine::Create(eo);
   if (!engine.ok()) return Fail(kWords, std::string(engine.status().message()));

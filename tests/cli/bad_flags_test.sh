@@ -97,6 +97,10 @@ for bad in -1 1001 x; do
   expect 2 "ced cluster: --max-restarts must be in [0, 1000]" -- \
     "$ced" cluster --model "$model" --max-restarts $bad
 done
+# A logits dump path that cannot be written is refused before the run.
+touch "$empty/not_a_dir"
+expect 2 "ced generate: --dump-logits: cannot write '$empty/not_a_dir/l.json'" -- \
+  "$ced" generate --model "$model" --prompt hi --dump-logits "$empty/not_a_dir/l.json"
 expect 2 "ced model make: --seed must be >= 0, got -1" -- \
   "$ced" model make --preset tiny --seed -1 --out "$empty/never"
 expect 2 "--max-inflight must be in [1, 2^20]" -- \
