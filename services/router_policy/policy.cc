@@ -159,8 +159,16 @@ absl::StatusOr<Decision> CedRoutingPolicy::Decide(const RouteRequest& request, a
   const WorkerState* prefill = nullptr;
   int64_t prefill_cost = 0, prefill_outstanding = 0, prefill_cached = 0;
   bool prefill_by_session = false;
-  // Decode: enough room, then the best score.
+  // Decode: enough room, then the best score. Room counts the blocks of
+  // placements made since the worker's last report (pending); a worker
+  // whose last report has room but whose pending work does not fit is
+  // taken only when no worker fits with it. Pending work is an estimate:
+  // requests placed since the report may be over already (a short request
+  // on a small cache ends well within a report interval), and the worker
+  // itself refuses a reservation it cannot hold (the gateway then places
+  // the request elsewhere), so it must not refuse requests on its own.
   const WorkerState* decode = nullptr;
+  bool decode_fits_pending = false;
   double decode_score = 0;
   int64_t decode_blocks = 0, decode_matched = 0, decode_cached = 0;
   bool decode_by_session = false;
@@ -193,8 +201,9 @@ absl::StatusOr<Decision> CedRoutingPolicy::Decide(const RouteRequest& request, a
     any_live_decode = true;
     const int64_t need = BlocksFor(total_tokens, worker.info.block_size);
     const int64_t room = worker.load.free_kv_blocks - worker.pending.kv_blocks;
-    largest_room = std::max(largest_room, room);
-    if (room < need || worker.info.total_kv_blocks <= 0) continue;
+    largest_room = std::max(largest_room, worker.load.free_kv_blocks);
+    if (worker.load.free_kv_blocks < need || worker.info.total_kv_blocks <= 0) continue;
+    const bool fits_pending = room >= need;
     double score =
         static_cast<double>(room - need) / static_cast<double>(worker.info.total_kv_blocks) -
         options_.batch_load_weight * static_cast<double>(DecodeBatch(worker)) /
@@ -207,8 +216,10 @@ absl::StatusOr<Decision> CedRoutingPolicy::Decide(const RouteRequest& request, a
       by_session = hinted > matched;
       score += options_.decode_cache_weight * static_cast<double>(cached) / static_cast<double>(n);
     }
-    if (decode == nullptr || score > decode_score) {
+    if (decode == nullptr || (fits_pending && !decode_fits_pending) ||
+        (fits_pending == decode_fits_pending && score > decode_score)) {
       decode = &worker;
+      decode_fits_pending = fits_pending;
       decode_score = score;
       decode_blocks = need;
       decode_matched = matched;

@@ -194,6 +194,27 @@ double EngineResidentBytes(const std::string& model, WeightSet weights) {
   return engine.ok() ? static_cast<double>((*engine)->weights().resident_bytes()) : -1.0;
 }
 
+// Requests one after the other that each need most of the decode worker's
+// cache: each must run once the one before has ended, even before the
+// worker's next load report tells the router (the router used to count the
+// ended request's blocks as still taken until that report, up to a second,
+// and refused the next one with RESOURCE_EXHAUSTED).
+TEST(E2eSmallCacheTest, BackToBackRequestsThatEachFillTheCacheAllRun) {
+  const std::string model = MakeModelDir("tiny");
+  // 3 MiB of f32 `tiny` K/V: 48 blocks of 16 tokens; a request below needs 38.
+  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1", "--kv-cache-mb", "3"});
+  ASSERT_TRUE(cluster.ready()) << cluster.Log();
+  const std::string total = cluster.addresses().at("decode-0").at("metrics");
+  ASSERT_EQ(ScrapeMetric(total, "ced_kv_blocks_free"), 48.0) << cluster.Log();
+  for (int i = 0; i < 6; ++i) {
+    GenResult r =
+        Generate(cluster.gateway(), Request(Prompt(600, 40 + i), 4, ced::v1::REPLAY_ON_AUTO));
+    ASSERT_TRUE(r.status.ok()) << "request " << i << ": " << r.status.error_message() << "\n"
+                               << cluster.Log();
+    EXPECT_EQ(r.tokens.size(), 4u);
+  }
+}
+
 TEST(E2eEncoderOnlyTest, EncoderOnlyPrefillHoldsHalfTheWeightsAndStillServes) {
   const std::string model = MakeModelDir("tiny");
   LocalCluster cluster(model, {"--prefill", "1", "--decode", "1", "--prefill-replay-capable",
