@@ -309,6 +309,9 @@ int RunCluster(const std::vector<std::string>& args) {
       {"reserve-retries", "2",
        "gateway: placements on another decode worker when one refuses a request's K/V "
        "reservation (cache full) (0: off)"},
+      {"kv-wait-ms", "0",
+       "gateway: a request refused for K/V room waits this long for room instead of failing at "
+       "once (0: off)"},
       {"http", "true",
        "gateway: also serve the OpenAI-compatible HTTP API, on --public-bind at base-port + 2 "
        "(true/false)"},
@@ -464,6 +467,9 @@ int RunCluster(const std::vector<std::string>& args) {
   if (auto n = f->GetInt("reserve-retries"); !n.ok() || *n < 0 || *n > 16) {
     return Fail(kWords, "--reserve-retries must be in [0, 16]", 2);
   }
+  if (auto n = f->GetInt("kv-wait-ms"); !n.ok() || *n < 0 || *n > 3600000) {
+    return Fail(kWords, "--kv-wait-ms must be in [0, 3600000]", 2);
+  }
   // Checked here, not only by the gateway it is passed to: a bad value would
   // otherwise start every worker before the gateway refused it.
   if (auto n = f->GetInt("migration-limit"); !n.ok() || *n < 0 || *n > 16) {
@@ -520,6 +526,8 @@ int RunCluster(const std::vector<std::string>& args) {
         f->Get("migration-limit"),
         "--reserve-retries",
         f->Get("reserve-retries"),
+        "--kv-wait-ms",
+        f->Get("kv-wait-ms"),
         absl::StrCat("--decode-mux=", f->GetBool("decode-mux") ? "true" : "false"),
         absl::StrCat("--http-direct-stream=", f->GetBool("http-direct-stream") ? "true" : "false")};
     if (embed_router) {

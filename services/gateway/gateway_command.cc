@@ -41,6 +41,11 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
        "times a request is placed on another decode worker when one refuses its reservation "
        "with RESOURCE_EXHAUSTED (K/V cache full); then the client gets RESOURCE_EXHAUSTED "
        "naming the workers tried (0: off, the first refusal ends it)"},
+      {"kv-wait-ms", "0",
+       "a request refused for K/V room before its first token (no decode worker has room now) "
+       "waits this long for room, placed again every 20 .. 500 ms, instead of failing at once "
+       "with RESOURCE_EXHAUSTED (0: off; bounded by the request's deadline; never for a "
+       "request larger than every decode worker's cache)"},
       {"decode-mux", "true",
        "receive tokens on one multiplexed stream per decode worker (false: one stream per "
        "request, as with workers older than the multiplexed stream)",
@@ -141,6 +146,11 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
     return Fail("--reserve-retries must be in [0, 16]", 2);
   }
   options.reserve_retries = static_cast<int>(*reserve_retries);
+  auto kv_wait = flags->GetInt("kv-wait-ms");
+  if (!kv_wait.ok() || *kv_wait < 0 || *kv_wait > 3600000) {
+    return Fail("--kv-wait-ms must be in [0, 3600000]", 2);
+  }
+  options.kv_wait = absl::Milliseconds(*kv_wait);
   options.decode_mux = flags->GetBool("decode-mux");
   options.http_address = flags->Get("http-listen");
   options.chat_template_file = flags->Get("chat-template");

@@ -61,6 +61,13 @@ struct GatewaySettings {
   // that refused it, at most this many times; then the client gets
   // RESOURCE_EXHAUSTED naming them. 0 = off: the first refusal ends it.
   int reserve_retries = 2;
+  // A request refused for K/V room before its first token (by the router:
+  // no decode worker has room now; or by every decode worker it was placed
+  // on) waits, placed again after 20 ms, 40 .. 500 ms, until this long
+  // after it arrived (or its deadline): what a full cache answers is a
+  // queue, not an error. Zero: the refusal reaches the client at once.
+  // Never for a request no decode worker's whole cache can hold.
+  absl::Duration kv_wait = absl::ZeroDuration();
   // Tokens come on one multiplexed stream per decode worker (TokenMux);
   // false: one Stream call per request. Opening a worker's stream waits at
   // most mux_open_timeout (then that request uses its own Stream).

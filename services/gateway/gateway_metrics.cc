@@ -74,6 +74,13 @@ absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registr
                                         "K/V room), by outcome (ok, failed).",
                                         {"outcome"}));
   for (const char* outcome : {"ok", "failed"}) m.reserve_retries->WithLabelValues({outcome});
+  ASSIGN_OR_RETURN(auto* kv_waits,
+                   registry->AddCounter("ced_gateway_kv_waits_total",
+                                        "Requests placed again after waiting for K/V room "
+                                        "(--kv-wait-ms): one per wait, so a request that waits "
+                                        "three times counts 3.",
+                                        {}));
+  m.kv_waits = &kv_waits->WithLabels({});
   m.inflight_tokens = &inflight_tokens->WithLabels({});
   m.inflight_requests = &inflight->WithLabels({});
   return m;

@@ -49,6 +49,8 @@ struct GatewayMetrics {
   // K/V room) and the request was routed again: outcome "ok" (the next
   // worker reserved it) or "failed" (refused too, or no other worker).
   metrics::Family<metrics::Counter>* reserve_retries = nullptr;
+  // Placements again after waiting for K/V room (GatewaySettings::kv_wait).
+  metrics::Counter* kv_waits = nullptr;
 };
 
 }  // namespace ced::gateway

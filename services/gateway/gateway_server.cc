@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   settings.default_replay_mode = options.default_replay_mode;
   settings.migration_limit = options.migration_limit;
   settings.reserve_retries = options.reserve_retries;
+  settings.kv_wait = options.kv_wait;
   settings.decode_mux = options.decode_mux;
 
   std::unique_ptr<GatewayServer> server(new GatewayServer());

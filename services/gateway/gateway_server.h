@@ -55,6 +55,8 @@ struct GatewayServerOptions {
   int migration_limit = 3;
   // Re-placements after a Reserve refused for room (GatewaySettings::reserve_retries); 0 = off.
   int reserve_retries = 2;
+  // Waiting for K/V room (GatewaySettings::kv_wait); zero = off.
+  absl::Duration kv_wait = absl::ZeroDuration();
   // Tokens on one multiplexed stream per decode worker (GatewaySettings::decode_mux).
   bool decode_mux = true;
   // OpenAiServerOptions::direct_stream.

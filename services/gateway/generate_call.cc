@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "services/common/worker_util.h"
+#include "services/router_policy/errors.h"
 
 namespace ced::gateway {
 namespace {
@@ -244,7 +245,9 @@ grpc::Status GenerateCall::Execute() {
     } else if (cause == Attempt::Cause::kReserveRetry) {
       metrics.reserve_retries->WithLabelValues({outcome}).Increment();
     }
-    if (status.ok() || !PlanNext(&status, &cause, &exclude)) return status;
+    if (status.ok()) return status;
+    if (PlanNext(&status, &cause, &exclude)) continue;
+    if (!PlanKvWait(&status, &cause, &exclude)) return status;
   }
 }
 
@@ -341,6 +344,43 @@ bool GenerateCall::PlanReserveRetry(grpc::Status* status, Attempt::Cause* cause,
           a->reserve_exhausted ? absl::StrCat("; --reserve-retries ", limit, " reached")
                                : absl::StrCat("; routing it again: ", status->error_message())));
   return false;
+}
+
+bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
+                              std::vector<std::string>* exclude) {
+  const absl::Duration wait = core_->settings().kv_wait;
+  if (wait <= absl::ZeroDuration() ||
+      status->error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || assembler_.emitted() > 0 ||
+      status->error_message().find(router::kLargerThanEveryCache) != std::string::npos) {
+    return false;
+  }
+  // 20 ms after the first refusal, doubling to 500 ms: room comes back as
+  // running requests end, and each try is a routing and maybe a Reserve.
+  const absl::Duration pause = std::min(
+      absl::Milliseconds(20) * (int64_t{1} << std::min(kv_waits_, 5)), absl::Milliseconds(500));
+  const absl::Time until = std::min(received_ + wait, absl::FromChrono(client_deadline_));
+  if (absl::Now() + pause >= until) {
+    if (kv_waits_ > 0) {
+      *status =
+          grpc::Status(status->error_code(),
+                       absl::StrCat(status->error_message(), " (waited ",
+                                    absl::ToInt64Milliseconds(absl::Now() - received_),
+                                    " ms for K/V room, ", kv_waits_, " placements: --kv-wait-ms)"));
+    }
+    return false;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_), pause)) return false;
+  }
+  ++kv_waits_;
+  core_->metrics().kv_waits->Increment();
+  exclude->clear();
+  refused_by_.clear();
+  last_refusal_.clear();
+  reserve_retries_ = 0;
+  *cause = Attempt::Cause::kNew;
+  return true;
 }
 
 bool GenerateCall::FinishedBeforeLoss(Attempt* a) {

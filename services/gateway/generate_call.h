@@ -190,6 +190,13 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   // RESOURCE_EXHAUSTED naming the workers that refused it.
   bool PlanReserveRetry(grpc::Status* status, Attempt::Cause* cause,
                         std::vector<std::string>* exclude);
+  // After PlanNext declined: a request refused for K/V room (no decode
+  // worker has room now, or every one tried refused its Reserve) before any
+  // token waits (GatewaySettings::kv_wait) and is placed again from
+  // scratch; false (with *status saying how long it waited) once the wait
+  // is over, the client's deadline is near, it was cancelled, or the
+  // request can never fit.
+  bool PlanKvWait(grpc::Status* status, Attempt::Cause* cause, std::vector<std::string>* exclude);
   // The request finished before its decode worker died (every token or a
   // stop token streamed): sets up the final chunk; false otherwise.
   bool FinishedBeforeLoss(Attempt* a);
@@ -299,6 +306,7 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   int reserve_retries_ = 0;
   std::vector<std::string> refused_by_;  // decode workers that refused its Reserve for room
   std::string last_refusal_;             // the last one's message
+  int kv_waits_ = 0;                     // placements again after waiting for K/V room
 
   // The relay's side. While relay_attempt_ is set, the relay threads own the
   // call's output (assembler_, the sink, the attempt's flags); the Run thread

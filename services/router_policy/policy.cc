@@ -8,6 +8,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
+#include "services/router_policy/errors.h"
 
 namespace ced::router {
 namespace {
@@ -173,7 +174,8 @@ absl::StatusOr<Decision> CedRoutingPolicy::Decide(const RouteRequest& request, a
   int64_t decode_blocks = 0, decode_matched = 0, decode_cached = 0;
   bool decode_by_session = false;
   bool any_live_decode = false;
-  int64_t largest_room = 0;
+  int64_t largest_room = 0, largest_total = 0;
+  bool could_ever_fit = false;  // some decode worker's whole cache holds it
   for (const WorkerState& worker : candidates) {
     if (!worker.live || absl::c_linear_search(request.exclude_ids, worker.info.id)) continue;
     const int64_t matched = MatchedTokens(worker, request);
@@ -202,6 +204,8 @@ absl::StatusOr<Decision> CedRoutingPolicy::Decide(const RouteRequest& request, a
     const int64_t need = BlocksFor(total_tokens, worker.info.block_size);
     const int64_t room = worker.load.free_kv_blocks - worker.pending.kv_blocks;
     largest_room = std::max(largest_room, worker.load.free_kv_blocks);
+    largest_total = std::max(largest_total, worker.info.total_kv_blocks);
+    could_ever_fit = could_ever_fit || worker.info.total_kv_blocks >= need;
     if (worker.load.free_kv_blocks < need || worker.info.total_kv_blocks <= 0) continue;
     const bool fits_pending = room >= need;
     double score =
@@ -228,6 +232,11 @@ absl::StatusOr<Decision> CedRoutingPolicy::Decide(const RouteRequest& request, a
     }
   }
   if (!any_live_decode) return absl::UnavailableError("no decode worker available");
+  if (decode == nullptr && !could_ever_fit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(total_tokens, " tokens (prompt + max_tokens) are ", kLargerThanEveryCache,
+                     " (the largest has ", largest_total, " blocks)"));
+  }
   if (decode == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("no decode worker has KV room for ", total_tokens,

@@ -93,6 +93,11 @@ expect 2 "ced serve --role=prefill: --max-queued must be in [1, 1048576], got '9
   "$ced" serve --role=prefill --model "$model" --max-queued 99999999999
 expect 2 "ced serve --role=prefill: --chunk must be in [1, 1048576], got '0'" -- \
   "$ced" serve --role=prefill --model "$model" --chunk 0
+for bad in -1 3600001 x; do
+  expect 2 "--kv-wait-ms must be in [0, 3600000]" -- "$ced" cluster --model "$model" --kv-wait-ms $bad
+  expect 2 "--kv-wait-ms must be in [0, 3600000]" -- \
+    "$ced" serve --role=gateway --model "$model" --kv-wait-ms $bad
+done
 for bad in -1 1001 x; do
   expect 2 "ced cluster: --max-restarts must be in [0, 1000]" -- \
     "$ced" cluster --model "$model" --max-restarts $bad

@@ -374,6 +374,33 @@ TEST_F(OverloadTest, PrefillQueueBoundsInRequestsAndTokens) {
   ExpectHealthyAfterwards();
 }
 
+// --kv-wait-ms: with a request holding 59 of the decode worker's 64 blocks
+// (>= 2.7 s long), one needing 7 more waits in the gateway instead of being
+// refused, and runs with the right tokens once the holder's blocks are free;
+// a request larger than the whole cache is refused at once all the same.
+TEST_F(OverloadTest, KvWaitQueuesARequestUntilRoomFrees) {
+  TopologyFlags flags = SlowDecode(Flags("decode", {"--kv-cache-mb", "4"}));
+  flags.gateway_flags = {"--kv-wait-ms", "60000"};
+  Start(flags);
+  ASSERT_EQ(topo_->Metric(topo_->decode(), "ced_kv_blocks_free"), 64);
+  const GenResult never = Generate(topo_->gateway().grpc(), Req(40, 9, 1100));  // 72 blocks
+  EXPECT_EQ(never.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << never.status.error_message();
+  EXPECT_NE(never.status.error_message().find("larger than the whole K/V cache"), std::string::npos)
+      << never.status.error_message();
+  EXPECT_EQ(topo_->Metric(topo_->gateway(), "ced_gateway_kv_waits_total"), 0);
+
+  Stream holder(topo_->gateway().grpc(), Req(40, 1, 900));  // 940 tokens: 59 blocks
+  ASSERT_TRUE(holder.ReadTokens(1));
+  const GenResult waited = Generate(topo_->gateway().grpc(), Req(40, 2, 60));  // 7 blocks
+  ASSERT_TRUE(waited.status.ok()) << waited.status.error_message() << "\n" << topo_->Logs();
+  EXPECT_EQ(waited.tokens, Expected(40, 2, 60));
+  EXPECT_GE(topo_->Metric(topo_->gateway(), "ced_gateway_kv_waits_total"), 1);
+  ASSERT_TRUE(holder.Finish().ok()) << topo_->Logs();
+  EXPECT_EQ(holder.tokens(), Expected(40, 1, 900));
+  ExpectHealthyAfterwards();
+}
+
 // KV exhaustion on the decode pool: 64 blocks of 16 tokens (--kv-cache-mb 4
 // with tiny's 64 KiB blocks). A long request holds 59 of them; a request
 // needing 7 more is refused (by the router or the decode worker), one
