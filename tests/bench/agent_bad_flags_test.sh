@@ -7,37 +7,29 @@
 set -u
 ced=$1 loadgen=$2 sim=$3 engine=$4 sessions=$5 calibrate=$6
 fail=0
-# expect CODE PATTERN -- COMMAND...
+# expect [--line] CODE PATTERN -- COMMAND...: with --line, PATTERN is a
+# whole line of the output, else a part of one.
 expect() {
+  local whole=
+  if [[ $1 == --line ]]; then
+    whole=x
+    shift
+  fi
   local code=$1 pattern=$2
   shift 3
   local out rc
   out=$(timeout 60 "$@" 2>&1)
   rc=$?
-  if [[ $rc -ne $code ]] || ! grep -qF -- "$pattern" <<<"$out"; then
+  if [[ $rc -ne $code ]] || ! grep -q${whole}F -- "$pattern" <<<"$out"; then
     echo "FAIL: $* -> exit $rc (want $code), output: $out"
     fail=1
   else
     echo "ok: $* -> exit $rc: $(grep -F -- "$pattern" <<<"$out" | head -1)"
   fi
 }
-# expect_line CODE LINE -- COMMAND...: LINE is a whole line of the output.
-expect_line() {
-  local code=$1 line=$2
-  shift 3
-  local out rc
-  out=$(timeout 60 "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $code ]] || ! grep -qxF -- "$line" <<<"$out"; then
-    echo "FAIL: $* -> exit $rc (want $code and the line '$line'), output: $out"
-    fail=1
-  else
-    echo "ok: $* -> exit $rc: $line"
-  fi
-}
 # Nothing listens on port 1: every case must fail before connecting.
 t=127.0.0.1:1
-expect_line 2 "ced-loadgen: unknown flag --bogus (see --help)" -- "$loadgen" --bogus
+expect --line 2 "ced-loadgen: unknown flag --bogus (see --help)" -- "$loadgen" --bogus
 expect 1 "--workload: expected poisson or agent" -- "$loadgen" --target $t --workload chat
 expect 1 "--workload agent needs --api grpc" -- "$loadgen" --target $t --workload agent --api openai
 expect 1 "--sessions and --turns must be in [1, 100000]" -- \
