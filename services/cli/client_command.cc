@@ -30,7 +30,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int RpcFail(const std::string& words, const grpc::Status& status) {
+// `address` and `expected` ("a gateway", "a prefill or decode worker") name
+// what answered UNIMPLEMENTED: a server of another role (gRPC says only the
+// code).
+int RpcFail(const std::string& words, const grpc::Status& status, const std::string& address = "",
+            const std::string& expected = "") {
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED && status.error_message().empty() &&
+      !address.empty()) {
+    return Fail(words, absl::StrCat(address, " is not ", expected,
+                                    " (UNIMPLEMENTED: it does not serve that call)"));
+  }
   return Fail(
       words,
       absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
@@ -214,7 +223,7 @@ int Generate(const std::vector<std::string>& raw_args) {
   const grpc::Status status = reader->Finish();
   if (!json) std::fputs("\n", stdout);
   std::fflush(stdout);  // the text ends before the summary on stderr, also through a pipe
-  if (!status.ok()) return RpcFail(kGenerateWords, status);
+  if (!status.ok()) return RpcFail(kGenerateWords, status, flags->Get("gateway"), "a gateway");
   auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   const ced::v1::Usage& usage = final_message.usage();
   const ced::v1::Timings& t = final_message.timings();
@@ -269,7 +278,7 @@ int Tokenize(const std::vector<std::string>& args) {
   SetTimeout(&ctx, *timeout);
   ced::v1::TokenizeResponse response;
   const grpc::Status status = stub->Tokenize(&ctx, request, &response);
-  if (!status.ok()) return RpcFail(kTokenizeWords, status);
+  if (!status.ok()) return RpcFail(kTokenizeWords, status, flags->Get("gateway"), "a gateway");
   std::string out;
   for (int i = 0; i < response.token_ids_size(); ++i) {
     absl::StrAppend(&out, i == 0 ? "" : ",", response.token_ids(i));
@@ -305,7 +314,7 @@ int ModelInfo(const std::vector<std::string>& args) {
   SetTimeout(&ctx, *timeout);
   ced::v1::ModelInfoResponse response;
   const grpc::Status status = stub->ModelInfo(&ctx, {}, &response);
-  if (!status.ok()) return RpcFail(kModelInfoWords, status);
+  if (!status.ok()) return RpcFail(kModelInfoWords, status, flags->Get("gateway"), "a gateway");
   std::printf("%s\n", ToJson(response, /*all_fields=*/true).c_str());
   return 0;
 }
@@ -353,7 +362,7 @@ int Drain(const std::vector<std::string>& args) {
     SetTimeout(&ctx, *timeout);
     status = ced::internal::PrefillWorker::NewStub(channel)->Drain(&ctx, request, &response);
   }
-  if (!status.ok()) return RpcFail(kDrainWords, status);
+  if (!status.ok()) return RpcFail(kDrainWords, status, worker, "a prefill or decode worker");
   std::printf("%s: draining\n", worker.c_str());
   return 0;
 }
@@ -408,7 +417,7 @@ int FlushCache(const std::vector<std::string>& args) {
     SetTimeout(&ctx, *timeout);
     status = ced::internal::PrefillWorker::NewStub(channel)->FlushCache(&ctx, request, &response);
   }
-  if (!status.ok()) return RpcFail(kFlushCacheWords, status);
+  if (!status.ok()) return RpcFail(kFlushCacheWords, status, worker, "a prefill or decode worker");
   std::printf("%s: %lld cached blocks evicted, %lld held by running requests\n", worker.c_str(),
               static_cast<long long>(response.evicted_blocks()),
               static_cast<long long>(response.referenced_blocks()));

@@ -194,6 +194,39 @@ double EngineResidentBytes(const std::string& model, WeightSet weights) {
   return engine.ok() ? static_cast<double>((*engine)->weights().resident_bytes()) : -1.0;
 }
 
+// `ced client` pointed at a service of another role says what it reached
+// (gRPC itself answers only UNIMPLEMENTED with no message).
+TEST_F(E2eClusterTest, ClientCommandsSayWhenTheAddressIsAnotherRole) {
+  const std::string router = cluster_->addresses().at("router").at("grpc");
+  const std::string gateway = cluster_->gateway();
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"client", "model-info", "--gateway", router},
+       "ced client model-info: " + router + " is not a gateway"},
+      {{"client", "generate", "--gateway", router, "hi"},
+       "ced client generate: " + router + " is not a gateway"},
+      {{"client", "drain", "--worker", gateway},
+       "ced client drain: " + gateway + " is not a prefill or decode worker"},
+      {{"client", "flush-cache", "--worker", router},
+       "ced client flush-cache: " + router + " is not a prefill or decode worker"},
+  };
+  for (const Case& c : cases) {
+    services::SubprocessOptions o;
+    o.argv = {CedBinary()};
+    o.argv.insert(o.argv.end(), c.args.begin(), c.args.end());
+    o.stderr_to_stdout = true;
+    auto run = services::RunToCompletion(o, 60);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_FALSE(run->exited_ok());
+    EXPECT_NE(run->output.find(c.expected), std::string::npos) << run->output;
+  }
+  // The gateway still serves (a drain sent to it was not taken as one).
+  EXPECT_TRUE(Generate(gateway, Request(Prompt(20, 3), 4, ced::v1::REPLAY_ON_AUTO)).status.ok());
+}
+
 // Requests one after the other that each need most of the decode worker's
 // cache: each must run once the one before has ended, even before the
 // worker's next load report tells the router (the router used to count the
