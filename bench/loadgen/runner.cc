@@ -187,6 +187,10 @@ absl::StatusOr<ced::v1::ModelInfoResponse> FetchModelInfo(const std::string& tar
                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1e3)));
   ced::v1::ModelInfoResponse info;
   grpc::Status s = stub->ModelInfo(&ctx, {}, &info);
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "--target ", target, " is not a gateway (UNIMPLEMENTED: it does not serve ModelInfo)"));
+  }
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("gateway ", target,
                                                ": ModelInfo failed: ", OutcomeName(s.error_code()),

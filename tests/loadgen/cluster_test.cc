@@ -24,6 +24,13 @@ TEST(LoadgenClusterTest, LowRateRunSucceedsAndCountsAddUp) {
   auto info = FetchModelInfo(cluster.gateway());
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_FALSE(info->decoder_only());
+  // A target that is another service (the router) is named as such.
+  const std::string router = cluster.addresses().at("router").at("grpc");
+  auto not_gateway = FetchModelInfo(router);
+  ASSERT_FALSE(not_gateway.ok());
+  EXPECT_EQ(
+      not_gateway.status().message(),
+      "--target " + router + " is not a gateway (UNIMPLEMENTED: it does not serve ModelInfo)");
 
   WorkloadOptions w;
   w.input_mean = 48;
