@@ -350,8 +350,7 @@ bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
                               std::vector<std::string>* exclude) {
   const absl::Duration wait = core_->settings().kv_wait;
   if (wait <= absl::ZeroDuration() ||
-      status->error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || assembler_.emitted() > 0 ||
-      status->error_message().find(router::kLargerThanEveryCache) != std::string::npos) {
+      status->error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || assembler_.emitted() > 0) {
     return false;
   }
   // 20 ms after the first refusal, doubling to 500 ms: room comes back as
@@ -463,6 +462,12 @@ void GenerateCall::OnRouted(Attempt* a, grpc::Status status) {
                             absl::StrCat("router at ", settings.router_address,
                                          " did not answer within ",
                                          absl::FormatDuration(settings.route_timeout)));
+    } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+               status.error_message().find(router::kLargerThanEveryCache) != std::string::npos) {
+      // Not a matter of load: the request as sent can never run here.
+      status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("max_tokens: ", status.error_message(),
+                                         "; lower max_tokens or shorten the prompt"));
     } else {
       status = WithPrefix(absl::StrCat("router at ", settings.router_address, ": "), status);
     }

@@ -194,8 +194,8 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   // worker has room now, or every one tried refused its Reserve) before any
   // token waits (GatewaySettings::kv_wait) and is placed again from
   // scratch; false (with *status saying how long it waited) once the wait
-  // is over, the client's deadline is near, it was cancelled, or the
-  // request can never fit.
+  // is over, the client's deadline is near, or it was cancelled. (One that
+  // can never fit failed with INVALID_ARGUMENT, see OnRouted.)
   bool PlanKvWait(grpc::Status* status, Attempt::Cause* cause, std::vector<std::string>* exclude);
   // The request finished before its decode worker died (every token or a
   // stop token streamed): sets up the final chunk; false otherwise.

@@ -383,10 +383,16 @@ TEST_F(OverloadTest, KvWaitQueuesARequestUntilRoomFrees) {
   flags.gateway_flags = {"--kv-wait-ms", "60000"};
   Start(flags);
   ASSERT_EQ(topo_->Metric(topo_->decode(), "ced_kv_blocks_free"), 64);
+  // Larger than the whole cache: no wait helps, so it is the request's
+  // fault (INVALID_ARGUMENT naming max_tokens, HTTP 400), not a busy server's.
   const GenResult never = Generate(topo_->gateway().grpc(), Req(40, 9, 1100));  // 72 blocks
-  EXPECT_EQ(never.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+  EXPECT_EQ(never.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << never.status.error_message();
-  EXPECT_NE(never.status.error_message().find("larger than the whole K/V cache"), std::string::npos)
+  EXPECT_EQ(never.status.error_message().rfind(
+                "max_tokens: 1140 tokens (prompt + max_tokens) are larger than the whole K/V "
+                "cache of every decode worker (the largest has 64 blocks)",
+                0),
+            0u)
       << never.status.error_message();
   EXPECT_EQ(topo_->Metric(topo_->gateway(), "ced_gateway_kv_waits_total"), 0);
 
