@@ -102,6 +102,25 @@ TEST(OpenAiProtocolTest, ErrorsNameTheField) {
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnauthenticated), 401);
 }
 
+// An INVALID_ARGUMENT that comes back from the call ("field: what") names
+// its field as the error's param, as the errors found before the call do.
+TEST(OpenAiProtocolTest, FieldOfAnInvalidArgumentFromTheCallBecomesTheParam) {
+  const absl::Status s = FromGrpcStatus(grpc::Status(
+      grpc::StatusCode::INVALID_ARGUMENT,
+      "max_tokens: 308 tokens (prompt + max_tokens) are larger than the whole K/V cache"));
+  EXPECT_EQ(FieldOf(s), "max_tokens");
+  EXPECT_EQ(Json::parse(ErrorJson(s))["error"]["param"], "max_tokens");
+  EXPECT_EQ(HttpStatusOf(s.code()), 400);
+  EXPECT_EQ(FieldOf(FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                "prompt_token_ids[2]: out of range"))),
+            "prompt_token_ids[2]");
+  // Not a field: a sentence, or another code.
+  EXPECT_EQ(FieldOf(FromGrpcStatus(
+                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "router at 1.2.3.4:5: no"))),
+            "");
+  EXPECT_EQ(FieldOf(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "x: gone"))), "");
+}
+
 TEST(OpenAiProtocolTest, ChatStreamEventsOpenWithTheRoleAndEndWithDone) {
   ResponseHeader h;
   h.endpoint = Endpoint::kChat;

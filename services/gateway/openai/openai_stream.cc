@@ -1,6 +1,11 @@
 #include "services/gateway/openai/openai_stream.h"
 
+#include <cctype>
+#include <string>
+#include <utility>
+
 #include "services/common/grpc_util.h"
+#include "services/gateway/request_validation.h"
 
 namespace ced::gateway::openai {
 namespace {
@@ -19,7 +24,23 @@ bool IsFinal(const ced::v1::GenerateResponse& m) {
 
 }  // namespace
 
-absl::Status FromGrpcStatus(const grpc::Status& status) { return services::FromGrpc(status); }
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  absl::Status s = services::FromGrpc(status);
+  if (s.code() != absl::StatusCode::kInvalidArgument) return s;
+  // "field: what", as every field error is worded: the field becomes the
+  // error's param, as for the errors found before the call started.
+  const std::string& message = status.error_message();
+  const size_t colon = message.find(": ");
+  if (colon == std::string::npos || colon == 0) return s;
+  for (size_t i = 0; i < colon; ++i) {
+    const char c = message[i];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '[' &&
+        c != ']') {
+      return s;
+    }
+  }
+  return WithField(std::move(s), message.substr(0, colon));
+}
 
 void ResponseBuilder::AppendEvent(const std::string& json, std::string* out) const {
   out->append("data: ");
