@@ -141,8 +141,8 @@ TEST_F(ClientCommandTest, TokenizeAndModelInfo) {
   EXPECT_NE(info.out.find("\"num_decode_workers\":1"), std::string::npos) << info.out;
 }
 
-// `ced client drain` needs --worker, and names the status when the address is
-// not a prefill or decode worker (here: the gateway, which has no Drain).
+// `ced client drain` needs --worker, and says so when the address is not a
+// prefill or decode worker (here: the gateway, which has no Drain).
 TEST_F(ClientCommandTest, DrainNeedsAWorker) {
   const CommandRun missing = Invoke("client drain", {}, /*at_gateway=*/false);
   EXPECT_EQ(missing.code, 2);
@@ -150,7 +150,11 @@ TEST_F(ClientCommandTest, DrainNeedsAWorker) {
   const CommandRun not_worker =
       Invoke("client drain", {"--worker=" + gateway_->grpc_address()}, /*at_gateway=*/false);
   EXPECT_EQ(not_worker.code, 1);
-  EXPECT_EQ(not_worker.err.rfind("ced client drain: UNIMPLEMENTED:", 0), 0u) << not_worker.err;
+  EXPECT_EQ(not_worker.err.rfind("ced client drain: " + gateway_->grpc_address() +
+                                     " is not a prefill or decode worker (UNIMPLEMENTED",
+                                 0),
+            0u)
+      << not_worker.err;
 }
 
 }  // namespace
