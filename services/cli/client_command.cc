@@ -46,6 +46,14 @@ int RpcFail(const std::string& words, const grpc::Status& status, const std::str
                    ": ", status.error_message()));
 }
 
+// A stub for the gateway --gateway names, once the address is one a peer can
+// dial (INVALID_ARGUMENT naming the flag otherwise).
+absl::StatusOr<std::unique_ptr<ced::v1::Gateway::Stub>> GatewayStub(const Flags& flags) {
+  const std::string address = flags.Get("gateway");
+  if (absl::Status s = services::CheckPeerAddress("gateway", address); !s.ok()) return s;
+  return ced::v1::Gateway::NewStub(services::MakeChannel(address));
+}
+
 std::string ToJson(const google::protobuf::Message& message, bool all_fields = false) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -194,10 +202,8 @@ int Generate(const std::vector<std::string>& raw_args) {
   else if (!mode.empty())
     return Fail(kGenerateWords, "--replay-mode must be bounded or exact", 2);
 
-  if (absl::Status s = services::CheckPeerAddress("gateway", flags->Get("gateway")); !s.ok()) {
-    return Fail(kGenerateWords, std::string(s.message()), 2);
-  }
-  auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
+  auto stub = GatewayStub(*flags);
+  if (!stub.ok()) return Fail(kGenerateWords, std::string(stub.status().message()), 2);
   grpc::ClientContext ctx;
   SetTimeout(&ctx, *timeout);
   const bool json = flags->GetBool("json");
@@ -205,7 +211,7 @@ int Generate(const std::vector<std::string>& raw_args) {
   Clock::time_point first = start, last = start;
   int tokens = 0;
   ced::v1::GenerateResponse response, final_message;
-  auto reader = stub->Generate(&ctx, request);
+  auto reader = (*stub)->Generate(&ctx, request);
   while (reader->Read(&response)) {
     if (response.token_ids_size() > 0) {
       if (tokens == 0) first = Clock::now();
@@ -270,14 +276,12 @@ int Tokenize(const std::vector<std::string>& args) {
   ced::v1::TokenizeRequest request;
   request.set_text(flags->positional().empty() ? flags->Get("text") : flags->positional()[0]);
   request.set_add_bos(flags->GetBool("add-bos"));
-  if (absl::Status s = services::CheckPeerAddress("gateway", flags->Get("gateway")); !s.ok()) {
-    return Fail(kTokenizeWords, std::string(s.message()), 2);
-  }
-  auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
+  auto stub = GatewayStub(*flags);
+  if (!stub.ok()) return Fail(kTokenizeWords, std::string(stub.status().message()), 2);
   grpc::ClientContext ctx;
   SetTimeout(&ctx, *timeout);
   ced::v1::TokenizeResponse response;
-  const grpc::Status status = stub->Tokenize(&ctx, request, &response);
+  const grpc::Status status = (*stub)->Tokenize(&ctx, request, &response);
   if (!status.ok()) return RpcFail(kTokenizeWords, status, flags->Get("gateway"), "a gateway");
   std::string out;
   for (int i = 0; i < response.token_ids_size(); ++i) {
@@ -306,14 +310,12 @@ int ModelInfo(const std::vector<std::string>& args) {
   }
   auto timeout = flags->GetInt("timeout-ms");
   if (!timeout.ok()) return Fail(kModelInfoWords, std::string(timeout.status().message()), 2);
-  if (absl::Status s = services::CheckPeerAddress("gateway", flags->Get("gateway")); !s.ok()) {
-    return Fail(kModelInfoWords, std::string(s.message()), 2);
-  }
-  auto stub = ced::v1::Gateway::NewStub(services::MakeChannel(flags->Get("gateway")));
+  auto stub = GatewayStub(*flags);
+  if (!stub.ok()) return Fail(kModelInfoWords, std::string(stub.status().message()), 2);
   grpc::ClientContext ctx;
   SetTimeout(&ctx, *timeout);
   ced::v1::ModelInfoResponse response;
-  const grpc::Status status = stub->ModelInfo(&ctx, {}, &response);
+  const grpc::Status status = (*stub)->ModelInfo(&ctx, {}, &response);
   if (!status.ok()) return RpcFail(kModelInfoWords, status, flags->Get("gateway"), "a gateway");
   std::printf("%s\n", ToJson(response, /*all_fields=*/true).c_str());
   return 0;

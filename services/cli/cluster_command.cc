@@ -36,6 +36,34 @@ namespace {
 
 constexpr char kWords[] = "cluster";
 
+// When a process that went down is started again: 1 s after it went down,
+// then 2, 4 .. 30 s after each later fall, at most `max` times in all.
+class RestartSchedule {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Step { kScheduled, kWait, kDue, kExhausted };
+  // Asked while the process is down: kScheduled the first time (delay_s()
+  // says in how long), then kWait until then, then kDue once (the restart is
+  // counted); kExhausted once `max` restarts were made.
+  Step Next(Clock::time_point now, int max) {
+    if (restarts_ >= max) return Step::kExhausted;
+    if (at_ == Clock::time_point{}) {
+      at_ = now + std::chrono::seconds(delay_s());
+      return Step::kScheduled;
+    }
+    if (now < at_) return Step::kWait;
+    at_ = Clock::time_point{};
+    ++restarts_;
+    return Step::kDue;
+  }
+  int delay_s() const { return std::min(30, 1 << std::min(restarts_, 5)); }  // of the next one
+  int restarts() const { return restarts_; }
+
+ private:
+  int restarts_ = 0;
+  Clock::time_point at_{};  // set while a restart is scheduled
+};
+
 struct Child {
   std::string name;
   std::vector<std::string> args;  // of `ced serve`, as first started
@@ -47,8 +75,7 @@ struct Child {
   std::atomic<bool> exited{false};
   std::atomic<bool> crashed{false};  // ended by a signal or a non-zero status
   std::string how;                   // "killed by signal 9", "exited with status 1"
-  int restarts = 0;
-  std::chrono::steady_clock::time_point restart_at{};  // set when a restart is due
+  RestartSchedule restarts;
 };
 
 std::mutex g_print_mu;
@@ -173,23 +200,19 @@ std::vector<std::string> RestartArgs(const Child& c) {
 // `redis` (--kv-store local, may be null) too: on its port, empty.
 void Supervise(std::vector<std::unique_ptr<Child>>& children, int max_restarts,
                services::LocalRedis* redis) {
-  using Clock = std::chrono::steady_clock;
-  int redis_restarts = 0;
-  Clock::time_point redis_restart_at{};
+  using Step = RestartSchedule::Step;
+  RestartSchedule redis_restarts;
   while (services::WaitForShutdownSignalFor(0.2) == 0) {
-    if (redis != nullptr && redis_restarts < max_restarts && !redis->Running()) {
-      const Clock::time_point now = Clock::now();
+    if (redis != nullptr && !redis->Running()) {
+      const int delay_s = redis_restarts.delay_s();
+      const Step step = redis_restarts.Next(RestartSchedule::Clock::now(), max_restarts);
       std::lock_guard<std::mutex> lock(g_print_mu);
-      if (redis_restart_at == Clock::time_point{}) {
-        const int delay_s = std::min(30, 1 << std::min(redis_restarts, 5));
-        redis_restart_at = now + std::chrono::seconds(delay_s);
+      if (step == Step::kScheduled) {
         std::printf(
             "cluster: redis-server (KV tier) stopped; restarting it in %d s (restart %d of "
             "--max-restarts %d); the workers recompute meanwhile\n",
-            delay_s, redis_restarts + 1, max_restarts);
-      } else if (now >= redis_restart_at) {
-        redis_restart_at = Clock::time_point{};
-        ++redis_restarts;
+            delay_s, redis_restarts.restarts() + 1, max_restarts);
+      } else if (step == Step::kDue) {
         const absl::Status s = redis->Restart();
         if (s.ok()) {
           std::printf("cluster: redis-server restarted (pid %d) on %s, empty\n",
@@ -202,20 +225,16 @@ void Supervise(std::vector<std::unique_ptr<Child>>& children, int max_restarts,
       std::fflush(stdout);
     }
     for (auto& c : children) {
-      if (!c->exited || !c->crashed || c->restarts >= max_restarts) continue;
-      const Clock::time_point now = Clock::now();
-      if (c->restart_at == Clock::time_point{}) {
-        const int delay_s = std::min(30, 1 << std::min(c->restarts, 5));
-        c->restart_at = now + std::chrono::seconds(delay_s);
+      if (!c->exited || !c->crashed) continue;
+      const int delay_s = c->restarts.delay_s();
+      const Step step = c->restarts.Next(RestartSchedule::Clock::now(), max_restarts);
+      if (step == Step::kScheduled) {
         std::lock_guard<std::mutex> lock(g_print_mu);
         std::printf("cluster: restarting %s in %d s (restart %d of --max-restarts %d)\n",
-                    c->name.c_str(), delay_s, c->restarts + 1, max_restarts);
+                    c->name.c_str(), delay_s, c->restarts.restarts() + 1, max_restarts);
         std::fflush(stdout);
-        continue;
       }
-      if (now < c->restart_at) continue;
-      c->restart_at = Clock::time_point{};
-      ++c->restarts;
+      if (step != Step::kDue) continue;
       if (c->reader.joinable()) c->reader.join();
       c->exited = false;
       c->crashed = false;
@@ -233,10 +252,10 @@ void Supervise(std::vector<std::unique_ptr<Child>>& children, int max_restarts,
         }
         c->exited = true;
         c->crashed = true;
-      }
-      if (c->restarts >= max_restarts && !s.ok()) {
-        std::printf("cluster: %s is not restarted again (--max-restarts %d)\n", c->name.c_str(),
-                    max_restarts);
+        if (c->restarts.restarts() >= max_restarts) {
+          std::printf("cluster: %s is not restarted again (--max-restarts %d)\n",
+                      c->name.c_str(), max_restarts);
+        }
       }
       std::fflush(stdout);
     }
@@ -467,18 +486,16 @@ int RunCluster(const std::vector<std::string>& args) {
   if (auto n = f->GetInt("reserve-retries"); !n.ok() || *n < 0 || *n > 16) {
     return Fail(kWords, "--reserve-retries must be in [0, 16]", 2);
   }
-  if (auto n = f->GetInt("kv-wait-ms"); !n.ok() || *n < 0 || *n > 3600000) {
-    return Fail(kWords, "--kv-wait-ms must be in [0, 3600000]", 2);
+  if (auto n = f->GetIntIn("kv-wait-ms", 0, 3600000); !n.ok()) {
+    return Fail(kWords, std::string(n.status().message()), 2);
   }
   // Checked here, not only by the gateway it is passed to: a bad value would
   // otherwise start every worker before the gateway refused it.
   if (auto n = f->GetInt("migration-limit"); !n.ok() || *n < 0 || *n > 16) {
     return Fail(kWords, "--migration-limit must be in [0, 16]", 2);
   }
-  const absl::StatusOr<int64_t> restarts_flag = f->GetInt("max-restarts");
-  if (!restarts_flag.ok() || *restarts_flag < 0 || *restarts_flag > 1000) {
-    return Fail(kWords, "--max-restarts must be in [0, 1000]", 2);
-  }
+  const absl::StatusOr<int64_t> restarts_flag = f->GetIntIn("max-restarts", 0, 1000);
+  if (!restarts_flag.ok()) return Fail(kWords, std::string(restarts_flag.status().message()), 2);
   const int max_restarts = static_cast<int>(*restarts_flag);
   // Every worker would fail on a folder it cannot run; say why once, before
   // anything starts.

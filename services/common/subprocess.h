@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -56,7 +57,7 @@ struct SubprocessOptions {
   // Signal it when this process (precisely: the thread that spawned it)
   // dies (Linux PR_SET_PDEATHSIG; forks).
   bool kill_with_parent = false;
-  int parent_death_signal = 9;  // SIGKILL; SIGTERM lets a service drain
+  int parent_death_signal = SIGKILL;  // SIGTERM lets a service drain
 };
 
 class Subprocess {

@@ -146,10 +146,8 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
     return Fail("--reserve-retries must be in [0, 16]", 2);
   }
   options.reserve_retries = static_cast<int>(*reserve_retries);
-  auto kv_wait = flags->GetInt("kv-wait-ms");
-  if (!kv_wait.ok() || *kv_wait < 0 || *kv_wait > 3600000) {
-    return Fail("--kv-wait-ms must be in [0, 3600000]", 2);
-  }
+  auto kv_wait = flags->GetIntIn("kv-wait-ms", 0, 3600000);
+  if (!kv_wait.ok()) return Fail(std::string(kv_wait.status().message()), 2);
   options.kv_wait = absl::Milliseconds(*kv_wait);
   options.decode_mux = flags->GetBool("decode-mux");
   options.http_address = flags->Get("http-listen");
