@@ -91,6 +91,8 @@ expect 2 "ced serve --role=decode: --advertise-kv-address: 'http://x:1' is a URL
   "$ced" serve --role=decode --model "$model" --advertise-kv-address http://x:1
 expect 2 "ced serve --role=prefill: --max-queued must be in [1, 1048576], got '99999999999'" -- \
   "$ced" serve --role=prefill --model "$model" --max-queued 99999999999
+expect 2 "ced serve --role=prefill: --max-queued-tokens must be in [1, 1099511627776], got '0'" -- \
+  "$ced" serve --role=prefill --model "$model" --max-queued-tokens 0
 expect 2 "ced serve --role=prefill: --chunk must be in [1, 1048576], got '0'" -- \
   "$ced" serve --role=prefill --model "$model" --chunk 0
 for bad in -1 3600001 x; do
