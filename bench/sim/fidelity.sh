@@ -14,8 +14,9 @@
 #     req/s, 400 requests of the same shape, each waiting for decode room
 #     when there is none); the loads run at 50% and 85% of it, with outputs
 #     long enough that the decode worker batches. The predictions refuse what
-#     no decode instance has room for (--refuse-when-full), as the gateway
-#     refuses it and the load generator does not retry.
+#     no decode instance has room for (--refuse-when-full), as the cluster's
+#     gateway does here (--kv-wait-ms 0; its default waits for room) and the
+#     load generator does not retry.
 #  3. Every prediction (RUNS runs x 2 loads; run k uses seed SEED + k - 1) is
 #     simulated and written to $OUT before the first load starts.
 #  4. The loads run on the cluster, one after the other, and $OUT is rewritten
@@ -89,7 +90,7 @@ log "starting the cluster"
 # Its own session, as a server apart from its client (and, where the kernel
 # groups scheduling by session, not sharing the load generator's group).
 setsid "$BIN/ced" cluster --model "$WORK/model" --base-port 0 --metrics-base-port 0 \
-  --ready-file "$WORK/ready" >"$WORK/cluster.log" 2>&1 &
+  --kv-wait-ms 0 --ready-file "$WORK/ready" >"$WORK/cluster.log" 2>&1 &
 CLUSTER_PID=$!
 for _ in $(seq 900); do
   [[ -s $WORK/ready ]] && break

@@ -140,9 +140,9 @@ absl::Status Main(int argc, char** argv) {
         "decode instance's token budget per step (ced serve --role=decode --max-step-tokens)");
   f.Bool("refuse-when-full", &a.refuse_when_full,
          "refuse a request no decode instance has K/V room for (RESOURCE_EXHAUSTED), as the "
-         "gateway does for a client that does not retry (agent: the turn's session ends, as "
-         "in ced-loadgen); default: it waits for room, as retrying clients make it (capacity "
-         "searches)");
+         "gateway does with --kv-wait-ms 0 (agent: the turn's session ends, as in "
+         "ced-loadgen); default: it waits for room, as the gateway does for up to its "
+         "--kv-wait-ms (capacity searches)");
   f.Int("reserve-retries", &a.reserve_retries,
         "with --refuse-when-full, as the gateway's --reserve-retries: decode instances tried "
         "after one refuses the reservation");

@@ -36,7 +36,8 @@
 #   writes, outside the TTFT), so every such turn finds its prefix only
 #   below the hot cache, as after an operator's `ced client flush-cache`.
 #   Without it: the hot cache of hostdisk / redis holds two requests (a worker refuses a
-#   request its KV cannot hold, it does not queue it), and S sessions whose
+#   request its KV cannot hold; the gateway holds it until room frees, up to its
+#   --kv-wait-ms), and S sessions whose
 #   turns mostly take their turn (stagger >= a turn, think = (S-1) x stagger)
 #   evict one another: once S x the previous prompt exceeds the hot cache
 #   (turn 4 on with the defaults) the prefix of a turn comes mostly from

@@ -328,9 +328,9 @@ int RunCluster(const std::vector<std::string>& args) {
       {"reserve-retries", "2",
        "gateway: placements on another decode worker when one refuses a request's K/V "
        "reservation (cache full) (0: off)"},
-      {"kv-wait-ms", "0",
-       "gateway: a request refused for K/V room waits this long for room instead of failing at "
-       "once (0: off)"},
+      {"kv-wait-ms", "30000",
+       "gateway: a request refused for K/V room waits this long for room before failing with "
+       "RESOURCE_EXHAUSTED (0: fail at once)"},
       {"http", "true",
        "gateway: also serve the OpenAI-compatible HTTP API, on --public-bind at base-port + 2 "
        "(true/false)"},

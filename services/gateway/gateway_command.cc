@@ -41,11 +41,11 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
        "times a request is placed on another decode worker when one refuses its reservation "
        "with RESOURCE_EXHAUSTED (K/V cache full); then the client gets RESOURCE_EXHAUSTED "
        "naming the workers tried (0: off, the first refusal ends it)"},
-      {"kv-wait-ms", "0",
+      {"kv-wait-ms", "30000",
        "a request refused for K/V room before its first token (no decode worker has room now) "
-       "waits this long for room, placed again every 20 .. 500 ms, instead of failing at once "
-       "with RESOURCE_EXHAUSTED (0: off; bounded by the request's deadline; never for a "
-       "request larger than every decode worker's cache)"},
+       "waits this long for room, placed again every 20 .. 500 ms, holding its --max-inflight "
+       "slot, then fails with RESOURCE_EXHAUSTED (0: fail at once; bounded by the request's "
+       "deadline; never for a request larger than every decode worker's cache)"},
       {"decode-mux", "true",
        "receive tokens on one multiplexed stream per decode worker (false: one stream per "
        "request, as with workers older than the multiplexed stream)",

@@ -335,6 +335,7 @@ bool GenerateCall::PlanReserveRetry(grpc::Status* status, Attempt::Cause* cause,
   }
   // Every decode worker tried refused, or routing it again failed (the router
   // has no other decode worker with room): no room for the request now.
+  a->no_decode_room = true;
   *status = grpc::Status(
       grpc::StatusCode::RESOURCE_EXHAUSTED,
       absl::StrCat(
@@ -349,7 +350,9 @@ bool GenerateCall::PlanReserveRetry(grpc::Status* status, Attempt::Cause* cause,
 bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
                               std::vector<std::string>* exclude) {
   const absl::Duration wait = core_->settings().kv_wait;
-  if (wait <= absl::ZeroDuration() ||
+  // Only the decode side's refusals wait: a full prefill queue or the
+  // gateway's own bounds are admission control, refused at once.
+  if (wait <= absl::ZeroDuration() || !current()->no_decode_room ||
       status->error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || assembler_.emitted() > 0) {
     return false;
   }
@@ -469,6 +472,8 @@ void GenerateCall::OnRouted(Attempt* a, grpc::Status status) {
                             absl::StrCat("max_tokens: ", status.error_message(),
                                          "; lower max_tokens or shorten the prompt"));
     } else {
+      // The router's only RESOURCE_EXHAUSTED: no decode worker has room now.
+      a->no_decode_room = status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
       status = WithPrefix(absl::StrCat("router at ", settings.router_address, ": "), status);
     }
     Placed(a, status);
@@ -580,6 +585,7 @@ grpc::Status GenerateCall::FinishAttempt(Attempt* a) {
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     a->reserve_refused = true;
     a->reserve_exhausted = true;
+    a->no_decode_room = true;
   }
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
     a->worker_unavailable = true;

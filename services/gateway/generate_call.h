@@ -147,6 +147,7 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
     bool reserve_unavailable = false;  // Reserve: UNAVAILABLE (draining, or gone)
     bool reserve_refused = false;      // ALREADY_EXISTS or RESOURCE_EXHAUSTED: nothing landed
     bool reserve_exhausted = false;    // Reserve: RESOURCE_EXHAUSTED (no room there)
+    bool no_decode_room = false;       // the router or a Reserve: no decode room now
     bool prefill_complete = false;     // OK status received
     bool worker_unavailable = false;   // Reserve or a worker stream ended UNAVAILABLE
     bool cleaned_up = false;           // CleanUp ran
@@ -191,8 +192,8 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   bool PlanReserveRetry(grpc::Status* status, Attempt::Cause* cause,
                         std::vector<std::string>* exclude);
   // After PlanNext declined: a request refused for K/V room (no decode
-  // worker has room now, or every one tried refused its Reserve) before any
-  // token waits (GatewaySettings::kv_wait) and is placed again from
+  // worker has room now, or every one tried refused its Reserve: K/V blocks
+  // or its queue bounds) before any token waits (GatewaySettings::kv_wait) and is placed again from
   // scratch; false (with *status saying how long it waited) once the wait
   // is over, the client's deadline is near, or it was cancelled. (One that
   // can never fit failed with INVALID_ARGUMENT, see OnRouted.)

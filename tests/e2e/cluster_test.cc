@@ -235,7 +235,10 @@ TEST_F(E2eClusterTest, ClientCommandsSayWhenTheAddressIsAnotherRole) {
 TEST(E2eSmallCacheTest, BackToBackRequestsThatEachFillTheCacheAllRun) {
   const std::string model = MakeModelDir("tiny");
   // 3 MiB of f32 `tiny` K/V: 48 blocks of 16 tokens; a request below needs 38.
-  LocalCluster cluster(model, {"--prefill", "1", "--decode", "1", "--kv-cache-mb", "3"});
+  // --kv-wait-ms 0: a refusal fails the request instead of waiting for room,
+  // so the router's own bookkeeping is what the test sees.
+  LocalCluster cluster(
+      model, {"--prefill", "1", "--decode", "1", "--kv-cache-mb", "3", "--kv-wait-ms", "0"});
   ASSERT_TRUE(cluster.ready()) << cluster.Log();
   const std::string total = cluster.addresses().at("decode-0").at("metrics");
   ASSERT_EQ(ScrapeMetric(total, "ced_kv_blocks_free"), 48.0) << cluster.Log();

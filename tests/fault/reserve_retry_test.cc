@@ -43,7 +43,10 @@ FaultClusterOptions Options(const std::string& model, int decode,
   o.heartbeat_timeout_ms = kHeartbeatTimeoutMs;
   // The test's own reservations receive no K/V: they must outlive the test.
   o.decode_flags = {"--reservation-timeout-ms", "600000"};
+  // A refusal on every decode worker ends the request at once (the
+  // gateway's default waits for room first: tested in OverloadTest).
   o.gateway_flags = std::move(gateway_flags);
+  o.gateway_flags.insert(o.gateway_flags.end(), {"--kv-wait-ms", "0"});
   return o;
 }
 

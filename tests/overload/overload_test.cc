@@ -295,7 +295,9 @@ TEST_F(OverloadTest, GatewayTokenBoundRefusesWhatDoesNotFit) {
 // as the gateway) fill it; the next one, and a gateway request, get
 // RESOURCE_EXHAUSTED; cancelling frees room.
 TEST_F(OverloadTest, DecodeQueueBoundsInRequestsAndTokens) {
-  Start(Flags("decode", {"--max-queued", "2", "--max-queued-tokens", "250"}));
+  TopologyFlags flags = Flags("decode", {"--max-queued", "2", "--max-queued-tokens", "250"});
+  flags.gateway_flags = {"--kv-wait-ms", "0"};  // the default waits for decode room
+  Start(flags);
   DirectClient direct(topo_->decode().grpc(), topo_->prefill().grpc());
   ced::internal::ReserveResponse resp;
   ASSERT_TRUE(direct.Reserve("held-1", Prompt(100, 1), 8, &resp).ok());
@@ -332,7 +334,8 @@ TEST_F(OverloadTest, DecodeQueueBoundsInRequestsAndTokens) {
 // fills: a request whose prompt does not fit the token bound is refused, a
 // small one is queued, then the next is refused by count. The decode
 // reservations of refused requests are freed; the admitted three get the
-// right tokens.
+// right tokens. The refusals reach the client at once under the gateway's
+// default --kv-wait-ms: only the decode side's refusals wait for room.
 TEST_F(OverloadTest, PrefillQueueBoundsInRequestsAndTokens) {
   Start(Flags("prefill", {"--max-queued", "2", "--max-queued-tokens", "300",
                           "--fault-injection-for-testing", "match=slow-,chunk_delay_ms=2500"}));
@@ -374,14 +377,13 @@ TEST_F(OverloadTest, PrefillQueueBoundsInRequestsAndTokens) {
   ExpectHealthyAfterwards();
 }
 
-// --kv-wait-ms: with a request holding 59 of the decode worker's 64 blocks
-// (>= 2.7 s long), one needing 7 more waits in the gateway instead of being
-// refused, and runs with the right tokens once the holder's blocks are free;
-// a request larger than the whole cache is refused at once all the same.
+// The gateway's default --kv-wait-ms (30 s): with a request holding 59 of
+// the decode worker's 64 blocks (>= 2.7 s long), one needing 7 more waits in
+// the gateway instead of being refused, and runs with the right tokens once
+// the holder's blocks are free; a request larger than the whole cache is
+// refused at once all the same.
 TEST_F(OverloadTest, KvWaitQueuesARequestUntilRoomFrees) {
-  TopologyFlags flags = SlowDecode(Flags("decode", {"--kv-cache-mb", "4"}));
-  flags.gateway_flags = {"--kv-wait-ms", "60000"};
-  Start(flags);
+  Start(SlowDecode(Flags("decode", {"--kv-cache-mb", "4"})));
   ASSERT_EQ(topo_->Metric(topo_->decode(), "ced_kv_blocks_free"), 64);
   // Larger than the whole cache: no wait helps, so it is the request's
   // fault (INVALID_ARGUMENT naming max_tokens, HTTP 400), not a busy server's.
@@ -414,7 +416,9 @@ TEST_F(OverloadTest, KvWaitQueuesARequestUntilRoomFrees) {
 // one either gets the right tokens or RESOURCE_EXHAUSTED, the worker stays
 // up, and the running request (>= 2.7 s long) never loses its blocks.
 TEST_F(OverloadTest, KvExhaustionRefusesWithoutHurtingAdmittedRequests) {
-  Start(SlowDecode(Flags("decode", {"--kv-cache-mb", "4"})));
+  TopologyFlags flags = SlowDecode(Flags("decode", {"--kv-cache-mb", "4"}));
+  flags.gateway_flags = {"--kv-wait-ms", "0"};  // refuse at once (the default waits)
+  Start(flags);
   ASSERT_EQ(topo_->Metric(topo_->decode(), "ced_kv_blocks_free"), 64);
   Stream holder(topo_->gateway().grpc(), Req(40, 1, 900));  // 940 tokens: 59 blocks
   ASSERT_TRUE(holder.ReadTokens(1));
