@@ -34,6 +34,7 @@ using testing::FakePrefillWorker;
 
 struct Reply {
   int status = 0;
+  httplib::Headers headers;
   std::string body;
   Json json;  // body parsed (discarded when not JSON)
 };
@@ -141,6 +142,7 @@ class OpenAiHttpTest : public ::testing::Test {
     auto result = Client()->Post(path.c_str(), headers, body, "application/json");
     if (!result) return reply;
     reply.status = result->status;
+    reply.headers = result->headers;
     reply.body = result->body;
     reply.json = Json::parse(reply.body, nullptr, false);
     return reply;
@@ -151,6 +153,7 @@ class OpenAiHttpTest : public ::testing::Test {
     auto result = Client()->Get(path.c_str(), headers);
     if (!result) return reply;
     reply.status = result->status;
+    reply.headers = result->headers;
     reply.body = result->body;
     reply.json = Json::parse(reply.body, nullptr, false);
     return reply;
@@ -426,6 +429,9 @@ TEST_F(OpenAiHttpTest, AdmissionRefusalIs429) {
   const Reply r = Post("/v1/completions", R"({"model": "test-model", "prompt": "hi"})");
   ExpectError(r, 429);
   EXPECT_EQ(r.json["error"]["type"], "rate_limit_error");
+  const auto retry = r.headers.find("Retry-After");
+  ASSERT_NE(retry, r.headers.end());
+  EXPECT_EQ(retry->second, "1");
   gateway_->Shutdown();  // cancels the held request
   first.join();
 }
@@ -435,6 +441,7 @@ TEST_F(OpenAiHttpTest, NoWorkersIs503) {
   Start(nullptr, /*workers=*/false);
   const Reply r = Post("/v1/completions", R"({"model": "test-model", "prompt": "hi"})");
   ExpectError(r, 503);
+  EXPECT_EQ(r.headers.count("Retry-After"), 1u);
   const Reply s =
       Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "stream": true})");
   ExpectError(s, 503);  // before the first token: a plain HTTP error, not an event

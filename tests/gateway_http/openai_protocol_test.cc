@@ -87,6 +87,37 @@ TEST(OpenAiProtocolTest, OnlyAnAssistantMessageMayLeaveItsContentOut) {
   EXPECT_TRUE(ok.ok()) << ok.status();
 }
 
+// Fields clients send at their defaults are accepted there, and refused
+// naming the field at any value that would change the answer.
+TEST(OpenAiProtocolTest, NeutralFieldsAreAcceptedOnlyAtTheirNeutralValues) {
+  auto ok = ParseRequest(Endpoint::kChat, R"({"model": "m",
+      "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "text"},
+      "store": false, "metadata": {"team": "a"}, "service_tier": "auto", "suffix": "",
+      "frequency_penalty": 0.0, "logit_bias": {}, "tool_choice": "auto"})");
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("response_format": {"type": "json_object"})", "response_format"},
+      {R"("response_format": "text")", "response_format"},
+      {R"("response_format": {"type": "text", "schema": {}})", "response_format.schema"},
+      {R"("store": true)", "store"},
+      {R"("store": "no")", "store"},
+      {R"("metadata": {"k": 1})", "metadata.k"},
+      {R"("metadata": [])", "metadata"},
+      {R"("service_tier": "flex")", "service_tier"},
+      {R"("suffix": "end")", "suffix"},
+      {R"("frequency_penalty": 0.5)", "frequency_penalty"},
+  };
+  for (const auto& [field, name] : bad) {
+    const std::string body =
+        std::string(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], )") + field +
+        "}";
+    auto r = ParseRequest(Endpoint::kChat, body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(FieldOf(r.status()), name) << body << ": " << r.status();
+    EXPECT_EQ(HttpStatusOf(r.status().code()), 400) << body;
+  }
+}
+
 TEST(OpenAiProtocolTest, ErrorsNameTheField) {
   auto bad = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 3})");
   ASSERT_FALSE(bad.ok());

@@ -269,6 +269,33 @@ absl::Status CheckNeutral(const std::string& key, const Json& v) {
   } else if (key == "parallel_tool_calls") {
     ASSIGN_OR_RETURN(bool b, GetBool(key, v));
     (void)b;
+  } else if (key == "response_format") {
+    // Plain text is what every request gets; JSON modes would need
+    // constrained decoding.
+    if (!v.is_object()) return WrongType(key, "an object", v);
+    const auto type = v.find("type");
+    if (type == v.end() || !type->is_string() || *type != "text") {
+      return InvalidField(key, "only {\"type\": \"text\"} is supported");
+    }
+    for (const auto& [sk, sv] : v.items()) {
+      if (sk != "type") return InvalidField(absl::StrCat(key, ".", sk), "unknown field");
+    }
+  } else if (key == "store") {
+    ASSIGN_OR_RETURN(bool b, GetBool(key, v));
+    if (b) return InvalidField(key, "is not supported (only false): completions are not stored");
+  } else if (key == "metadata") {
+    // Kept by OpenAI with stored completions only; ignored here, as "user".
+    if (!v.is_object()) return WrongType(key, "an object of strings", v);
+    for (const auto& [mk, mv] : v.items()) {
+      if (!mv.is_string()) return WrongType(absl::StrCat(key, ".", mk), "a string", mv);
+    }
+  } else if (key == "service_tier") {
+    if (!(v.is_string() && (v == "auto" || v == "default"))) {
+      return InvalidField(key, "only \"auto\" and \"default\" are supported");
+    }
+  } else if (key == "suffix") {
+    ASSIGN_OR_RETURN(std::string suffix, GetString(key, v));
+    if (!suffix.empty()) return InvalidField(key, "is not supported (only \"\")");
   } else {
     return InvalidField(key, "unknown field");
   }

@@ -48,6 +48,10 @@ class ConnectionThreads : public httplib::TaskQueue {
 
 void SendError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusOf(status.code());
+  // A busy gateway (429) or one without workers now (503, e.g. one being
+  // restarted): clients that honour Retry-After (the openai SDKs do) come
+  // back in a second instead of at once.
+  if (res.status == 429 || res.status == 503) res.set_header("Retry-After", "1");
   res.set_content(ErrorJson(status), kJson);
 }
 
