@@ -167,6 +167,7 @@ std::string AgentReportJson(const AgentReportContext& c, const std::vector<Agent
               {"succeeded", r.overall.succeeded},
               {"failed", r.overall.failed},
               {"errors", r.overall.errors},
+              {"first_errors", r.overall.first_errors},
               {"planned_turns", r.planned_turns},
               {"duration_s", r.overall.duration_s},
               {"ttft_ms", LatencyJson(r.overall.ttft)},
@@ -265,11 +266,8 @@ std::string AgentReportMarkdown(const AgentReportContext& c,
                       ".\n");
     }
     if (!run.report.overall.errors.empty()) {
-      std::string errs;
-      for (const auto& [code, n] : run.report.overall.errors) {
-        absl::StrAppend(&errs, errs.empty() ? "" : ", ", code, " ", n);
-      }
-      absl::StrAppend(&out, "\nErrors, ", run.label, ": ", errs, "\n");
+      absl::StrAppend(&out, "\nErrors, ", run.label, ": ",
+                      ErrorsLine(run.report.overall.errors, run.report.overall.first_errors), "\n");
     }
   }
   absl::StrAppend(&out,

@@ -82,6 +82,7 @@ struct AgentRunner::State {
   std::set<Call*> cancellable ABSL_GUARDED_BY(mu);
   int64_t issued ABSL_GUARDED_BY(mu) = 0;
   int64_t failed ABSL_GUARDED_BY(mu) = 0;
+  std::set<std::string> error_outcomes ABSL_GUARDED_BY(mu);  // said on stderr
   bool issuing_done ABSL_GUARDED_BY(mu) = false;
   absl::Status flush_error ABSL_GUARDED_BY(mu);  // the first failed flush
   std::atomic<int64_t> output_tokens{0};
@@ -138,6 +139,7 @@ class AgentRunner::Call final : public grpc::ClientReadReactor<ced::v1::Generate
   void OnDone(const grpc::Status& status) override {
     record_.request.end_s = owner_->Now();
     record_.request.outcome = status.ok() ? finish_ : OutcomeName(status.error_code());
+    if (!status.ok()) record_.request.error_message = status.error_message();
     // The runner may be destroyed as soon as Finished() reports the last
     // call (like LoadRunner's calls): free this call (its context) first,
     // and touch nothing of it after.
@@ -295,6 +297,7 @@ void AgentRunner::Finished(uintptr_t call, AgentTurnRecord record, std::vector<i
   session.in_flight = false;
   const bool ok = record.request.ok();
   if (!ok) ++state_->failed;
+  NoteFirstError(record.request, &state_->error_outcomes);
   if (ok) {
     session.reusable = static_cast<int64_t>(session.prompt.size() + answer.size());
     session.final_tokens = session.reusable;

@@ -48,6 +48,7 @@ json RunJson(const RunSummary& run, bool include_records) {
       {"succeeded", r.succeeded},
       {"failed", r.failed},
       {"errors", r.errors},
+      {"first_errors", r.first_errors},
       {"prompt_tokens", r.prompt_tokens},
       {"output_tokens", r.output_tokens},
       {"duration_s", r.duration_s},
@@ -146,11 +147,8 @@ std::string ReportMarkdown(const std::vector<RunSummary>& runs) {
   }
   for (const RunSummary& run : runs) {
     if (run.report.errors.empty()) continue;
-    std::string errs;
-    for (const auto& [code, n] : run.report.errors) {
-      absl::StrAppend(&errs, errs.empty() ? "" : ", ", code, " ", n);
-    }
-    absl::StrAppend(&out, "\nErrors, ", run.label, " at ", Load(run), ": ", errs, "\n");
+    absl::StrAppend(&out, "\nErrors, ", run.label, " at ", Load(run), ": ",
+                    ErrorsLine(run.report.errors, run.report.first_errors), "\n");
   }
   if (!runs.empty()) {
     const Slo& slo = runs.front().report.slo;

@@ -76,6 +76,7 @@ struct LoadRunner::State {
   std::set<Call*> live ABSL_GUARDED_BY(mu);
   int64_t issued ABSL_GUARDED_BY(mu) = 0;
   int64_t failed ABSL_GUARDED_BY(mu) = 0;
+  std::set<std::string> error_outcomes ABSL_GUARDED_BY(mu);  // said on stderr
   bool issuing_done ABSL_GUARDED_BY(mu) = false;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   std::atomic<int64_t> output_tokens{0};
@@ -134,6 +135,7 @@ class LoadRunner::GrpcCall final : public LoadRunner::Call,
   void OnDone(const grpc::Status& status) override {
     record_.end_s = owner_->Now();
     record_.outcome = status.ok() ? finish_ : OutcomeName(status.error_code());
+    if (!status.ok()) record_.error_message = status.error_message();
     // The runner may be destroyed as soon as Finished() reports the last
     // call: free this call (its context) first, and touch nothing after.
     LoadRunner* owner = owner_;
@@ -255,6 +257,7 @@ void LoadRunner::AddOutputTokens(int64_t n) {
 void LoadRunner::Finished(Call* call, RequestRecord record) {
   absl::MutexLock lock(&state_->mu);
   if (!record.ok()) ++state_->failed;
+  NoteFirstError(record, &state_->error_outcomes);
   state_->records.push_back(std::move(record));
   state_->live.erase(call);
   state_->changed.SignalAll();

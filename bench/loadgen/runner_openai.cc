@@ -25,6 +25,16 @@ std::unique_ptr<httplib::Client> HttpClient(const std::string& target, double ti
   return client;
 }
 
+// error.<key> of an OpenAI error object when it is a string, else `otherwise`
+// (whatever the server sent: never an exception).
+std::string ErrorField(const Json& doc, const char* key, const char* otherwise) {
+  if (!doc.is_object()) return otherwise;
+  const auto error = doc.find("error");
+  if (error == doc.end() || !error->is_object()) return otherwise;
+  const auto value = error->find(key);
+  return value != error->end() && value->is_string() ? value->get<std::string>() : otherwise;
+}
+
 // OpenAI error codes back to the gRPC names the report uses.
 std::string OutcomeOfHttp(int status) {
   switch (status) {
@@ -132,18 +142,27 @@ class LoadRunner::HttpCall final : public LoadRunner::Call {
           continue;
         }
         const Json j = Json::parse(event.substr(6), nullptr, false);
-        if (j.is_discarded()) continue;
+        if (!j.is_object()) continue;
         if (j.contains("error")) {
-          error = j["error"].value("code", "ERROR");
+          error = ErrorField(j, "code", "ERROR");
+          record_.error_message = ErrorField(j, "message", "");
           continue;
         }
-        if (j.contains("usage") && j["usage"].is_object()) {
-          record_.output_tokens = j["usage"].value("completion_tokens", 0);
-          owner_->AddOutputTokens(record_.output_tokens);
-        }
-        if (j.contains("choices") && !j["choices"].empty() && record_.first_token_s < 0 &&
-            !j["choices"][0].value("text", "").empty()) {
-          record_.first_token_s = owner_->Now();
+        // Fields of other types than OpenAI's are the server's defect: the
+        // stream fails as malformed, the load generator goes on.
+        try {
+          if (j.contains("usage") && j["usage"].is_object()) {
+            record_.output_tokens = j["usage"].value("completion_tokens", 0);
+            owner_->AddOutputTokens(record_.output_tokens);
+          }
+          if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
+              record_.first_token_s < 0 && !j["choices"][0].value("text", "").empty()) {
+            record_.first_token_s = owner_->Now();
+          }
+        } catch (const Json::exception& e) {
+          error = "MALFORMED_EVENT";
+          record_.error_message = e.what();
+          return false;
         }
       }
       return true;
@@ -153,10 +172,15 @@ class LoadRunner::HttpCall final : public LoadRunner::Call {
     record_.end_s = owner_->Now();
     if (cancelled_.load()) {
       record_.outcome = OutcomeName(grpc::StatusCode::CANCELLED);
+    } else if (error == "MALFORMED_EVENT") {  // the receiver stopped the transfer
+      record_.outcome = error;
     } else if (!result) {
       record_.outcome = absl::StrCat("HTTP_", httplib::to_string(result.error()));
     } else if (result->status != 200) {
       record_.outcome = OutcomeOfHttp(result->status);
+      // The OpenAI error body, whichever way it came in.
+      const Json body = Json::parse(result->body.empty() ? buffer : result->body, nullptr, false);
+      record_.error_message = ErrorField(body, "message", "");
     } else if (!error.empty()) {
       record_.outcome = error;
     } else if (!done) {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "bench/common/stats.h"
 
 namespace ced::loadgen {
@@ -43,6 +45,7 @@ RunReport ComputeReport(const std::vector<RequestRecord>& records, const Slo& sl
   RunReport rep;
   rep.slo = slo;
   std::vector<double> ttft, tpot, e2e, queue, prefill, transfer, server_ttft, lag;
+  std::map<std::string, int64_t> first_error_index;  // records come in the order they ended
   double last_end = 0;
   for (const RequestRecord& r : records) {
     ++rep.issued;
@@ -51,6 +54,11 @@ RunReport ComputeReport(const std::vector<RequestRecord>& records, const Slo& sl
     if (r.planned_s >= 0) lag.push_back((r.sent_s - r.planned_s) * 1e3);
     if (!r.ok()) {
       ++rep.errors[r.outcome];
+      auto [first, added] = first_error_index.emplace(r.outcome, r.index);
+      if (added || r.index < first->second) {
+        first->second = r.index;
+        rep.first_errors[r.outcome] = r.error_message;
+      }
       continue;
     }
     ++rep.succeeded;
@@ -85,6 +93,27 @@ RunReport ComputeReport(const std::vector<RequestRecord>& records, const Slo& sl
   rep.server_ttft = Summarize(server_ttft);
   rep.send_lag = Summarize(lag);
   return rep;
+}
+
+void NoteFirstError(const RequestRecord& r, std::set<std::string>* seen) {
+  if (r.ok() || !seen->insert(r.outcome).second) return;
+  std::fprintf(stderr,
+               "loadgen: request %lld failed: %s%s%s (the first %s; the report counts them)\n",
+               static_cast<long long>(r.index), r.outcome.c_str(),
+               r.error_message.empty() ? "" : ": ", r.error_message.c_str(), r.outcome.c_str());
+}
+
+std::string ErrorsLine(const std::map<std::string, int64_t>& errors,
+                       const std::map<std::string, std::string>& first_errors) {
+  std::string out;
+  for (const auto& [code, n] : errors) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", code, " ", n);
+    const auto first = first_errors.find(code);
+    if (first != first_errors.end() && !first->second.empty()) {
+      absl::StrAppend(&out, " (first: \"", first->second, "\")");
+    }
+  }
+  return out;
 }
 
 }  // namespace ced::loadgen

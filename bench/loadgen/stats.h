@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct RequestRecord {
   // stream that ended with finish_reason ERROR or CANCELLED, that reason
   // ("FINISH_ERROR", "FINISH_CANCELLED").
   std::string outcome = "OK";
+  std::string error_message;  // the failed call's message (its status, an error event)
   // The gateway's own timings from the final message (ced.v1.Timings),
   // milliseconds; < 0 when the stream ended without them.
   double server_queue_ms = -1, server_prefill_ms = -1, server_transfer_ms = -1;
@@ -56,11 +58,22 @@ bool TpotMs(const RequestRecord& r, double* tpot_ms);
 // slo.tpot_ms (a limit of 0 is not checked; an undefined TPOT meets it).
 bool MeetsSlo(const RequestRecord& r, const Slo& slo);
 
+// The first time a failed request's outcome is seen (`seen` remembers them),
+// prints it and its message to stderr, so a run that fails says why while
+// it runs rather than only as a count at the end.
+void NoteFirstError(const RequestRecord& r, std::set<std::string>* seen);
+
+// "INVALID_ARGUMENT 96 (first: \"prompt_token_ids: ...\"), ..." for a report.
+std::string ErrorsLine(const std::map<std::string, int64_t>& errors,
+                       const std::map<std::string, std::string>& first_errors);
+
 struct RunReport {
   int64_t issued = 0;                     // requests started
   int64_t succeeded = 0;                  // outcome OK
   int64_t failed = 0;                     // issued - succeeded
   std::map<std::string, int64_t> errors;  // outcome -> count, OK excluded
+  // outcome -> the message of the first request (by index) that ended so.
+  std::map<std::string, std::string> first_errors;
   int64_t prompt_tokens = 0;              // over succeeded requests
   int64_t output_tokens = 0;              // over all requests (tokens received)
   double duration_s = 0;                  // run start -> last request end

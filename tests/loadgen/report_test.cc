@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "bench/common/flags.h"
 #include "bench/loadgen/flags.h"
 #include "bench/loadgen/progress.h"
@@ -35,6 +36,7 @@ RunSummary Summary(const std::string& label, bool decoder_only) {
   bad.sent_s = 0.2;
   bad.end_s = 0.3;
   bad.outcome = "RESOURCE_EXHAUSTED";
+  bad.error_message = "no room";
   s.records = {ok, bad};
   s.report = ComputeReport(s.records, Slo{200, 0});
   return s;
@@ -55,6 +57,7 @@ TEST(LoadgenReportJsonTest, HoldsEveryRunAndItsCounts) {
   EXPECT_EQ(run["issued"], 2);
   EXPECT_EQ(run["succeeded"], 1);
   EXPECT_EQ(run["errors"]["RESOURCE_EXHAUSTED"], 1);
+  EXPECT_EQ(run["first_errors"]["RESOURCE_EXHAUSTED"], "no room");
   EXPECT_EQ(run["slo_met"], 1);
   EXPECT_NEAR(run["ttft_ms"]["p50"].get<double>(), 100, 1e-9);
   EXPECT_NEAR(run["tpot_ms"]["p50"].get<double>(), 100, 1e-9);
@@ -71,11 +74,32 @@ TEST(LoadgenReportJsonTest, HoldsEveryRunAndItsCounts) {
   EXPECT_FALSE(brief["runs"][0].contains("requests"));
 }
 
+// Each outcome keeps the message of its lowest-indexed request, whatever
+// order the requests ended in; an outcome without a message shows none.
+TEST(LoadgenReportTest, FirstErrorOfEachOutcomeByIndex) {
+  std::vector<RequestRecord> records(4);
+  const char* outcomes[] = {"UNAVAILABLE", "UNAVAILABLE", "DEADLINE_EXCEEDED", "OK"};
+  for (int i = 0; i < 4; ++i) {
+    records[static_cast<size_t>(i)].index = 3 - i;  // ended in reverse order
+    records[static_cast<size_t>(i)].outcome = outcomes[i];
+    records[static_cast<size_t>(i)].error_message = absl::StrCat("message ", 3 - i);
+  }
+  records[2].error_message.clear();
+  const RunReport r = ComputeReport(records, Slo{});
+  EXPECT_EQ(r.first_errors.at("UNAVAILABLE"), "message 2");
+  EXPECT_EQ(r.first_errors.at("DEADLINE_EXCEEDED"), "");
+  EXPECT_EQ(r.first_errors.count("OK"), 0u);
+  EXPECT_EQ(ErrorsLine(r.errors, r.first_errors),
+            "DEADLINE_EXCEEDED 1, UNAVAILABLE 2 (first: \"message 2\")");
+}
+
 TEST(LoadgenReportMarkdownTest, OneRowPerRunAndErrors) {
   const std::string md = ReportMarkdown({Summary("ced", false), Summary("dec", true)});
   EXPECT_NE(md.find("| ced | tiny (CED 4+4) | 2/s | 2 | 1 | 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| dec | tiny-dec (decoder-only 8) | 2/s |"), std::string::npos) << md;
-  EXPECT_NE(md.find("Errors, ced at 2/s: RESOURCE_EXHAUSTED 1"), std::string::npos) << md;
+  EXPECT_NE(md.find("Errors, ced at 2/s: RESOURCE_EXHAUSTED 1 (first: \"no room\")\n"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("TTFT <= 200 ms, TPOT unbounded"), std::string::npos) << md;
   const std::string main_table = md.substr(0, md.find("Where TTFT goes"));
   int rows = 0;

@@ -25,6 +25,7 @@ TEST(LoadgenRunnerTest, UnreachableGatewayFailsEveryRequestWithItsCode) {
   EXPECT_EQ(rep.issued, 5);
   EXPECT_EQ(rep.failed, 5);
   EXPECT_EQ(rep.errors.at("UNAVAILABLE"), 5);
+  EXPECT_FALSE(rep.first_errors.at("UNAVAILABLE").empty());  // gRPC's reason
   EXPECT_FALSE(FetchModelInfo("127.0.0.1:1", 0.5).ok());
 }
 
