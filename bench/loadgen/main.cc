@@ -2,6 +2,7 @@
 // §3.2). Poisson or closed-loop load with lognormal prompt and output
 // lengths; per run throughput, TTFT / TPOT / E2E percentiles, SLO attainment,
 // goodput and errors by status, as a markdown table and JSON.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -80,6 +81,29 @@ absl::StatusOr<RunSummary> RunOne(const Target& target, const ced::v1::ModelInfo
   s.report = ComputeReport(result.records, slo, result.duration_s);
   s.records = std::move(result.records);
   return s;
+}
+
+// Requests whose prompt + max_tokens exceed a target model's context fail
+// with INVALID_ARGUMENT; say so before the run, from the first planned
+// requests (token-id prompts only: a text prompt's token count is the
+// server's to tell).
+void WarnAboveTheContext(const WorkloadOptions& w, int64_t num_requests,
+                         const std::vector<Target>& targets,
+                         const std::vector<ced::v1::ModelInfoResponse>& infos) {
+  if (!w.prompts.empty()) return;
+  const int64_t n = num_requests > 0 ? std::min<int64_t>(num_requests, 1000) : 1000;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    const int64_t context = infos[t].max_position();
+    if (context <= 0) continue;
+    const int64_t over = CountAboveContext(w, n, context);
+    if (over == 0) continue;
+    std::fprintf(stderr,
+                 "loadgen: warning: %lld of the first %lld requests have prompt + max_tokens "
+                 "above the context of %s's model (%lld positions): they will fail with "
+                 "INVALID_ARGUMENT (lower --input-mean / --output-mean)\n",
+                 static_cast<long long>(over), static_cast<long long>(n), targets[t].label.c_str(),
+                 static_cast<long long>(context));
+  }
 }
 
 absl::Status MainAgent(const Args& a) {
@@ -176,6 +200,7 @@ absl::Status Main(const Args& a) {
                                                           : FetchModelInfo(t.address));
     infos.push_back(std::move(info));
   }
+  WarnAboveTheContext(w, a.num_requests, targets, infos);
   // Loads outermost: the targets' runs at one load follow each other in time.
   std::vector<std::pair<double, int>> loads;  // (rate, concurrency)
   if (concurrencies.empty()) {

@@ -96,4 +96,15 @@ PlannedRequest Workload::Get(int64_t index) {
   return r;
 }
 
+int64_t CountAboveContext(const WorkloadOptions& options, int64_t n, int64_t context) {
+  auto workload = Workload::Create(options);
+  if (!workload.ok()) return 0;
+  int64_t over = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const PlannedRequest r = workload->Get(i);
+    if (r.prompt_tokens + r.output_tokens > context) ++over;
+  }
+  return over;
+}
+
 }  // namespace ced::loadgen

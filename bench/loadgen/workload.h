@@ -58,6 +58,10 @@ class Workload {
   std::vector<sim::RequestSpec> specs_;
 };
 
+// How many of the first `n` requests of the trace have prompt + max_tokens
+// above `context` positions (they would fail with INVALID_ARGUMENT).
+int64_t CountAboveContext(const WorkloadOptions& options, int64_t n, int64_t context);
+
 // `length` tokens in [0, kPromptTokenRange), a pure function of (seed, index).
 std::vector<int32_t> RandomPromptTokens(uint64_t seed, int64_t index, int64_t length);
 

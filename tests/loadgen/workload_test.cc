@@ -38,6 +38,29 @@ TEST(LoadgenWorkloadTest, SameSeedSameRequests) {
   }
 }
 
+// Counted against the requests themselves: fixed lengths put every request
+// on one side of the context; sampled ones split as a direct count does.
+TEST(LoadgenWorkloadTest, CountAboveContext) {
+  WorkloadOptions o;
+  o.input_mean = 200;
+  o.output_mean = 56;
+  o.input_cv = 0;
+  o.output_cv = 0;
+  EXPECT_EQ(CountAboveContext(o, 50, 256), 0);
+  EXPECT_EQ(CountAboveContext(o, 50, 255), 50);
+  o.input_cv = 0.5;
+  auto w = Workload::Create(o);
+  ASSERT_TRUE(w.ok());
+  int64_t over = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    const PlannedRequest r = w->Get(i);
+    over += r.prompt_tokens + r.output_tokens > 256 ? 1 : 0;
+  }
+  EXPECT_GT(over, 0);
+  EXPECT_LT(over, 200);
+  EXPECT_EQ(CountAboveContext(o, 200, 256), over);
+}
+
 TEST(LoadgenWorkloadTest, ExtendingDoesNotRedraw) {
   WorkloadOptions o;
   auto a = Workload::Create(o);
