@@ -622,9 +622,12 @@ int RunCluster(const std::vector<std::string>& args) {
     StopAll(children, 5000);
     return Fail(kWords, std::string(s.message()));
   }
-  std::string summary, gateway_address;
+  std::string summary, gateway_address, gateway_http;
   for (const auto& c : children) {
-    if (c->name == "gateway") gateway_address = c->grpc;
+    if (c->name == "gateway") {
+      gateway_address = c->grpc;
+      gateway_http = c->http;
+    }
     if (!c->router.empty()) {  // the gateway's embedded router, under its usual name
       absl::StrAppend(&summary, "router grpc=", c->router, " metrics=", c->router_metrics, "\n");
     }
@@ -646,7 +649,12 @@ int RunCluster(const std::vector<std::string>& args) {
   }
   {
     std::lock_guard<std::mutex> lock(g_print_mu);
-    std::printf("cluster ready: gateway %s\n%s", gateway_address.c_str(), summary.c_str());
+    // Where to send requests first, then every process's addresses.
+    std::printf(
+        "cluster ready: gateway %s (gRPC ced.v1)%s; Ctrl-C stops it\n%s", gateway_address.c_str(),
+        gateway_http.empty() ? ""
+                             : absl::StrCat(", OpenAI API http://", gateway_http, "/v1").c_str(),
+        summary.c_str());
     std::fflush(stdout);
   }
   Supervise(children, max_restarts, local_redis.get());
