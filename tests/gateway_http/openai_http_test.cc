@@ -507,7 +507,12 @@ TEST_F(OpenAiHttpTest, ModelsAndHealth) {
   EXPECT_EQ(models.json["object"], "list");
   ASSERT_EQ(models.json["data"].size(), 1u);
   EXPECT_EQ(models.json["data"][0]["id"], "test-model");
+  // A Unix time: the server's start, neither 0 nor in the future.
+  const int64_t created = models.json["data"][0]["created"].get<int64_t>();
+  EXPECT_GT(created, 1700000000);
+  EXPECT_LE(created, absl::ToUnixSeconds(absl::Now()));
   EXPECT_EQ(Get("/v1/models/test-model").json["id"], "test-model");
+  EXPECT_EQ(Get("/v1/models/test-model").json["created"], created);
   ExpectError(Get("/v1/models/other"), 404);
   ASSERT_TRUE(WaitForHealth(gateway_->grpc_address(), true, absl::Seconds(10)));
   EXPECT_EQ(Get("/health").status, 200);

@@ -126,6 +126,8 @@ class OpenAiServer::Impl {
   std::unique_ptr<ChatTemplate> chat_template_;
   ChatRenderOptions chat_options_;
   std::string fingerprint_;
+  // /v1/models' "created": when this server started serving the model.
+  const int64_t created_ = absl::ToUnixSeconds(absl::Now());
   std::unique_ptr<httplib::Server> server_;
   std::thread listen_thread_;
   std::string address_;
@@ -212,7 +214,7 @@ void OpenAiServer::Impl::Route() {
   });
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
-    res.set_content(ModelsJson(core_->settings().model_name, 0), kJson);
+    res.set_content(ModelsJson(core_->settings().model_name, created_), kJson);
   });
   s.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
@@ -222,7 +224,7 @@ void OpenAiServer::Impl::Route() {
                                "model"));
       return;
     }
-    const std::string list = ModelsJson(core_->settings().model_name, 0);
+    const std::string list = ModelsJson(core_->settings().model_name, created_);
     const size_t open = list.find("[{") + 1;
     res.set_content(list.substr(open, list.rfind("}]") + 1 - open), kJson);
   });
