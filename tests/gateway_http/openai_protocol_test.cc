@@ -118,6 +118,29 @@ TEST(OpenAiProtocolTest, NeutralFieldsAreAcceptedOnlyAtTheirNeutralValues) {
   }
 }
 
+// An image part is refused for its type, not for its image_url field.
+TEST(OpenAiProtocolTest, ContentPartsOtherThanTextAreRefusedByType) {
+  auto image = ParseRequest(Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user",
+      "content": [{"type": "text", "text": "hi"},
+                  {"type": "image_url", "image_url": {"url": "data:,"}}]}]})");
+  ASSERT_FALSE(image.ok());
+  EXPECT_EQ(FieldOf(image.status()), "messages[0].content[1].type");
+  EXPECT_NE(image.status().message().find("only \"text\" parts are supported, got \"image_url\""),
+            std::string::npos)
+      << image.status();
+  auto untyped =
+      ParseRequest(Endpoint::kChat,
+                   R"({"model": "m", "messages": [{"role": "user", "content": [{"text": "x"}]}]})");
+  ASSERT_FALSE(untyped.ok());
+  EXPECT_EQ(FieldOf(untyped.status()), "messages[0].content[0].type");
+  EXPECT_NE(untyped.status().message().find("(type is missing)"), std::string::npos)
+      << untyped.status();
+  auto extra = ParseRequest(Endpoint::kChat, R"({"model": "m", "messages": [{"role": "user",
+      "content": [{"type": "text", "text": "x", "cache_control": {}}]}]})");
+  ASSERT_FALSE(extra.ok());
+  EXPECT_EQ(FieldOf(extra.status()), "messages[0].content[0].cache_control");
+}
+
 TEST(OpenAiProtocolTest, ErrorsNameTheField) {
   auto bad = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 3})");
   ASSERT_FALSE(bad.ok());

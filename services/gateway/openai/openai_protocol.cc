@@ -122,11 +122,17 @@ absl::StatusOr<std::string> ParseContent(const std::string& field, const Json& v
   for (size_t j = 0; j < v.size(); ++j) {
     const std::string part = absl::StrCat(field, "[", j, "]");
     if (!v[j].is_object()) return WrongType(part, "an object", v[j]);
+    // The part's type first: an image or audio part is refused as such, not
+    // for its image_url / input_audio field.
+    const auto type = v[j].find("type");
+    if (type == v[j].end() || *type != "text") {
+      return InvalidField(part + ".type",
+                          absl::StrCat("only \"text\" parts are supported",
+                                       type == v[j].end() ? std::string(" (type is missing)")
+                                                          : absl::StrCat(", got ", type->dump())));
+    }
     for (const auto& [key, value] : v[j].items()) {
       if (key != "type" && key != "text") return InvalidField(part + "." + key, "unknown field");
-    }
-    if (!v[j].contains("type") || v[j]["type"] != "text") {
-      return InvalidField(part + ".type", "only \"text\" parts are supported");
     }
     if (!v[j].contains("text")) return InvalidField(part + ".text", "required");
     ASSIGN_OR_RETURN(std::string t, GetString(part + ".text", v[j]["text"]));
