@@ -54,6 +54,14 @@ RouterClient::~RouterClient() { Stop(); }
 
 void RouterClient::Start() { thread_ = std::thread([this] { Loop(); }); }
 
+void RouterClient::ReportSoon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    report_now_ = true;
+  }
+  cv_.notify_all();
+}
+
 void RouterClient::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -118,8 +126,14 @@ void RouterClient::Loop() {
     }
     const int wait_ms = registered_ ? interval_ms_ : backoff_ms;
     if (!registered_) backoff_ms = std::min(backoff_ms * 2, 1000);
+    const auto sent = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [this] { return stop_; });
+    // A report asked for early (ReportSoon) goes at most every 10 ms.
+    cv_.wait_until(lock, sent + std::chrono::milliseconds(std::min(wait_ms, 10)),
+                   [this] { return stop_; });
+    cv_.wait_until(lock, sent + std::chrono::milliseconds(wait_ms),
+                   [this] { return stop_ || (report_now_ && registered_); });
+    report_now_ = false;
   }
 }
 

@@ -39,6 +39,10 @@ class RouterClient {
   void Start();
   // Stops heartbeats and deregisters (best effort, short deadline).
   void Stop();
+  // Sends the next load report now rather than at the next interval (the
+  // worker's room changed in a way the router is waiting to see, e.g. K/V
+  // blocks freed after it refused a reservation for room).
+  void ReportSoon();
   bool registered() const { return registered_; }
 
  private:
@@ -52,6 +56,7 @@ class RouterClient {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool report_now_ = false;  // guarded by mu_
   std::atomic<bool> registered_{false};
   int interval_ms_;
   uint64_t prefix_acked_ = 0;  // the router's view of our cache events (0: none); Loop only

@@ -142,7 +142,6 @@ absl::Status DecodeWorker::Init() {
   server_options.health_service_name = "ced.internal.DecodeWorker";
   server_options.registry = &registry_;
   ASSIGN_OR_RETURN(server_, RunningServer::Start(server_options));
-  scheduler_ = std::thread([this] { SchedulerLoop(); });
 
   if (!options_.router_address.empty()) {
     RouterClient::Options ro;
@@ -159,6 +158,8 @@ absl::Status DecodeWorker::Init() {
     router_ = std::make_unique<RouterClient>(std::move(ro));
     router_->Start();
   }
+  // After router_ is set: the loop reads it (RouterClient::ReportSoon).
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
   return absl::OkStatus();
 }
 
@@ -178,6 +179,7 @@ void DecodeWorker::FillLoad(ced::internal::LoadReport* report) {
   report->set_waiting_sequences(waiting);
   report->set_free_kv_blocks(cs.available_blocks());
   report->set_total_kv_blocks(cs.global_blocks_total);
+  reported_tight_.store(cs.available_blocks() * 4 < cs.global_blocks_total);
   m_->running->Set(running);
   m_->waiting->Set(waiting);
   m_->kv_used->Set(cs.global_blocks_total - cs.available_blocks());
@@ -278,12 +280,14 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
             absl::StrCat("request_id '", r->id, "' is already reserved"));
       case AddRejection::kQueueRequests:
         m_->admission_rejected->WithLabelValues({"queue_requests"}).Increment();
+        refused_for_room_.store(true);
         return absl::ResourceExhaustedError(
             absl::StrCat("decode worker: ", sched_->queued_requests(),
                          " reservations already wait for K/V or a batch slot (--max-queued ",
                          options_.max_queued_requests, "); retry later"));
       case AddRejection::kQueueTokens:
         m_->admission_rejected->WithLabelValues({"queue_tokens"}).Increment();
+        refused_for_room_.store(true);
         return absl::ResourceExhaustedError(absl::StrCat(
             "decode worker: ", sched_->queued_tokens(), " prompt tokens already wait and ", n,
             " more would exceed --max-queued-tokens ", options_.max_queued_tokens,
@@ -327,6 +331,7 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
     if (!seq.ok()) {
       if (absl::IsResourceExhausted(seq.status())) {
         m_->admission_rejected->WithLabelValues({"kv_blocks"}).Increment();
+        refused_for_room_.store(true);
         return absl::ResourceExhaustedError(
             absl::StrCat("decode worker: ", seq.status().message(), "; retry later"));
       }

@@ -139,6 +139,15 @@ class DecodeWorker {
   std::map<std::string, std::chrono::steady_clock::time_point> cancelled_early_;
   bool stop_ = false;
   std::atomic<bool> draining_{false};
+  // A reservation was refused for room (K/V blocks, queue bounds) since the
+  // loop last told the router: the next room freed is reported at once
+  // (RouterClient::ReportSoon), not at the next heartbeat, so that waiting
+  // requests (the gateway's --kv-wait-ms) are placed as soon as it exists.
+  std::atomic<bool> refused_for_room_{false};
+  // The last load report showed less than a quarter of the K/V blocks free:
+  // the router may refuse requests for room on that view (without asking
+  // this worker), so room freed is reported at once too.
+  std::atomic<bool> reported_tight_{false};
   // Set when Shutdown() starts ending the streams it still holds: from then
   // on the Cancel RPC answers UNAVAILABLE, so the gateway knows this worker
   // is gone (not merely that one stream failed) and migrates those requests.

@@ -238,10 +238,15 @@ void DecodeWorker::SchedulerLoop() {
     for (auto& r : to_release) {
       (void)(r->finished_ok ? engine_->HoldSequence(r->seq) : engine_->ReleaseSequence(r->seq));
     }
+    const bool room_freed = !to_release.empty() || !starts.empty();
     to_release.clear();
     // Started sequences decode from the next step (the scheduler counted
     // them against max_batch and the step's token budget).
     for (Request* r : starts) StartRequest(r);
+    if (room_freed && router_ != nullptr &&
+        (refused_for_room_.exchange(false) || reported_tight_.load())) {
+      router_->ReportSoon();
+    }
     absl::StatusOr<std::vector<float>> logits;
     if (!decodes.empty()) {
       std::vector<DecodeInput> inputs;

@@ -14,7 +14,10 @@ GatewayCore::GatewayCore(GatewaySettings settings, std::unique_ptr<Tokenizer> to
       metrics_(metrics),
       router_(ced::internal::Router::NewStub(
           settings_.router_channel != nullptr ? settings_.router_channel
-                                              : services::MakeChannel(settings_.router_address))) {
+                                              : services::MakeChannel(settings_.router_address))),
+      kv_waiters_([gauge = metrics_.kv_waiting](int n) {
+        if (gauge != nullptr) gauge->Set(n);
+      }) {
   std::random_device device;
   id_state_ = (static_cast<uint64_t>(device()) << 32) ^ device();
 }

@@ -20,6 +20,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "services/gateway/call_threads.h"
 #include "services/gateway/gateway_metrics.h"
+#include "services/gateway/kv_wait_queue.h"
 #include "services/gateway/prefix_chain.h"
 #include "services/gateway/request_validation.h"
 #include "services/gateway/stream_relay.h"
@@ -104,6 +105,8 @@ class GatewayCore {
   StreamRelay& relay() { return relay_; }
   // The multiplexed token streams to the decode workers.
   TokenMuxPool& muxes() { return muxes_; }
+  // The requests waiting for decode room (--kv-wait-ms), first come first.
+  KvWaitQueue& kv_waiters() { return kv_waiters_; }
   // One channel per worker address, created on first use and kept.
   std::shared_ptr<grpc::Channel> Channel(const std::string& address);
 
@@ -141,6 +144,7 @@ class GatewayCore {
   PrefixChain prefix_chain_;
   StreamRelay relay_;
   TokenMuxPool muxes_;
+  KvWaitQueue kv_waiters_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);

@@ -81,6 +81,11 @@ absl::StatusOr<GatewayMetrics> GatewayMetrics::Create(metrics::Registry* registr
                                         "three times counts 3.",
                                         {}));
   m.kv_waits = &kv_waits->WithLabels({});
+  ASSIGN_OR_RETURN(auto* kv_waiting,
+                   registry->AddGauge("ced_gateway_kv_waiting_requests",
+                                      "Requests waiting in the gateway for K/V room now "
+                                      "(--kv-wait-ms), first come first served."));
+  m.kv_waiting = &kv_waiting->WithLabels({});
   m.inflight_tokens = &inflight_tokens->WithLabels({});
   m.inflight_requests = &inflight->WithLabels({});
   return m;

@@ -51,6 +51,8 @@ struct GatewayMetrics {
   metrics::Family<metrics::Counter>* reserve_retries = nullptr;
   // Placements again after waiting for K/V room (GatewaySettings::kv_wait).
   metrics::Counter* kv_waits = nullptr;
+  // Requests waiting for K/V room now (KvWaitQueue).
+  metrics::Gauge* kv_waiting = nullptr;
 };
 
 }  // namespace ced::gateway

@@ -185,6 +185,12 @@ void GenerateCall::Run() {
     if (a->mux_entry != nullptr) a->mux->Detach(a->mux_entry.get());
   }
   DrainStreams();
+  LeaveKvQueue();
+  // Its decode worker freed what the request held: the longest waiting
+  // request tries again.
+  if (absl::c_any_of(attempts_, [](const auto& a) { return a->reserved; })) {
+    core_->kv_waiters().Released();
+  }
   if (status.ok()) {
     metrics.CountRequest(api_, assembler_.stopped() || current()->final_chunk.finish_reason() ==
                                                            ced::internal::FINISH_REASON_STOP
@@ -354,15 +360,30 @@ bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
   // gateway's own bounds are admission control, refused at once.
   if (wait <= absl::ZeroDuration() || !current()->no_decode_room ||
       status->error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || assembler_.emitted() > 0) {
+    LeaveKvQueue();
     return false;
   }
-  // 20 ms after the first refusal, doubling to 500 ms: room comes back as
-  // running requests end, and each try is a routing and maybe a Reserve.
-  const absl::Duration pause = std::min(
-      absl::Milliseconds(20) * (int64_t{1} << std::min(kv_waits_, 5)), absl::Milliseconds(500));
+  // In line behind the requests refused before it. At the head it is placed
+  // again as soon as one of this gateway's requests ends, else 20 ms after
+  // its last try, doubling to 500 ms while nothing ends (the decode worker
+  // frees a request's blocks just after its last token, and reports them to
+  // the router then; room freed by other gateways' requests).
+  const absl::Duration poll = std::min(
+      absl::Milliseconds(20) * (int64_t{1} << std::min(kv_polls_, 5)), absl::Milliseconds(500));
   const absl::Time until = std::min(received_ + wait, absl::FromChrono(client_deadline_));
-  if (absl::Now() + pause >= until) {
-    if (kv_waits_ > 0) {
+  uint64_t ticket = kv_ticket_.load();
+  if (ticket == 0) {
+    ticket = core_->kv_waiters().Join();
+    kv_ticket_.store(ticket);
+  }
+  const KvWaitQueue::Wake wake = core_->kv_waiters().Wait(ticket, poll, until, [this] {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  });
+  kv_polls_ = wake == KvWaitQueue::Wake::kPoll ? kv_polls_ + 1 : 0;
+  if (wake != KvWaitQueue::Wake::kTry && wake != KvWaitQueue::Wake::kPoll) {
+    LeaveKvQueue();
+    if (wake == KvWaitQueue::Wake::kDeadline) {
       *status =
           grpc::Status(status->error_code(),
                        absl::StrCat(status->error_message(), " (waited ",
@@ -370,10 +391,6 @@ bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
                                     " ms for K/V room, ", kv_waits_, " placements: --kv-wait-ms)"));
     }
     return false;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_), pause)) return false;
   }
   ++kv_waits_;
   core_->metrics().kv_waits->Increment();
@@ -383,6 +400,11 @@ bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
   reserve_retries_ = 0;
   *cause = Attempt::Cause::kNew;
   return true;
+}
+
+void GenerateCall::LeaveKvQueue() {
+  const uint64_t ticket = kv_ticket_.exchange(0);
+  if (ticket != 0) core_->kv_waiters().Leave(ticket);
 }
 
 bool GenerateCall::FinishedBeforeLoss(Attempt* a) {
@@ -593,6 +615,7 @@ grpc::Status GenerateCall::FinishAttempt(Attempt* a) {
   }
   if (!status.ok()) return WithPrefix(absl::StrCat("decode worker ", decode_id, ": "), status);
   a->reserved = true;
+  LeaveKvQueue();  // placed: the next waiting request may take what room is left
   if (!a->relay_started) {
     // Cancelled while the Reserve was on its way: the clean-up cancels it
     // on the decode worker; the prefill never starts.

@@ -34,6 +34,7 @@
 #include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -308,6 +309,11 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   std::vector<std::string> refused_by_;  // decode workers that refused its Reserve for room
   std::string last_refusal_;             // the last one's message
   int kv_waits_ = 0;                     // placements again after waiting for K/V room
+  int kv_polls_ = 0;                     // of them in a row after a poll, not a release
+  // Its place in the gateway's KvWaitQueue (0: not waiting); left once a
+  // Reserve succeeds (on whichever thread made it) or the call ends.
+  std::atomic<uint64_t> kv_ticket_{0};
+  void LeaveKvQueue();
 
   // The relay's side. While relay_attempt_ is set, the relay threads own the
   // call's output (assembler_, the sink, the attempt's flags); the Run thread

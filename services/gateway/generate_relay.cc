@@ -325,7 +325,13 @@ void GenerateCall::SendFinal(const std::string& text, ced::internal::FinishReaso
 
   const ced::internal::Timings& worker = local ? final_chunk.timings() : prefill_done.timings();
   ced::v1::Timings* timings = response.mutable_timings();
-  timings->set_queue_ms(Ms(attempts_.front()->prefill_start - received_) + worker.queue_ms());
+  // Receipt to the first prefill start, waits for K/V room included (the
+  // attempts refused before it never started one).
+  for (const auto& attempt : attempts_) {
+    if (!attempt->relay_started) continue;
+    timings->set_queue_ms(Ms(attempt->prefill_start - received_) + worker.queue_ms());
+    break;
+  }
   timings->set_prefill_ms(worker.prefill_ms());
   timings->set_transfer_ms(
       std::max(prefill_done.timings().transfer_ms(), final_chunk.timings().transfer_ms()));

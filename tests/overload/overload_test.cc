@@ -409,6 +409,44 @@ TEST_F(OverloadTest, KvWaitQueuesARequestUntilRoomFrees) {
   ExpectHealthyAfterwards();
 }
 
+// Requests waiting for K/V room are served first come first served: with a
+// request holding 59 of the 64 blocks, three requests of 40 blocks each
+// (only one fits at a time) sent one after the other all wait in the
+// gateway (ced_gateway_kv_waiting_requests counts them), then run one at a
+// time in the order they came, with the right tokens.
+TEST_F(OverloadTest, KvWaitersAreServedInArrivalOrder) {
+  Start(SlowDecode(Flags("decode", {"--kv-cache-mb", "4"})));
+  auto waiting = [&] { return topo_->Metric(topo_->gateway(), "ced_gateway_kv_waiting_requests"); };
+  Stream holder(topo_->gateway().grpc(), Req(40, 1, 900));  // 940 tokens: 59 blocks
+  ASSERT_TRUE(holder.ReadTokens(1));
+  constexpr int kWaiters = 3;
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::thread> readers;
+  std::mutex mu;
+  std::vector<int> order;  // by first token
+  for (int i = 0; i < kWaiters; ++i) {
+    streams.push_back(std::make_unique<Stream>(topo_->gateway().grpc(), Req(340, 10 + i, 300)));
+    readers.emplace_back([&, i] {
+      if (!streams[static_cast<size_t>(i)]->ReadTokens(1)) return;
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+    });
+    ASSERT_TRUE(WaitUntil([&] { return waiting() == i + 1; }, std::chrono::seconds(30),
+                          std::chrono::milliseconds(5)))
+        << "request " << i << " is not waiting: " << waiting() << "\n"
+        << topo_->Logs();
+  }
+  ASSERT_TRUE(holder.Finish().ok()) << topo_->Logs();
+  for (auto& t : readers) t.join();
+  for (int i = 0; i < kWaiters; ++i) {
+    ASSERT_TRUE(streams[static_cast<size_t>(i)]->Finish().ok()) << i << "\n" << topo_->Logs();
+    EXPECT_EQ(streams[static_cast<size_t>(i)]->tokens(), Expected(340, 10 + i, 300)) << i;
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(waiting(), 0);
+  ExpectHealthyAfterwards();
+}
+
 // KV exhaustion on the decode pool: 64 blocks of 16 tokens (--kv-cache-mb 4
 // with tiny's 64 KiB blocks). A long request holds 59 of them; a request
 // needing 7 more is refused (by the router or the decode worker), one
