@@ -25,7 +25,14 @@
 namespace ced::sim {
 namespace {
 
-enum class Ev : uint8_t { kArrival, kPrefillDone, kTransferDone, kDecodeDone, kHeartbeat };
+enum class Ev : uint8_t {
+  kArrival,
+  kPrefillDone,
+  kTransferDone,
+  kDecodeDone,
+  kHeartbeat,
+  kEarlyReport
+};
 
 struct Event {
   double t;
@@ -106,6 +113,13 @@ struct DecodeInst {
   std::unique_ptr<SimDecodeInstance> exec;  // the worker's scheduler + the cost model
   int reserved = 0;
   bool busy = false;  // a step is under way (its kDecodeDone is pending)
+  // As the decode worker: short of room (it refused a reservation for room,
+  // or its last report showed under a quarter of its blocks free), it
+  // reports freed blocks at once, at most every 10 ms, not at the next
+  // heartbeat (RouterClient::ReportSoon).
+  bool refused_for_room = false;
+  bool reported_tight = false;
+  double last_early_report = -1;
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
@@ -159,6 +173,8 @@ class AgentSim {
   void OnDecodeDone(int d);
   void Finish(int t);
   void Heartbeat();
+  void ReportDecode(DecodeInst& d, absl::Time at);
+  void EarlyReport(int d);
   void Report(const std::string& id, CacheLog& log);
 
   const AgentSimOptions& o_;
@@ -305,7 +321,10 @@ bool AgentSim::Route(int t) {
         o_.prefix_cache ? d.cache->CachedTokens(q.r.session, q.r.prompt_tokens) / o_.block_size : 0;
     // The router's view is a heartbeat old: the worker checks its own blocks
     // and its scheduler's queue bounds.
-    if (!d.cache->Reserve(total - shared)) return false;
+    if (!d.cache->Reserve(total - shared)) {
+      d.refused_for_room = true;
+      return false;
+    }
     q.r.local_prefill = decision.local_prefill;
     bool reserved;
     if (q.r.local_prefill) {
@@ -483,6 +502,12 @@ void AgentSim::Finish(int t) {
   DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
   d.cache->Release(q.blocks);
   --d.reserved;
+  if ((d.refused_for_room || d.reported_tight) && open_sessions_ > 0) {
+    d.refused_for_room = false;
+    const double at = std::max(now_, d.last_early_report + 0.010);
+    d.last_early_report = at;
+    Push(at, Ev::kEarlyReport, q.decode);
+  }
   // Prompt + answer; the last answer token's K/V is never computed.
   if (o_.prefix_cache) {
     d.cache->Store(q.r.session, q.r.prompt_tokens + q.r.output_tokens - 1);
@@ -509,17 +534,25 @@ void AgentSim::Heartbeat() {
     (void)table_.Update(p.id, load);  // registered in Init: cannot be NOT_FOUND
     Report(p.id, *p.log);
   }
-  for (const DecodeInst& d : decode_) {
-    router::WorkerLoad load;
-    load.running_sequences = d.exec->running();
-    load.waiting_sequences = d.reserved - load.running_sequences;
-    load.free_kv_blocks = d.cache->capacity_blocks() - d.cache->reserved_blocks();
-    load.last_heartbeat = at;
-    (void)table_.Update(d.id, load);
-    Report(d.id, *d.log);
-  }
+  for (DecodeInst& d : decode_) ReportDecode(d, at);
   while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
   if (open_sessions_ > 0) Push(now_ + o_.heartbeat_s, Ev::kHeartbeat, 0);
+}
+
+void AgentSim::ReportDecode(DecodeInst& d, absl::Time at) {
+  router::WorkerLoad load;
+  load.running_sequences = d.exec->running();
+  load.waiting_sequences = d.reserved - load.running_sequences;
+  load.free_kv_blocks = d.cache->capacity_blocks() - d.cache->reserved_blocks();
+  load.last_heartbeat = at;
+  d.reported_tight = load.free_kv_blocks * 4 < d.cache->capacity_blocks();
+  (void)table_.Update(d.id, load);
+  Report(d.id, *d.log);
+}
+
+void AgentSim::EarlyReport(int d) {
+  ReportDecode(decode_[static_cast<size_t>(d)], ToTime(now_));
+  while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
 }
 
 void AgentSim::Report(const std::string& id, CacheLog& log) {
@@ -556,6 +589,9 @@ AgentSimSummary AgentSim::Run() {
         break;
       case Ev::kHeartbeat:
         Heartbeat();
+        break;
+      case Ev::kEarlyReport:
+        EarlyReport(e.index);
         break;
     }
   }

@@ -28,7 +28,7 @@ double RequestResult::tpot_s() const {
 
 namespace {
 
-enum class EventKind : uint8_t { kPrefillDone, kTransferDone, kHeartbeat };
+enum class EventKind : uint8_t { kPrefillDone, kTransferDone, kHeartbeat, kEarlyReport };
 
 // Arrivals and decode step ends are not in the heap: arrivals are read in
 // order from the trace and come before any event at the same time (as if
@@ -76,6 +76,13 @@ struct DecodeInst {
   double end_t = 0;  // the running step's end, when busy
   uint64_t end_seq = 0;
   int neighbour = -1;  // the prefill instance on the same machine (colocated)
+  // As the decode worker: short of room (it refused a reservation for room,
+  // or its last report showed under a quarter of its blocks free), it
+  // reports freed blocks at once, at most every 10 ms, not at the next
+  // heartbeat (RouterClient::ReportSoon).
+  bool refused_for_room = false;
+  bool reported_tight = false;
+  double last_early_report = -1;
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
@@ -113,6 +120,8 @@ class Simulator {
   void StartDecodeStep(int d);
   void OnDecodeStepDone(int d);
   void Heartbeat();
+  void ReportDecode(DecodeInst& d, absl::Time at);
+  void EarlyReport(int d);
 
   const SimOptions& o_;
   std::unique_ptr<CostModel> cost_;
@@ -253,7 +262,10 @@ bool Simulator::Route(int r) {
     // The router's view is a heartbeat old: the worker checks its own blocks
     // and its scheduler's queue bounds. The prefill instance makes the first
     // token unless the replay runs on decode.
-    if (!d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks)) return false;
+    if (!d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks)) {
+      d.refused_for_room = true;
+      return false;
+    }
     if (!d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens, q.replay_on_decode ? 0 : 1,
                          now_)) {
       d.pool->Release(&q.blocks);
@@ -302,6 +314,12 @@ void Simulator::Finish(int r) {
   d.pool->Release(&q.blocks);
   --d.reserved;
   --unfinished_;
+  if ((d.refused_for_room || d.reported_tight) && unfinished_ > 0) {
+    d.refused_for_room = false;
+    const double at = std::max(now_, d.last_early_report + 0.010);
+    d.last_early_report = at;
+    Push(at, EventKind::kEarlyReport, q.decode);
+  }
 }
 
 void Simulator::StartPrefill(int p) {
@@ -373,16 +391,24 @@ void Simulator::Heartbeat() {
     load.last_heartbeat = t;
     (void)table_.Update(p.id, load);  // registered above: cannot be NOT_FOUND
   }
-  for (const DecodeInst& d : decode_) {
-    router::WorkerLoad load;
-    load.running_sequences = d.exec->running();
-    load.waiting_sequences = d.reserved - load.running_sequences;
-    load.free_kv_blocks = d.pool->free_blocks();
-    load.last_heartbeat = t;
-    (void)table_.Update(d.id, load);
-  }
+  for (DecodeInst& d : decode_) ReportDecode(d, t);
   while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
   if (unfinished_ > 0) Push(now_ + o_.heartbeat_s, EventKind::kHeartbeat, 0);
+}
+
+void Simulator::ReportDecode(DecodeInst& d, absl::Time at) {
+  router::WorkerLoad load;
+  load.running_sequences = d.exec->running();
+  load.waiting_sequences = d.reserved - load.running_sequences;
+  load.free_kv_blocks = d.pool->free_blocks();
+  load.last_heartbeat = at;
+  d.reported_tight = load.free_kv_blocks * 4 < d.pool->total_blocks();
+  (void)table_.Update(d.id, load);
+}
+
+void Simulator::EarlyReport(int d) {
+  ReportDecode(decode_[d], ToTime(now_));
+  while (!retry_.empty() && Route(retry_.front())) retry_.pop_front();
 }
 
 void Simulator::OnArrival(int r) {
@@ -439,6 +465,9 @@ SimSummary Simulator::Run() {
         break;
       case EventKind::kHeartbeat:
         Heartbeat();
+        break;
+      case EventKind::kEarlyReport:
+        EarlyReport(e.index);
         break;
     }
   }
