@@ -92,7 +92,7 @@ int ModelInfo(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(specs, args);
   if (!flags.ok()) return Fail("model info", std::string(flags.status().message()), 2);
   if (flags->help()) {
-    std::printf("%s", FormatHelp("ced model info DIR",
+    std::printf("%s", FormatHelp("ced model info (DIR | --preset NAME)",
                                  "Prints the model's shape, matmul parameters per prompt and "
                                  "generated token, K/V bytes per token per cache format and "
                                  "what a prefill or decode instance must hold.",

@@ -43,9 +43,10 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
        "naming the workers tried (0: off, the first refusal ends it)"},
       {"kv-wait-ms", "30000",
        "a request refused for K/V room before its first token (no decode worker has room now) "
-       "waits this long for room, placed again every 20 .. 500 ms, holding its --max-inflight "
-       "slot, then fails with RESOURCE_EXHAUSTED (0: fail at once; bounded by the request's "
-       "deadline; never for a request larger than every decode worker's cache)"},
+       "waits this long for room, first come first served (placed again when a request ends), "
+       "holding its --max-inflight slot, then fails with RESOURCE_EXHAUSTED (0: fail at once; "
+       "bounded by the request's deadline; never for a request larger than every decode "
+       "worker's cache)"},
       {"decode-mux", "true",
        "receive tokens on one multiplexed stream per decode worker (false: one stream per "
        "request, as with workers older than the multiplexed stream)",
@@ -65,7 +66,7 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"embed-router", "false",
        "run the router in this process (workers register at --router-listen; placement is a "
        "function call instead of a Route RPC on every request); the --router-* flags are "
-       "`ced router`'s flags, --router is then unused",
+       "`ced serve --role=router`'s flags, --router is then unused",
        true},
   };
   for (FlagSpec spec : router::RouterFlagSpecs("router-")) {
@@ -76,7 +77,7 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   auto flags = cli::Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
   if (flags->help()) {
-    std::printf("%s", cli::FormatHelp("ced gateway --model DIR [flags]",
+    std::printf("%s", cli::FormatHelp("ced serve --role=gateway --model DIR [flags]",
                                       "Runs the public gateway: validates and tokenizes "
                                       "requests, places them through the router, and streams "
                                       "tokens from the workers.",

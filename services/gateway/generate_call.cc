@@ -116,7 +116,11 @@ void GenerateCall::Launch(std::shared_ptr<GenerateCall> call) {
   core->CallStarted();
   // Routing and the Reserve start here, without waiting for a call thread:
   // they overlap the hand-off (the thread waits for their outcome).
-  call->BeginAttempt(Attempt::Cause::kNew, {});
+  // Behind requests already waiting for K/V room it waits its turn too
+  // (first come first served), on its call thread; else it is routed now.
+  if (core->settings().kv_wait <= absl::ZeroDuration() || core->kv_waiters().waiting() == 0) {
+    call->BeginAttempt(Attempt::Cause::kNew, {});
+  }
   core->call_threads().Run([call = std::move(call), core]() mutable {
     call->Run();
     call.reset();
@@ -237,7 +241,17 @@ grpc::Status GenerateCall::Execute() {
   const GatewayMetrics& metrics = core_->metrics();
   Attempt::Cause cause = Attempt::Cause::kNew;
   std::vector<std::string> exclude;
-  // Launch began the first attempt on the thread that received the request.
+  // Launch began the first attempt on the thread that received the request,
+  // unless requests were waiting for K/V room: then this one waits behind
+  // them before its first placement.
+  if (attempts_.empty()) {
+    grpc::Status queued(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "no decode worker had K/V room for the request: it waited behind the "
+                        "requests that came before it");
+    if (!AwaitKvTurn(&queued)) return queued;
+    ++kv_waits_;
+    metrics.kv_waits->Increment();
+  }
   Attempt* begun = attempts_.empty() ? nullptr : attempts_.front().get();
   while (true) {
     Attempt* a = begun != nullptr ? begun : BeginAttempt(cause, exclude);
@@ -363,14 +377,27 @@ bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
     LeaveKvQueue();
     return false;
   }
-  // In line behind the requests refused before it. At the head it is placed
-  // again as soon as one of this gateway's requests ends, else 20 ms after
-  // its last try, doubling to 500 ms while nothing ends (the decode worker
-  // frees a request's blocks just after its last token, and reports them to
-  // the router then; room freed by other gateways' requests).
+  if (!AwaitKvTurn(status)) return false;
+  ++kv_waits_;
+  core_->metrics().kv_waits->Increment();
+  exclude->clear();
+  refused_by_.clear();
+  last_refusal_.clear();
+  reserve_retries_ = 0;
+  *cause = Attempt::Cause::kNew;
+  return true;
+}
+
+bool GenerateCall::AwaitKvTurn(grpc::Status* status) {
+  // In line behind the requests that waited before it. At the head it is
+  // placed again as soon as one of this gateway's requests ends, else 20 ms
+  // after its last try, doubling to 500 ms while nothing ends (the decode
+  // worker frees a request's blocks just after its last token, and reports
+  // them to the router then; room freed by other gateways' requests).
   const absl::Duration poll = std::min(
       absl::Milliseconds(20) * (int64_t{1} << std::min(kv_polls_, 5)), absl::Milliseconds(500));
-  const absl::Time until = std::min(received_ + wait, absl::FromChrono(client_deadline_));
+  const absl::Time until =
+      std::min(received_ + core_->settings().kv_wait, absl::FromChrono(client_deadline_));
   uint64_t ticket = kv_ticket_.load();
   if (ticket == 0) {
     ticket = core_->kv_waiters().Join();
@@ -381,25 +408,16 @@ bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
     return cancelled_;
   });
   kv_polls_ = wake == KvWaitQueue::Wake::kPoll ? kv_polls_ + 1 : 0;
-  if (wake != KvWaitQueue::Wake::kTry && wake != KvWaitQueue::Wake::kPoll) {
-    LeaveKvQueue();
-    if (wake == KvWaitQueue::Wake::kDeadline) {
-      *status =
-          grpc::Status(status->error_code(),
-                       absl::StrCat(status->error_message(), " (waited ",
-                                    absl::ToInt64Milliseconds(absl::Now() - received_),
-                                    " ms for K/V room, ", kv_waits_, " placements: --kv-wait-ms)"));
-    }
-    return false;
+  if (wake == KvWaitQueue::Wake::kTry || wake == KvWaitQueue::Wake::kPoll) return true;
+  LeaveKvQueue();
+  if (wake == KvWaitQueue::Wake::kDeadline) {
+    *status =
+        grpc::Status(status->error_code(),
+                     absl::StrCat(status->error_message(), " (waited ",
+                                  absl::ToInt64Milliseconds(absl::Now() - received_),
+                                  " ms for K/V room, ", kv_waits_, " placements: --kv-wait-ms)"));
   }
-  ++kv_waits_;
-  core_->metrics().kv_waits->Increment();
-  exclude->clear();
-  refused_by_.clear();
-  last_refusal_.clear();
-  reserve_retries_ = 0;
-  *cause = Attempt::Cause::kNew;
-  return true;
+  return false;
 }
 
 void GenerateCall::LeaveKvQueue() {

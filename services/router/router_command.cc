@@ -141,7 +141,7 @@ int RunRouterCommand(const std::vector<std::string>& args) {
   auto flags = cli::Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(std::string(flags.status().message()), 2);
   if (flags->help()) {
-    std::printf("%s", cli::FormatHelp("ced router [flags]",
+    std::printf("%s", cli::FormatHelp("ced serve --role=router [flags]",
                                       "Runs the router: worker registry, load reports and "
                                       "per-request placement of prefill, decode and replay.",
                                       specs)

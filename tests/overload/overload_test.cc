@@ -413,19 +413,25 @@ TEST_F(OverloadTest, KvWaitQueuesARequestUntilRoomFrees) {
 // request holding 59 of the 64 blocks, three requests of 40 blocks each
 // (only one fits at a time) sent one after the other all wait in the
 // gateway (ced_gateway_kv_waiting_requests counts them), then run one at a
-// time in the order they came, with the right tokens.
+// time in the order they came, with the right tokens. A fourth request, of
+// 4 blocks, would fit at once beside the holder; arriving behind the
+// waiting three, it waits its turn after them instead of overtaking them.
 TEST_F(OverloadTest, KvWaitersAreServedInArrivalOrder) {
   Start(SlowDecode(Flags("decode", {"--kv-cache-mb", "4"})));
   auto waiting = [&] { return topo_->Metric(topo_->gateway(), "ced_gateway_kv_waiting_requests"); };
   Stream holder(topo_->gateway().grpc(), Req(40, 1, 900));  // 940 tokens: 59 blocks
   ASSERT_TRUE(holder.ReadTokens(1));
-  constexpr int kWaiters = 3;
+  constexpr int kWaiters = 4;
+  // Prompt tokens and max_tokens: 640 tokens (40 blocks) each, then 60 (4).
+  const int prompt[kWaiters] = {340, 340, 340, 20};
+  const int max_tokens[kWaiters] = {300, 300, 300, 40};
   std::vector<std::unique_ptr<Stream>> streams;
   std::vector<std::thread> readers;
   std::mutex mu;
   std::vector<int> order;  // by first token
   for (int i = 0; i < kWaiters; ++i) {
-    streams.push_back(std::make_unique<Stream>(topo_->gateway().grpc(), Req(340, 10 + i, 300)));
+    streams.push_back(
+        std::make_unique<Stream>(topo_->gateway().grpc(), Req(prompt[i], 10 + i, max_tokens[i])));
     readers.emplace_back([&, i] {
       if (!streams[static_cast<size_t>(i)]->ReadTokens(1)) return;
       std::lock_guard<std::mutex> lock(mu);
@@ -440,9 +446,10 @@ TEST_F(OverloadTest, KvWaitersAreServedInArrivalOrder) {
   for (auto& t : readers) t.join();
   for (int i = 0; i < kWaiters; ++i) {
     ASSERT_TRUE(streams[static_cast<size_t>(i)]->Finish().ok()) << i << "\n" << topo_->Logs();
-    EXPECT_EQ(streams[static_cast<size_t>(i)]->tokens(), Expected(340, 10 + i, 300)) << i;
+    EXPECT_EQ(streams[static_cast<size_t>(i)]->tokens(), Expected(prompt[i], 10 + i, max_tokens[i]))
+        << i;
   }
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(waiting(), 0);
   ExpectHealthyAfterwards();
 }
