@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -72,10 +73,12 @@ absl::Status WriteLogitsDump(const std::string& path, const std::vector<int32_t>
 
 int Generate(const std::vector<std::string>& args) {
   const std::vector<FlagSpec> specs = {
-      {"gateway", "", "send the request to a running gateway (HOST:PORT) instead of running "
-                      "the model here"},
+      {"gateway", "",
+       "send the request to a running gateway (HOST:PORT) instead of running "
+       "the model here"},
       {"model", "", "model directory (config.json + model.safetensors)"},
-      {"prompt", "The quick brown fox", "prompt text (byte tokenizer)"},
+      {"prompt", "The quick brown fox",
+       "prompt text, encoded with the model's tokenizer.json (bytes when it has none)"},
       {"prompt-ids", "", "prompt as token ids, e.g. 256,72,105 (instead of text; no BOS)"},
       {"max-tokens", "32", "tokens to generate at most"},
       {"temperature", "0", "0 = greedy"},
@@ -138,13 +141,21 @@ int Generate(const std::vector<std::string>& args) {
     if (!s.ok()) return Fail(kWords, std::string(s.message()), 2);
   }
   if (*max_tokens < 1) return Fail(kWords, "--max-tokens must be at least 1", 2);
+  if (*chunk < 1) return Fail(kWords, absl::StrCat("--chunk must be at least 1, got ", *chunk), 2);
   SamplingParams sp;
   sp.temperature = static_cast<float>(*temperature);
   sp.top_k = static_cast<int>(*top_k);
   sp.top_p = static_cast<float>(*top_p);
   sp.seed = static_cast<uint64_t>(*seed);
   if (absl::Status s = ValidateSamplingParams(sp); !s.ok()) {
-    return Fail(kWords, std::string(s.message()), 2);
+    // Named by the flag that set the field ("top_p must be ..." -> "--top-p must be ...").
+    std::string message(s.message());
+    for (const auto& [field, flag] : {std::pair<std::string, std::string>{"top_p", "--top-p"},
+                                      {"top_k", "--top-k"},
+                                      {"temperature", "--temperature"}}) {
+      if (absl::StartsWith(message, field)) message = flag + message.substr(field.size());
+    }
+    return Fail(kWords, message, 2);
   }
   PrefillOptions po;
   if (!ParseReplayMode(flags->Get("replay"), &po.replay)) {

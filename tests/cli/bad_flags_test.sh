@@ -108,6 +108,13 @@ done
 touch "$empty/not_a_dir"
 expect 2 "ced generate: --dump-logits: cannot write '$empty/not_a_dir/l.json'" -- \
   "$ced" generate --model "$model" --prompt hi --dump-logits "$empty/not_a_dir/l.json"
+# Sampling and chunk values are refused naming the flag, not the field.
+expect 2 "ced generate: --chunk must be at least 1, got 0" -- \
+  "$ced" generate --model "$model" --prompt hi --chunk 0
+expect 2 "ced generate: --top-p must be in (0, 1], got 0" -- \
+  "$ced" generate --model "$model" --prompt hi --top-p 0
+expect 2 "ced generate: --temperature must be finite and >= 0, got -1" -- \
+  "$ced" generate --model "$model" --prompt hi --temperature -1
 expect 2 "ced model make: --seed must be >= 0, got -1" -- \
   "$ced" model make --preset tiny --seed -1 --out "$empty/never"
 expect 2 "--max-inflight must be in [1, 2^20]" -- \
