@@ -100,14 +100,14 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args, bool embedded
   auto proc = services::Subprocess::Spawn(o);
   if (!proc.ok()) return absl::InternalError(absl::StrCat("cannot start ", c->name));
   c->proc = *std::move(proc);
-  FILE* out = fdopen(c->proc->ReleaseStdout(), "r");
+  auto out = std::make_shared<services::LineReader>(c->proc->ReleaseStdout());
   std::regex re(R"(listening on (\S+) \(metrics (\S+?)(, kv (\S+?))?(, http (\S+?))?\))");
   std::regex router_re(R"(embedded router on (\S+) \(metrics (\S+?)\))");
-  char line[4096];
+  std::string line;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   bool ready = false, listening = false;
-  while (!ready && std::chrono::steady_clock::now() < deadline && fgets(line, sizeof line, out)) {
-    std::cmatch m;
+  while (!ready && out->Next(&line, deadline) == services::LineReader::Got::kLine) {
+    std::smatch m;
     if (!listening && std::regex_search(line, m, re)) {
       c->grpc = m[1];
       c->metrics = m[2];
@@ -121,21 +121,23 @@ absl::Status Spawn(Child* c, const std::vector<std::string>& args, bool embedded
       ready = true;
     }
     std::lock_guard<std::mutex> lock(g_print_mu);
-    std::printf("[%s] %s", c->name.c_str(), line);
+    std::printf("[%s] %s%s", c->name.c_str(), line.c_str(), line.back() == '\n' ? "" : "\n");
     std::fflush(stdout);
   }
   if (!ready) {
-    fclose(out);
-    return absl::UnavailableError(absl::StrCat(c->name, " did not become ready (see its log)"));
+    return absl::UnavailableError(absl::StrCat(c->name,
+                                               std::chrono::steady_clock::now() >= deadline
+                                                   ? " did not say it was listening within 120 s"
+                                                   : " ended before it was listening",
+                                               " (see its log)"));
   }
   c->reader = std::thread([out, c] {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, out)) {
+    std::string buf;
+    while (out->Next(&buf) == services::LineReader::Got::kLine) {
       std::lock_guard<std::mutex> lock(g_print_mu);
-      std::printf("[%s] %s", c->name.c_str(), buf);
+      std::printf("[%s] %s%s", c->name.c_str(), buf.c_str(), buf.back() == '\n' ? "" : "\n");
       std::fflush(stdout);
     }
-    fclose(out);
     const absl::StatusOr<int> status = c->proc->Wait(-1);
     if (status.ok()) {
       const int st = *status;

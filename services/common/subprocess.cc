@@ -305,4 +305,41 @@ std::string TailOfFile(const std::string& path, size_t max_bytes) {
   return all.size() <= max_bytes ? all : all.substr(all.size() - max_bytes);
 }
 
+LineReader::~LineReader() { close(fd_); }
+
+LineReader::Got LineReader::Next(std::string* line,
+                                 std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    const size_t nl = buffer_.find('\n');
+    if (nl != std::string::npos || (eof_ && !buffer_.empty())) {
+      const size_t n = nl == std::string::npos ? buffer_.size() : nl + 1;
+      line->assign(buffer_, 0, n);
+      buffer_.erase(0, n);
+      return Got::kLine;
+    }
+    if (eof_) return Got::kEof;
+    int timeout_ms = -1;
+    if (deadline != std::chrono::steady_clock::time_point::max()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return Got::kTimeout;
+      timeout_ms = static_cast<int>(std::min<int64_t>(left.count(), 1000));
+    }
+    pollfd p{fd_, POLLIN, 0};
+    const int ready = poll(&p, 1, timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      eof_ = true;
+      continue;
+    }
+    if (ready <= 0) continue;
+    char chunk[4096];
+    const ssize_t n = read(fd_, chunk, sizeof chunk);
+    if (n > 0) {
+      buffer_.append(chunk, static_cast<size_t>(n));
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      eof_ = true;
+    }
+  }
+}
+
 }  // namespace ced::services

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <map>
@@ -58,6 +59,27 @@ struct SubprocessOptions {
   // dies (Linux PR_SET_PDEATHSIG; forks).
   bool kill_with_parent = false;
   int parent_death_signal = SIGKILL;  // SIGTERM lets a service drain
+};
+
+// Lines of a pipe (a child's output), read with a deadline: a child that
+// hangs without a word must not hold its reader forever. Owns the fd.
+class LineReader {
+ public:
+  explicit LineReader(int fd) : fd_(fd) {}
+  ~LineReader();
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+  enum class Got { kLine, kEof, kTimeout };
+  // The next line into *line, with its '\n' (the last one may lack it);
+  // kEof once the pipe closed and nothing is left; kTimeout at `deadline`
+  // (the part of a line read so far is kept for the next call).
+  Got Next(std::string* line, std::chrono::steady_clock::time_point deadline =
+                                  std::chrono::steady_clock::time_point::max());
+
+ private:
+  const int fd_;
+  std::string buffer_;
+  bool eof_ = false;
 };
 
 class Subprocess {

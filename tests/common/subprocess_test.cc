@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -119,6 +120,31 @@ TEST(SubprocessTest, OutputFileWaitAndSignal) {
   EXPECT_EQ((*child)->Wait(1).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ReadFileOrEmpty(log), "to-file\nalso\n");
   std::remove(log.c_str());
+}
+
+// A child that says part of a line and then nothing: the reader times out
+// instead of blocking, keeps the part, and gets the whole line, a last line
+// without its newline, and the end once the child is gone.
+TEST(LineReaderTest, DeadlinePartialLinesAndEnd) {
+  SubprocessOptions o = Shell("printf 'one\\ntw'; sleep 1; printf 'o\\nthree'");
+  o.pipe_stdout = true;
+  auto proc = Subprocess::Spawn(o);
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  LineReader reader((*proc)->ReleaseStdout());
+  std::string line;
+  ASSERT_EQ(reader.Next(&line, std::chrono::steady_clock::now() + std::chrono::seconds(30)),
+            LineReader::Got::kLine);
+  EXPECT_EQ(line, "one\n");
+  // "tw" came; the rest comes a second later.
+  EXPECT_EQ(reader.Next(&line, std::chrono::steady_clock::now() + std::chrono::milliseconds(100)),
+            LineReader::Got::kTimeout);
+  ASSERT_EQ(reader.Next(&line, std::chrono::steady_clock::now() + std::chrono::seconds(30)),
+            LineReader::Got::kLine);
+  EXPECT_EQ(line, "two\n");
+  ASSERT_EQ(reader.Next(&line), LineReader::Got::kLine);
+  EXPECT_EQ(line, "three");
+  EXPECT_EQ(reader.Next(&line), LineReader::Got::kEof);
+  EXPECT_TRUE((*proc)->Wait(-1).ok());
 }
 
 }  // namespace
