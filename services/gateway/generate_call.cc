@@ -134,6 +134,8 @@ void GenerateCall::Cancel() {
     cancelled_ = true;
     for (auto& a : attempts_) TryCancel(a.get());
   }
+  // Waiting for K/V room: the wait ends now.
+  if (kv_ticket_.load() != 0) core_->kv_waiters().Notify();
   // An attempt on the multiplexed stream has no call of its own to cancel:
   // its wait ends here (the Run thread then cancels it on the worker).
   absl::MutexLock lock(&relay_mu_);

@@ -33,6 +33,11 @@ void KvWaitQueue::Released() {
   changed_.SignalAll();
 }
 
+void KvWaitQueue::Notify() {
+  absl::MutexLock lock(&mu_);
+  changed_.SignalAll();
+}
+
 KvWaitQueue::Wake KvWaitQueue::Wait(uint64_t ticket, absl::Duration poll, absl::Time until,
                                     const std::function<bool()>& cancelled) {
   absl::MutexLock lock(&mu_);
@@ -50,7 +55,7 @@ KvWaitQueue::Wake KvWaitQueue::Wait(uint64_t ticket, absl::Duration poll, absl::
       }
       if (now >= poll_at) return Wake::kPoll;
     }
-    const absl::Time wake = std::min({until, poll_at, now + absl::Milliseconds(20)});
+    const absl::Time wake = std::min({until, poll_at, now + absl::Seconds(1)});
     changed_.WaitWithDeadline(&mu_, wake);
   }
 }

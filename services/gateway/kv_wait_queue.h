@@ -40,12 +40,14 @@ class KvWaitQueue {
   void Leave(uint64_t ticket);
   // One of this gateway's requests ended: the head tries again.
   void Released();
+  // A waiter's `cancelled()` may have become true: every waiter checks.
+  void Notify();
 
   // Blocks until `ticket` is at the head and either a request ended since its
   // last try (or the head before it left) (kTry), or `poll` passed since it
   // became the head or last tried (kPoll);
-  // until `until` (kDeadline); or until `cancelled()` is true, checked at
-  // least every 20 ms (kCancelled).
+  // until `until` (kDeadline); or until `cancelled()` is true, checked on
+  // every Notify() and at least once a second (kCancelled).
   Wake Wait(uint64_t ticket, absl::Duration poll, absl::Time until,
             const std::function<bool()>& cancelled);
 

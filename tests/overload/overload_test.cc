@@ -48,6 +48,7 @@ class Stream {
     return reader_->Finish();
   }
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  void Cancel() { ctx_.TryCancel(); }
 
  private:
   std::unique_ptr<ced::v1::Gateway::Stub> stub_;
@@ -450,6 +451,33 @@ TEST_F(OverloadTest, KvWaitersAreServedInArrivalOrder) {
         << i;
   }
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(waiting(), 0);
+  ExpectHealthyAfterwards();
+}
+
+// A request the client cancels while it waits for K/V room leaves the queue
+// at once (the one behind it becomes the head) and nothing of it runs; the
+// request behind it is served when the holder ends.
+TEST_F(OverloadTest, CancelledWaiterLeavesTheKvQueue) {
+  Start(SlowDecode(Flags("decode", {"--kv-cache-mb", "4"})));
+  auto waiting = [&] { return topo_->Metric(topo_->gateway(), "ced_gateway_kv_waiting_requests"); };
+  Stream holder(topo_->gateway().grpc(), Req(40, 1, 900));  // 940 tokens: 59 blocks
+  ASSERT_TRUE(holder.ReadTokens(1));
+  Stream first(topo_->gateway().grpc(), Req(340, 10, 300));  // 40 blocks each
+  ASSERT_TRUE(WaitUntil([&] { return waiting() == 1; }, std::chrono::seconds(30),
+                        std::chrono::milliseconds(5)));
+  Stream second(topo_->gateway().grpc(), Req(340, 11, 300));
+  ASSERT_TRUE(WaitUntil([&] { return waiting() == 2; }, std::chrono::seconds(30),
+                        std::chrono::milliseconds(5)));
+  first.Cancel();
+  EXPECT_TRUE(WaitUntil([&] { return waiting() == 1; }, std::chrono::seconds(30),
+                        std::chrono::milliseconds(5)))
+      << waiting();
+  EXPECT_EQ(first.Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(first.tokens().empty());
+  ASSERT_TRUE(holder.Finish().ok()) << topo_->Logs();
+  ASSERT_TRUE(second.Finish().ok()) << topo_->Logs();
+  EXPECT_EQ(second.tokens(), Expected(340, 11, 300));
   EXPECT_EQ(waiting(), 0);
   ExpectHealthyAfterwards();
 }
