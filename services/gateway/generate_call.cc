@@ -135,7 +135,9 @@ void GenerateCall::Cancel() {
     for (auto& a : attempts_) TryCancel(a.get());
   }
   // Waiting for K/V room: the wait ends now.
-  if (kv_ticket_.load() != 0) core_->kv_waiters().Notify();
+  if (const uint64_t ticket = kv_ticket_.load(); ticket != 0) {
+    core_->kv_waiters().Notify(ticket);
+  }
   // An attempt on the multiplexed stream has no call of its own to cancel:
   // its wait ends here (the Run thread then cancels it on the worker).
   absl::MutexLock lock(&relay_mu_);

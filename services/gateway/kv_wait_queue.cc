@@ -4,50 +4,61 @@
 
 namespace ced::gateway {
 
+KvWaitQueue::Waiter* KvWaitQueue::Find(uint64_t ticket) {
+  const auto it = std::find_if(queue_.begin(), queue_.end(),
+                               [ticket](const auto& w) { return w->ticket == ticket; });
+  return it == queue_.end() ? nullptr : it->get();
+}
+
 uint64_t KvWaitQueue::Join() {
   absl::MutexLock lock(&mu_);
   const uint64_t ticket = next_ticket_++;
-  if (tickets_.empty()) head_try_ = false;  // it was just refused: wait for a change
-  tickets_.push_back(ticket);
-  if (on_size_) on_size_(static_cast<int>(tickets_.size()));
+  if (queue_.empty()) head_try_ = false;  // it was just refused: wait for a change
+  auto waiter = std::make_unique<Waiter>();
+  waiter->ticket = ticket;
+  queue_.push_back(std::move(waiter));
+  if (on_size_) on_size_(static_cast<int>(queue_.size()));
   return ticket;
 }
 
 void KvWaitQueue::Leave(uint64_t ticket) {
   absl::MutexLock lock(&mu_);
-  const auto it = std::find(tickets_.begin(), tickets_.end(), ticket);
-  if (it == tickets_.end()) return;
-  const bool was_head = it == tickets_.begin();
-  tickets_.erase(it);
-  if (on_size_) on_size_(static_cast<int>(tickets_.size()));
-  if (was_head && !tickets_.empty()) {
+  const auto it = std::find_if(queue_.begin(), queue_.end(),
+                               [ticket](const auto& w) { return w->ticket == ticket; });
+  if (it == queue_.end()) return;
+  const bool was_head = it == queue_.begin();
+  queue_.erase(it);
+  if (on_size_) on_size_(static_cast<int>(queue_.size()));
+  if (was_head && !queue_.empty()) {
     head_try_ = true;
-    changed_.SignalAll();
+    queue_.front()->cv.Signal();
   }
 }
 
 void KvWaitQueue::Released() {
   absl::MutexLock lock(&mu_);
-  if (tickets_.empty()) return;
+  if (queue_.empty()) return;
   head_try_ = true;
-  changed_.SignalAll();
+  queue_.front()->cv.Signal();  // only the head acts on it
 }
 
-void KvWaitQueue::Notify() {
+void KvWaitQueue::Notify(uint64_t ticket) {
   absl::MutexLock lock(&mu_);
-  changed_.SignalAll();
+  if (Waiter* w = Find(ticket)) w->cv.Signal();
 }
 
 KvWaitQueue::Wake KvWaitQueue::Wait(uint64_t ticket, absl::Duration poll, absl::Time until,
                                     const std::function<bool()>& cancelled) {
   absl::MutexLock lock(&mu_);
+  // Its entry stays until its owner leaves, after this returns.
+  Waiter* const self = Find(ticket);
+  if (self == nullptr) return Wake::kDeadline;
   absl::Time poll_at = absl::InfiniteFuture();  // set once this ticket is the head
   while (true) {
     if (cancelled()) return Wake::kCancelled;
     const absl::Time now = absl::Now();
     if (now >= until) return Wake::kDeadline;
-    const bool head = !tickets_.empty() && tickets_.front() == ticket;
-    if (head) {
+    if (queue_.front().get() == self) {
       if (poll_at == absl::InfiniteFuture()) poll_at = now + poll;
       if (head_try_) {
         head_try_ = false;
@@ -56,13 +67,13 @@ KvWaitQueue::Wake KvWaitQueue::Wait(uint64_t ticket, absl::Duration poll, absl::
       if (now >= poll_at) return Wake::kPoll;
     }
     const absl::Time wake = std::min({until, poll_at, now + absl::Seconds(1)});
-    changed_.WaitWithDeadline(&mu_, wake);
+    self->cv.WaitWithDeadline(&mu_, wake);
   }
 }
 
 int KvWaitQueue::waiting() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(tickets_.size());
+  return static_cast<int>(queue_.size());
 }
 
 }  // namespace ced::gateway

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -40,27 +41,33 @@ class KvWaitQueue {
   void Leave(uint64_t ticket);
   // One of this gateway's requests ended: the head tries again.
   void Released();
-  // A waiter's `cancelled()` may have become true: every waiter checks.
-  void Notify();
+  // The waiter of `ticket` may have been cancelled: it checks now.
+  void Notify(uint64_t ticket);
 
   // Blocks until `ticket` is at the head and either a request ended since its
   // last try (or the head before it left) (kTry), or `poll` passed since it
   // became the head or last tried (kPoll);
   // until `until` (kDeadline); or until `cancelled()` is true, checked on
-  // every Notify() and at least once a second (kCancelled).
+  // Notify(ticket) and at least once a second (kCancelled). Each waiter
+  // sleeps on its own condition: a release wakes the head only.
   Wake Wait(uint64_t ticket, absl::Duration poll, absl::Time until,
             const std::function<bool()>& cancelled);
 
   int waiting() const;
 
  private:
+  struct Waiter {
+    uint64_t ticket = 0;
+    absl::CondVar cv;
+  };
+  Waiter* Find(uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::function<void(int)> on_size_;
   mutable absl::Mutex mu_;
-  std::deque<uint64_t> tickets_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Waiter>> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   // A request ended, or the head left, since the head's last try.
   bool head_try_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar changed_;
 };
 
 }  // namespace ced::gateway

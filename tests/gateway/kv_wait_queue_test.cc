@@ -65,7 +65,7 @@ TEST(KvWaitQueueTest, CancelledWaitersAndLeavingFromTheMiddle) {
   std::thread canceller([&] {
     absl::SleepFor(absl::Milliseconds(40));
     cancel.store(true);
-    q.Notify();
+    q.Notify(c);
   });
   EXPECT_EQ(
       q.Wait(c, absl::Seconds(60), absl::Now() + absl::Seconds(60), [&] { return cancel.load(); }),
