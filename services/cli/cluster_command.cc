@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -21,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ced/internal/router.grpc.pb.h"
+#include "engine/model/config.h"
 #include "engine/model/weights.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
@@ -428,21 +430,6 @@ int RunCluster(const std::vector<std::string>& args) {
     return Fail(kWords, "--prefill >= 0, --decode >= 1 and ports must be integers", 2);
   }
   const int base = static_cast<int>(*bp), mbase = static_cast<int>(*mp);
-  // On the CPU every worker's cache and host tier are this machine's memory;
-  // each worker checks its own, the sum over the workers is checked here.
-  if (f->Get("device") == "cpu") {
-    auto cache_mb = f->GetInt("kv-cache-mb"), host_mb = f->GetInt("kv-host-mb");
-    const int64_t total_mb = services::MemoryLimitMiB();
-    if (cache_mb.ok() && host_mb.ok() && *cache_mb > 0 && *host_mb >= 0 && total_mb > 0 &&
-        (*np + *nd) * (*cache_mb + *host_mb) > total_mb) {
-      return Fail(
-          kWords,
-          absl::StrCat(*np + *nd, " workers x (--kv-cache-mb ", *cache_mb, " + --kv-host-mb ",
-                       *host_mb, ") is more than this machine's memory (", total_mb,
-                       " MiB; a container's limit counts when lower)"),
-          2);
-    }
-  }
   // Every worker runs OpenMP kernels on the same machine: threads that spin
   // while waiting steal the cores their neighbours need, so wait passively
   // and share the cores out (unless the user chose otherwise).
@@ -503,6 +490,38 @@ int RunCluster(const std::vector<std::string>& args) {
   // anything starts.
   if (absl::Status s = CheckRunnableModel(model); !s.ok()) {
     return Fail(kWords, absl::StrCat("--model: ", s.message()), 2);
+  }
+  // On the CPU every worker's weights, cache and host tier are this
+  // machine's memory; each worker checks its cache and tier, the sum over the
+  // workers is checked here. Weights at least as the file holds them: all of
+  // them in a decode worker, the encoder's share in a prefill worker (more
+  // when it replays), so that a cluster the machine cannot hold is refused
+  // before its workers are killed for memory one by one.
+  if (f->Get("device") == "cpu") {
+    auto cache_mb = f->GetInt("kv-cache-mb"), host_mb = f->GetInt("kv-host-mb");
+    const int64_t total_mb = services::MemoryLimitMiB();
+    int64_t weights_mb = 0, encoder_mb = 0;
+    std::error_code ec;
+    const uintmax_t bytes = std::filesystem::file_size(model + "/model.safetensors", ec);
+    const auto config = LoadConfigFile(model + "/config.json");
+    if (!ec && config.ok() && config->num_layers > 0) {
+      weights_mb = static_cast<int64_t>(bytes >> 20);
+      encoder_mb = weights_mb * config->num_encoder_layers / config->num_layers;
+    }
+    if (cache_mb.ok() && host_mb.ok() && *cache_mb > 0 && *host_mb >= 0 && total_mb > 0) {
+      const int64_t need =
+          (*np + *nd) * (*cache_mb + *host_mb) + *nd * weights_mb + *np * encoder_mb;
+      if (need > total_mb) {
+        return Fail(
+            kWords,
+            absl::StrCat(*np + *nd, " workers x (--kv-cache-mb ", *cache_mb, " + --kv-host-mb ",
+                         *host_mb, ") + the weights (", weights_mb, " MiB in each of ", *nd,
+                         " decode workers, at least ", encoder_mb, " in each of ", *np,
+                         " prefill workers) = ", need, " MiB is more than this machine's memory (",
+                         total_mb, " MiB; a container's limit counts when lower)"),
+            2);
+      }
+    }
   }
   if (kv_store == "local") {
     auto mb = f->GetInt("kv-store-mb");

@@ -49,7 +49,9 @@ for role in prefill decode; do
     "$ced" serve --role=$role --model "$model" --kv-cache-mb 1 --kv-host-mb $mem_mb
 done
 half=$(( mem_mb / 2 + 1 ))
-expect 2 "ced cluster: 2 workers x (--kv-cache-mb $half + --kv-host-mb 0) is more than this machine's memory" -- \
+expect 2 "ced cluster: 2 workers x (--kv-cache-mb $half + --kv-host-mb 0) + the weights (" -- \
+  "$ced" cluster --model "$model" --kv-cache-mb $half
+expect 2 "MiB is more than this machine's memory ($mem_mb MiB" -- \
   "$ced" cluster --model "$model" --kv-cache-mb $half
 # A router address that cannot be a peer is refused, not retried forever.
 for role in prefill decode; do
