@@ -266,11 +266,21 @@ void Supervise(std::vector<std::unique_ptr<Child>>& children, int max_restarts,
   }
 }
 
-// Waits until the router lists the expected number of live workers.
-bool WaitForWorkers(const std::string& router, int prefill, int decode, int timeout_s) {
+// Waits until the router lists the expected number of live workers; fails
+// at once, naming it, when one of `children` has ended meanwhile (it never
+// will register: a bad flag, no memory for its cache, a crash).
+absl::Status WaitForWorkers(const std::string& router, int prefill, int decode, int timeout_s,
+                            const std::vector<std::unique_ptr<Child>>& children) {
   auto stub = ced::internal::Router::NewStub(services::MakeChannel(router));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& c : children) {
+      if (!c->exited) continue;
+      std::lock_guard<std::mutex> lock(g_print_mu);  // c->how is written under it
+      return absl::UnavailableError(
+          absl::StrCat(c->name, " ", c->how.empty() ? "ended" : c->how,
+                       " before the workers had registered with the router (see its log)"));
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     ced::internal::ListWorkersResponse resp;
@@ -280,11 +290,12 @@ bool WaitForWorkers(const std::string& router, int prefill, int decode, int time
         if (!w.live()) continue;
         (w.info().role() == ced::internal::ROLE_PREFILL ? p : d)++;
       }
-      if (p >= prefill && d >= decode) return true;
+      if (p >= prefill && d >= decode) return absl::OkStatus();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return false;
+  return absl::UnavailableError(
+      absl::StrCat("workers did not register with the router within ", timeout_s, " s"));
 }
 
 }  // namespace
@@ -636,8 +647,8 @@ int RunCluster(const std::vector<std::string>& args) {
     s = start(id, a);
   }
   if (s.ok() && !embed_router) s = start_gateway();
-  if (s.ok() && !WaitForWorkers(router, static_cast<int>(*np), static_cast<int>(*nd), 60)) {
-    s = absl::UnavailableError("workers did not register with the router in time");
+  if (s.ok()) {
+    s = WaitForWorkers(router, static_cast<int>(*np), static_cast<int>(*nd), 60, children);
   }
   if (!s.ok()) {
     StopAll(children, 5000);
