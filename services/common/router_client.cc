@@ -123,6 +123,9 @@ void RouterClient::Loop() {
       if (!s.ok() || resp.reregister()) registered_ = false;
       // The router's view: where the next delta starts (0: send a full list).
       if (s.ok() && !resp.reregister()) prefix_acked_ = resp.prefix_cache_seq();
+      if (s.ok() && resp.report_freed_room() && options_.on_report_freed_room) {
+        options_.on_report_freed_room();
+      }
     }
     const int wait_ms = registered_ ? interval_ms_ : backoff_ms;
     if (!registered_) backoff_ms = std::min(backoff_ms * 2, 1000);

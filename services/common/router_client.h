@@ -28,6 +28,9 @@ class RouterClient {
     // Fills a load report (worker_id is set by the client).
     std::function<void(ced::internal::LoadReport*)> load;
     int default_interval_ms = 500;
+    // Called after a heartbeat whose answer asks for freed room to be
+    // reported at once (HeartbeatResponse.report_freed_room); may be empty.
+    std::function<void()> on_report_freed_room;
     // Prefix cache to report (not owned; outlives the client); null: none.
     Engine* engine = nullptr;
     size_t max_delta_events = 4096;           // cache events in one report

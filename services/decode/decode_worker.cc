@@ -155,6 +155,8 @@ absl::Status DecodeWorker::Init() {
     ro.worker.set_weights(ced::internal::WEIGHTS_HELD_FULL);
     ro.load = [this](ced::internal::LoadReport* r) { FillLoad(r); };
     ro.engine = engine_.get();  // prefix-cache reports for cache-aware routing
+    // The router refused requests for room: report the next room freed at once.
+    ro.on_report_freed_room = [this] { refused_for_room_.store(true); };
     router_ = std::make_unique<RouterClient>(std::move(ro));
     router_->Start();
   }

@@ -5,11 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 #include "services/common/block_hash_wire.h"
 #include "services/common/grpc_util.h"
 #include "services/router/router_validation.h"
+#include "services/router_policy/errors.h"
 
 namespace ced::router {
 namespace {
@@ -208,6 +210,10 @@ absl::Status RouterServiceImpl::DoHeartbeat(const ced::internal::LoadReport& req
   }
   RETURN_IF_ERROR(status);
   metrics_.heartbeats->Increment();
+  const int64_t refused_ns = room_refused_at_ns_.load(std::memory_order_relaxed);
+  if (refused_ns != 0 && absl::GetCurrentTimeNanos() - refused_ns < int64_t{3'000'000'000}) {
+    response->set_report_freed_room(true);
+  }
   if (report.has_value()) {
     absl::StatusOr<uint64_t> seq = index_.Apply(request.worker_id(), *report);
     if (seq.ok()) {
@@ -223,7 +229,14 @@ absl::Status RouterServiceImpl::DoHeartbeat(const ced::internal::LoadReport& req
 absl::Status RouterServiceImpl::DoRoute(const ced::internal::RouteRequest& request,
                                         ced::internal::RouteResponse* response) {
   ASSIGN_OR_RETURN(RouteRequest route, ValidateRouteRequest(request));
-  ASSIGN_OR_RETURN(Decision decision, policy_->Select(route));
+  absl::StatusOr<Decision> selected = policy_->Select(route);
+  if (absl::IsResourceExhausted(selected.status()) &&
+      !absl::StrContains(selected.status().message(), kLargerThanEveryCache)) {
+    // No decode worker has room on its last report: ask them to report freed
+    // room at once (the requests refused here wait for it, --kv-wait-ms).
+    room_refused_at_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed);
+  }
+  ASSIGN_OR_RETURN(Decision decision, std::move(selected));
   {
     absl::MutexLock lock(&mu_);
     auto decode = infos_.find(decision.decode_id);

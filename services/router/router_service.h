@@ -3,6 +3,7 @@
 // and metrics that the pure policy library does not know about.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -109,6 +110,9 @@ class RouterServiceImpl final
   // not hold). Register checks fingerprints and updates both under mu_.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, ced::internal::WorkerInfo> infos_ ABSL_GUARDED_BY(mu_);
+  // When Route last refused a request for decode room (that could fit in an
+  // empty cache); heartbeats in the few seconds after ask for early reports.
+  std::atomic<int64_t> room_refused_at_ns_{0};
 };
 
 }  // namespace ced::router

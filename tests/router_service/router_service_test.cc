@@ -88,11 +88,13 @@ class RouterServiceTest : public ::testing::Test {
     return stub_->Register(&ctx, request, &response);
   }
 
-  grpc::Status Heartbeat(const LoadReport& report, bool* reregister = nullptr) {
+  grpc::Status Heartbeat(const LoadReport& report, bool* reregister = nullptr,
+                         bool* report_freed_room = nullptr) {
     grpc::ClientContext ctx;
     ced::internal::HeartbeatResponse response;
     grpc::Status status = stub_->Heartbeat(&ctx, report, &response);
     if (reregister != nullptr) *reregister = response.reregister();
+    if (report_freed_room != nullptr) *report_freed_room = response.report_freed_room();
     return status;
   }
 
@@ -206,6 +208,28 @@ TEST_F(RouterServiceTest, NoWorkerIsUnavailableAndNoRoomIsResourceExhausted) {
   ASSERT_TRUE(Register(Prefill("p0")).ok());
   EXPECT_EQ(DoRoute(Route(1000, 10), &response).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_TRUE(DoRoute(Route(10, 10), &response).ok());
+}
+
+// A request refused for room that an empty cache could hold makes the next
+// heartbeats ask for freed room to be reported at once; one no cache could
+// ever hold does not.
+TEST_F(RouterServiceTest, RefusalForRoomAsksWorkersToReportFreedRoom) {
+  ASSERT_TRUE(Register(Decode("d0", /*blocks=*/100)).ok());
+  ASSERT_TRUE(Register(Prefill("p0")).ok());
+  LoadReport full;
+  full.set_worker_id("d0");
+  full.set_free_kv_blocks(0);
+  bool ask = true;
+  ASSERT_TRUE(Heartbeat(full, nullptr, &ask).ok());
+  EXPECT_FALSE(ask);
+  RouteResponse response;
+  // 100 blocks of 16 tokens hold 1,600: never.
+  EXPECT_EQ(DoRoute(Route(5000, 10), &response).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_TRUE(Heartbeat(full, nullptr, &ask).ok());
+  EXPECT_FALSE(ask) << "a request no cache can hold waits for nothing";
+  EXPECT_EQ(DoRoute(Route(100, 10), &response).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_TRUE(Heartbeat(full, nullptr, &ask).ok());
+  EXPECT_TRUE(ask);
 }
 
 TEST_F(RouterServiceTest, HeartbeatFromUnknownWorkerAsksToReregister) {
