@@ -51,14 +51,18 @@ enum class Placement {
 // (kWait). With it, as the gateway: a decode instance that refuses the
 // reservation is excluded and the request routed again, at most
 // reserve_retries times, and the router finding no decode instance with room
-// refuses it.
+// refuses it. `*router_refused` (may be null) is set when the router's
+// policy found no decode instance with room (the router then asks the
+// workers for early load reports: HeartbeatResponse.report_freed_room).
 template <typename Reserve>
 Placement PlaceLikeTheGateway(router::RoutingPolicy* policy, router::RouteRequest route,
-                              bool refuse_when_full, int reserve_retries, Reserve&& reserve) {
+                              bool refuse_when_full, int reserve_retries, Reserve&& reserve,
+                              bool* router_refused = nullptr) {
   for (int attempt = 0;; ++attempt) {
     absl::StatusOr<router::Decision> decision = policy->Select(route);
     if (!decision.ok()) {
       if (!absl::IsResourceExhausted(decision.status())) return Placement::kFailed;
+      if (router_refused != nullptr) *router_refused = true;
       return refuse_when_full ? Placement::kRefused : Placement::kWait;
     }
     if (reserve(*decision)) return Placement::kPlaced;

@@ -190,6 +190,7 @@ class AgentSim {
   std::priority_queue<Event, std::vector<Event>, Later> events_;
   uint64_t seq_ = 0;
   double now_ = 0;
+  double room_refused_at_ = -1;  // the router last refused a request for room (< 0: never)
   double prefill_slowdown_ = 1, decode_slowdown_ = 1;
   int open_sessions_ = 0;
   int64_t prefill_blocks_ = 0, decode_blocks_ = 0;
@@ -363,8 +364,11 @@ bool AgentSim::Route(int t) {
     if (!reserved) d.cache->Release(total - shared);
     return reserved;
   };
-  switch (PlaceLikeTheGateway(policy_.get(), std::move(route), o_.refuse_when_full,
-                              o_.reserve_retries, reserve)) {
+  bool router_refused = false;
+  const Placement placed = PlaceLikeTheGateway(policy_.get(), std::move(route), o_.refuse_when_full,
+                                               o_.reserve_retries, reserve, &router_refused);
+  if (router_refused) room_refused_at_ = now_;
+  switch (placed) {
     case Placement::kWait:
       return false;
     case Placement::kRefused:
@@ -546,6 +550,8 @@ void AgentSim::ReportDecode(DecodeInst& d, absl::Time at) {
   load.free_kv_blocks = d.cache->capacity_blocks() - d.cache->reserved_blocks();
   load.last_heartbeat = at;
   d.reported_tight = load.free_kv_blocks * 4 < d.cache->capacity_blocks();
+  // The router's heartbeat answer: it refused a request for room lately.
+  if (room_refused_at_ >= 0 && now_ - room_refused_at_ < 3.0) d.refused_for_room = true;
   (void)table_.Update(d.id, load);
   Report(d.id, *d.log);
 }

@@ -136,6 +136,7 @@ class Simulator {
   size_t next_arrival_ = 0;
   uint64_t seq_ = 0;
   double now_ = 0;
+  double room_refused_at_ = -1;  // the router last refused a request for room (< 0: never)
   int unfinished_ = 0;
   int64_t prefill_room_tokens_ = 0;
   int64_t max_decode_blocks_ = 0;
@@ -273,8 +274,11 @@ bool Simulator::Route(int r) {
     }
     return true;
   };
-  switch (PlaceLikeTheGateway(policy_.get(), std::move(route), o_.refuse_when_full,
-                              o_.reserve_retries, reserve)) {
+  bool router_refused = false;
+  const Placement placed = PlaceLikeTheGateway(policy_.get(), std::move(route), o_.refuse_when_full,
+                                               o_.reserve_retries, reserve, &router_refused);
+  if (router_refused) room_refused_at_ = now_;
+  switch (placed) {
     case Placement::kWait:
       return false;
     case Placement::kRefused:
@@ -403,6 +407,8 @@ void Simulator::ReportDecode(DecodeInst& d, absl::Time at) {
   load.free_kv_blocks = d.pool->free_blocks();
   load.last_heartbeat = at;
   d.reported_tight = load.free_kv_blocks * 4 < d.pool->total_blocks();
+  // The router's heartbeat answer: it refused a request for room lately.
+  if (room_refused_at_ >= 0 && now_ - room_refused_at_ < 3.0) d.refused_for_room = true;
   (void)table_.Update(d.id, load);
 }
 

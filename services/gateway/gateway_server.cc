@@ -150,7 +150,10 @@ void GatewayServer::HealthLoop(absl::Duration interval) {
     absl::MutexLock lock(&mu_);
     if (stop_) return;
     if (healthy != server_->serving()) server_->SetServing(healthy);
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), interval);
+    // Not serving yet (workers still registering, as right after `ced
+    // cluster` says it is ready): look again soon, not a whole interval later.
+    mu_.AwaitWithTimeout(absl::Condition(&stop_),
+                         healthy ? interval : std::min(interval, absl::Milliseconds(100)));
     if (stop_) return;
   }
 }
