@@ -6,6 +6,7 @@
 // Allocation is all-or-nothing. Thread-compatible.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -35,6 +36,37 @@ class DecodeKvPool {
  private:
   BlockAllocator allocator_;
   int block_size_;
+};
+
+// A decode instance's early load reports, for both simulators, as the decode
+// worker sends them (RouterClient::ReportSoon): short of room (it refused a
+// reservation for room, its last report showed under a quarter of its blocks
+// free, or the router refused a request for room in the last 3 s and said so
+// in its heartbeat answer), it reports freed blocks at once, at most every
+// 10 ms, not at the next heartbeat.
+class EarlyReports {
+ public:
+  // A reservation was refused for room here.
+  void Refused() { refused_for_room_ = true; }
+  // A load report of `free_blocks` of `total_blocks` is sent at `now`;
+  // `router_refused_at` is when the router last refused a request for room
+  // (< 0: never).
+  void OnReport(int64_t free_blocks, int64_t total_blocks, double now, double router_refused_at) {
+    reported_tight_ = free_blocks * 4 < total_blocks;
+    if (router_refused_at >= 0 && now - router_refused_at < 3.0) refused_for_room_ = true;
+  }
+  // Blocks were freed at `now`: when to send an early report, or < 0 for none.
+  double AfterRelease(double now) {
+    if (!refused_for_room_ && !reported_tight_) return -1;
+    refused_for_room_ = false;
+    last_ = std::max(now, last_ + 0.010);
+    return last_;
+  }
+
+ private:
+  bool refused_for_room_ = false;
+  bool reported_tight_ = false;
+  double last_ = -1;  // the last early report's time
 };
 
 // How the gateway places a request, for both simulators: the router's

@@ -113,13 +113,7 @@ struct DecodeInst {
   std::unique_ptr<SimDecodeInstance> exec;  // the worker's scheduler + the cost model
   int reserved = 0;
   bool busy = false;  // a step is under way (its kDecodeDone is pending)
-  // As the decode worker: short of room (it refused a reservation for room,
-  // or its last report showed under a quarter of its blocks free), it
-  // reports freed blocks at once, at most every 10 ms, not at the next
-  // heartbeat (RouterClient::ReportSoon).
-  bool refused_for_room = false;
-  bool reported_tight = false;
-  double last_early_report = -1;
+  EarlyReports early;  // as the decode worker's RouterClient::ReportSoon
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
@@ -323,7 +317,7 @@ bool AgentSim::Route(int t) {
     // The router's view is a heartbeat old: the worker checks its own blocks
     // and its scheduler's queue bounds.
     if (!d.cache->Reserve(total - shared)) {
-      d.refused_for_room = true;
+      d.early.Refused();
       return false;
     }
     q.r.local_prefill = decision.local_prefill;
@@ -506,10 +500,7 @@ void AgentSim::Finish(int t) {
   DecodeInst& d = decode_[static_cast<size_t>(q.decode)];
   d.cache->Release(q.blocks);
   --d.reserved;
-  if ((d.refused_for_room || d.reported_tight) && open_sessions_ > 0) {
-    d.refused_for_room = false;
-    const double at = std::max(now_, d.last_early_report + 0.010);
-    d.last_early_report = at;
+  if (const double at = d.early.AfterRelease(now_); at >= 0 && open_sessions_ > 0) {
     Push(at, Ev::kEarlyReport, q.decode);
   }
   // Prompt + answer; the last answer token's K/V is never computed.
@@ -549,9 +540,7 @@ void AgentSim::ReportDecode(DecodeInst& d, absl::Time at) {
   load.waiting_sequences = d.reserved - load.running_sequences;
   load.free_kv_blocks = d.cache->capacity_blocks() - d.cache->reserved_blocks();
   load.last_heartbeat = at;
-  d.reported_tight = load.free_kv_blocks * 4 < d.cache->capacity_blocks();
-  // The router's heartbeat answer: it refused a request for room lately.
-  if (room_refused_at_ >= 0 && now_ - room_refused_at_ < 3.0) d.refused_for_room = true;
+  d.early.OnReport(load.free_kv_blocks, d.cache->capacity_blocks(), now_, room_refused_at_);
   (void)table_.Update(d.id, load);
   Report(d.id, *d.log);
 }

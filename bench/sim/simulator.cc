@@ -76,13 +76,7 @@ struct DecodeInst {
   double end_t = 0;  // the running step's end, when busy
   uint64_t end_seq = 0;
   int neighbour = -1;  // the prefill instance on the same machine (colocated)
-  // As the decode worker: short of room (it refused a reservation for room,
-  // or its last report showed under a quarter of its blocks free), it
-  // reports freed blocks at once, at most every 10 ms, not at the next
-  // heartbeat (RouterClient::ReportSoon).
-  bool refused_for_room = false;
-  bool reported_tight = false;
-  double last_early_report = -1;
+  EarlyReports early;  // as the decode worker's RouterClient::ReportSoon
 };
 
 absl::Time ToTime(double s) { return absl::UnixEpoch() + absl::Nanoseconds(std::llround(s * 1e9)); }
@@ -264,7 +258,7 @@ bool Simulator::Route(int r) {
     // and its scheduler's queue bounds. The prefill instance makes the first
     // token unless the replay runs on decode.
     if (!d.pool->TryAdmit(q.spec.prompt_tokens, q.spec.output_tokens, &q.blocks)) {
-      d.refused_for_room = true;
+      d.early.Refused();
       return false;
     }
     if (!d.exec->Reserve(r, q.spec.prompt_tokens, q.spec.output_tokens, q.replay_on_decode ? 0 : 1,
@@ -318,10 +312,7 @@ void Simulator::Finish(int r) {
   d.pool->Release(&q.blocks);
   --d.reserved;
   --unfinished_;
-  if ((d.refused_for_room || d.reported_tight) && unfinished_ > 0) {
-    d.refused_for_room = false;
-    const double at = std::max(now_, d.last_early_report + 0.010);
-    d.last_early_report = at;
+  if (const double at = d.early.AfterRelease(now_); at >= 0 && unfinished_ > 0) {
     Push(at, EventKind::kEarlyReport, q.decode);
   }
 }
@@ -406,9 +397,7 @@ void Simulator::ReportDecode(DecodeInst& d, absl::Time at) {
   load.waiting_sequences = d.reserved - load.running_sequences;
   load.free_kv_blocks = d.pool->free_blocks();
   load.last_heartbeat = at;
-  d.reported_tight = load.free_kv_blocks * 4 < d.pool->total_blocks();
-  // The router's heartbeat answer: it refused a request for room lately.
-  if (room_refused_at_ >= 0 && now_ - room_refused_at_ < 3.0) d.refused_for_room = true;
+  d.early.OnReport(load.free_kv_blocks, d.pool->total_blocks(), now_, room_refused_at_);
   (void)table_.Update(d.id, load);
 }
 

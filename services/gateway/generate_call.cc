@@ -253,8 +253,6 @@ grpc::Status GenerateCall::Execute() {
                         "no decode worker had K/V room for the request: it waited behind the "
                         "requests that came before it");
     if (!AwaitKvTurn(&queued)) return queued;
-    ++kv_waits_;
-    metrics.kv_waits->Increment();
   }
   Attempt* begun = attempts_.empty() ? nullptr : attempts_.front().get();
   while (true) {
@@ -382,8 +380,6 @@ bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
     return false;
   }
   if (!AwaitKvTurn(status)) return false;
-  ++kv_waits_;
-  core_->metrics().kv_waits->Increment();
   exclude->clear();
   refused_by_.clear();
   last_refusal_.clear();
@@ -412,7 +408,11 @@ bool GenerateCall::AwaitKvTurn(grpc::Status* status) {
     return cancelled_;
   });
   kv_polls_ = wake == KvWaitQueue::Wake::kPoll ? kv_polls_ + 1 : 0;
-  if (wake == KvWaitQueue::Wake::kTry || wake == KvWaitQueue::Wake::kPoll) return true;
+  if (wake == KvWaitQueue::Wake::kTry || wake == KvWaitQueue::Wake::kPoll) {
+    ++kv_waits_;  // a placement after a wait
+    core_->metrics().kv_waits->Increment();
+    return true;
+  }
   LeaveKvQueue();
   if (wake == KvWaitQueue::Wake::kDeadline) {
     *status =

@@ -315,8 +315,8 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   std::atomic<uint64_t> kv_ticket_{0};
   void LeaveKvQueue();
   // Joins the KvWaitQueue (once) and waits for this call's turn: true when
-  // it is to be placed now; false once the wait is over (with *status saying
-  // how long it waited) or the call was cancelled.
+  // it is to be placed now (counted in kv_waits_ and the metric); false once the wait is over (with
+  // *status saying how long it waited) or the call was cancelled.
   bool AwaitKvTurn(grpc::Status* status);
 
   // The relay's side. While relay_attempt_ is set, the relay threads own the

@@ -4,9 +4,13 @@
 
 namespace ced::gateway {
 
+KvWaitQueue::Queue::iterator KvWaitQueue::FindIt(uint64_t ticket) {
+  return std::find_if(queue_.begin(), queue_.end(),
+                      [ticket](const auto& w) { return w->ticket == ticket; });
+}
+
 KvWaitQueue::Waiter* KvWaitQueue::Find(uint64_t ticket) {
-  const auto it = std::find_if(queue_.begin(), queue_.end(),
-                               [ticket](const auto& w) { return w->ticket == ticket; });
+  const auto it = FindIt(ticket);
   return it == queue_.end() ? nullptr : it->get();
 }
 
@@ -23,8 +27,7 @@ uint64_t KvWaitQueue::Join() {
 
 void KvWaitQueue::Leave(uint64_t ticket) {
   absl::MutexLock lock(&mu_);
-  const auto it = std::find_if(queue_.begin(), queue_.end(),
-                               [ticket](const auto& w) { return w->ticket == ticket; });
+  const auto it = FindIt(ticket);
   if (it == queue_.end()) return;
   const bool was_head = it == queue_.begin();
   queue_.erase(it);

@@ -60,11 +60,13 @@ class KvWaitQueue {
     uint64_t ticket = 0;
     absl::CondVar cv;
   };
+  using Queue = std::deque<std::unique_ptr<Waiter>>;
+  Queue::iterator FindIt(uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Waiter* Find(uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::function<void(int)> on_size_;
   mutable absl::Mutex mu_;
-  std::deque<std::unique_ptr<Waiter>> queue_ ABSL_GUARDED_BY(mu_);
+  Queue queue_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   // A request ended, or the head left, since the head's last try.
   bool head_try_ ABSL_GUARDED_BY(mu_) = false;
