@@ -23,13 +23,21 @@ using jinja::ValueList;
 absl::Status CheckRoles(absl::Span<const ChatMessage> messages) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& r = messages[i].role;
-    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool") {
       return absl::InvalidArgumentError(
           absl::StrCat("messages[", i, "].role: unknown role \"", r,
-                       "\" (expected system, user, assistant or tool)"));
+                       "\" (expected system, developer, user, assistant or tool)"));
     }
   }
   return absl::OkStatus();
+}
+
+// OpenAI's "developer" role is its newer name for "system" (its client's
+// examples use it); the templates of the families served know only
+// "system", so that is what they see.
+const std::string& TemplateRole(const std::string& role) {
+  static const std::string kSystem = "system";
+  return role == "developer" ? kSystem : role;
 }
 
 Value FromJson(const Json& j) {
@@ -71,7 +79,7 @@ Value MessagesValue(absl::Span<const ChatMessage> messages) {
   ValueList list;
   for (const ChatMessage& m : messages) {
     ValueDict d;
-    d.Set("role", Value::String(m.role));
+    d.Set("role", Value::String(TemplateRole(m.role)));
     d.Set("content", m.content_is_null ? Value::None() : Value::String(m.content));
     if (!m.tool_calls.empty()) {
       ValueList calls;
@@ -142,7 +150,7 @@ class DefaultChatTemplate final : public ChatTemplate {
     RETURN_IF_ERROR(CheckRoles(messages));
     std::string out;
     for (const ChatMessage& m : messages)
-      absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, "\n");
+      absl::StrAppend(&out, "<|", TemplateRole(m.role), "|>\n", m.content, "\n");
     if (options.add_generation_prompt) out += "<|assistant|>\n";
     return out;
   }

@@ -28,7 +28,8 @@ struct ChatToolCall {
 };
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" or "tool"
+  // "system", "developer" (rendered as "system"), "user", "assistant" or "tool"
+  std::string role;
   std::string content;
   // True when the client sent `"content": null` (or none at all), typical of
   // assistant messages carrying tool_calls: the template then sees `none`

@@ -64,6 +64,21 @@ TEST(ChatTemplateTest, UnknownRoleIsNamed) {
   }
 }
 
+// OpenAI's "developer" messages (its client's README starts with one) reach
+// every template as "system", the role the served families' templates know.
+TEST(ChatTemplateTest, DeveloperRendersAsSystem) {
+  ChatRenderOptions options;
+  EXPECT_EQ(*ChatTemplate::Default()->Render({Msg("developer", "D"), Msg("user", "Hi")}, options),
+            "<|system|>\nD\n<|user|>\nHi\n<|assistant|>\n");
+  auto t = ChatTemplate::Parse(
+      "{% if messages[0].role == 'system' %}[sys:{{ messages[0].content }}]{% endif %}"
+      "{% for m in messages %}{{ m.role }};{% endfor %}",
+      "inline");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*(*t)->Render({Msg("developer", "D"), Msg("user", "Hi")}, options),
+            "[sys:D]system;user;");
+}
+
 TEST(ChatTemplateTest, InputsReachTheTemplate) {
   auto t = ChatTemplate::Parse(
       "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content is none }}:"

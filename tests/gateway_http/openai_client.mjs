@@ -1,7 +1,8 @@
 // Drives the gateway's OpenAI-compatible API with the official `openai` npm
-// client: completions and chat, streamed and not, and two errors. Prints one
-// JSON object with what came back (tests/gateway_http/openai_cluster_test.cc
-// compares it with the gRPC API's answer for the same request).
+// client: completions and chat (system and developer messages), streamed and
+// not, and two errors. Prints one JSON object with what came back
+// (tests/gateway_http/openai_cluster_test.cc compares it with the gRPC API's
+// answer for the same request).
 // Usage: node openai_client.mjs NODE_MODULES_DIR BASE_URL MODEL
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -62,6 +63,11 @@ for await (const chunk of chatStream) {
   }
 }
 out.chat_stream = { text, role, finish_reasons: chatReasons };
+
+// OpenAI's newer name for the system role, as the client's README writes it.
+const developer = await client.chat.completions.create({
+  model, messages: [{ role: "developer", content: "Be brief." }, messages[1]], ...sampling });
+out.chat_developer = { text: developer.choices[0].message.content };
 
 async function errorOf(params) {
   try {

@@ -139,6 +139,7 @@ TEST_F(OpenAiClusterTest, OfficialOpenAiClientGetsTheGrpcText) {
   EXPECT_EQ(j["chat_stream"]["text"], chat_expected) << out;
   EXPECT_EQ(j["chat_stream"]["role"], "assistant");
   EXPECT_EQ(j["chat_stream"]["finish_reasons"].back(), "length");
+  EXPECT_EQ(j["chat_developer"]["text"], chat_expected) << out;
 
   EXPECT_EQ(j["unknown_model"]["status"], 404) << out;
   EXPECT_EQ(j["unknown_model"]["code"], "model_not_found") << out;

@@ -324,6 +324,17 @@ TEST_F(OpenAiHttpTest, ChatWithoutStreaming) {
   EXPECT_EQ(r.json["choices"][0]["finish_reason"], "length");
 }
 
+// The official client's README opens with a "developer" message.
+TEST_F(OpenAiHttpTest, DeveloperMessagesAreServed) {
+  ScriptHello();
+  const Reply r = Post("/v1/chat/completions",
+                       R"({"model": "test-model", "max_tokens": 5,
+                           "messages": [{"role": "developer", "content": "be brief"},
+                                        {"role": "user", "content": "hi"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["choices"][0]["message"]["content"], "Hello");
+}
+
 TEST_F(OpenAiHttpTest, StopStringsNeverLeakAcrossChunks) {
   // "lo w" spans three worker chunks; nothing of it may reach the client.
   decode_.SetScript({grpc::Status::OK,
@@ -372,6 +383,9 @@ TEST_F(OpenAiHttpTest, BadRequestsNameTheField) {
       {R"({"model": "test-model", "prompt": [1, 999999]})", "prompt_token_ids[1]"},
       {R"({"model": "test-model", "prompt": ["a", "b"]})", "prompt"},
       {R"({"model": "test-model", "prompt": "hi", "max_tokens": 100000})", "max_tokens"},
+      // Text the gateway tokenizes is named as the client wrote it.
+      {absl::StrCat(R"({"model": "test-model", "prompt": ")", std::string(300, 'a'), R"("})"),
+       "prompt"},
       {R"({"prompt": "hi"})", "model"},
       {R"({"model": "test-model"})", "prompt"},
       {"{\"model\": \"test-model\", \"prompt\": \"\xff\"}", "body"},
@@ -389,6 +403,9 @@ TEST_F(OpenAiHttpTest, BadRequestsNameTheField) {
        "messages[0].mood"},
       {R"({"model": "test-model", "messages": [{"role": "user", "content": "x"}], "prompt": "p"})",
        "prompt"},
+      {absl::StrCat(R"({"model": "test-model", "messages": [{"role": "user", "content": ")",
+                    std::string(300, 'a'), R"("}]})"),
+       "messages"},
   };
   for (const Case& c : chat) {
     const Reply r = Post("/v1/chat/completions", c.body);

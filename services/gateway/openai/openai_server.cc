@@ -306,7 +306,14 @@ absl::Status OpenAiServer::Impl::PreparePrompt(OpenAiRequest* request) const {
     options.tools_json = request->tools_json;
     auto rendered = chat_template_->Render(request->messages, options);
     if (!rendered.ok()) {
-      return absl::InvalidArgumentError(std::string(rendered.status().message()));
+      // The renderer names the field first ("messages[2].role: ..."); an
+      // error of the template itself (raise_exception) is about `messages`.
+      const std::string message(rendered.status().message());
+      std::string field = "messages";
+      if (absl::StartsWith(message, "messages[") || absl::StartsWith(message, "tools[")) {
+        field = message.substr(0, message.find(": "));
+      }
+      return WithField(absl::InvalidArgumentError(message), field);
     }
     text = *std::move(rendered);
     add_bos = false;  // the template writes the BOS string when the model wants one
@@ -343,13 +350,30 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
                                                         core_->settings().model_name, "'")),
                        "model");
   }
+  // The field the client wrote its prompt in, when the gateway tokenizes it
+  // ("prompt" text, "messages"): the validation of the token ids it became
+  // names that field, not prompt_token_ids, which the client never sent.
+  std::string text_field;
   if (parsed.ok()) {
+    if (endpoint == Endpoint::kChat) {
+      text_field = "messages";
+    } else if (parsed->generate.prompt_token_ids_size() == 0) {
+      text_field = "prompt";
+    }
     if (absl::Status s = PreparePrompt(&*parsed); !s.ok()) parsed = s;
   }
   absl::StatusOr<ValidatedRequest> valid =
       parsed.ok()
           ? ValidateGenerateRequest(parsed->generate, core_->tokenizer(), core_->settings().limits)
           : absl::StatusOr<ValidatedRequest>(parsed.status());
+  if (!valid.ok() && !text_field.empty() && FieldOf(valid.status()) == "prompt_token_ids") {
+    std::string message(valid.status().message());
+    constexpr absl::string_view kIds = "prompt_token_ids: ";
+    if (absl::StartsWith(message, kIds)) {
+      message = absl::StrCat(text_field, " (tokenized): ", message.substr(kIds.size()));
+    }
+    valid = WithField(absl::Status(valid.status().code(), message), text_field);
+  }
   if (!valid.ok()) {
     metrics.CountRequest(Api::kOpenAi, valid.status().code() == absl::StatusCode::kNotFound
                                            ? "not_found"
