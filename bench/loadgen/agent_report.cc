@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/loadgen/report.h"
 
 namespace ced::loadgen {
 namespace {
@@ -20,10 +21,7 @@ json LatencyJson(const LatencySummary& s) {
 double Ratio(int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / b : 0; }
 
 std::string Model(const AgentRunSummary& run) {
-  if (run.model_name.empty()) return "?";
-  if (run.decoder_only) return absl::StrCat(run.model_name, " (decoder-only ", run.num_layers, ")");
-  return absl::StrCat(run.model_name, " (CED ", run.num_encoder_layers, "+",
-                      run.num_layers - run.num_encoder_layers, ")");
+  return ModelLabel(run.model_name, run.num_layers, run.num_encoder_layers, run.decoder_only);
 }
 
 std::string Pair(const LatencySummary& s) {

@@ -93,11 +93,13 @@ std::string TripleFine(const LatencySummary& s) {
 
 }  // namespace
 
-std::string ModelLabel(const RunSummary& run) {
-  if (run.model_name.empty()) return "?";
-  if (run.decoder_only) return absl::StrCat(run.model_name, " (decoder-only ", run.num_layers, ")");
-  return absl::StrCat(run.model_name, " (CED ", run.num_encoder_layers, "+",
-                      run.num_layers - run.num_encoder_layers, ")");
+std::string ModelLabel(const std::string& model_name, int num_layers, int num_encoder_layers,
+                       bool decoder_only) {
+  if (model_name.empty()) return "?";
+  if (num_layers <= 0) return model_name;
+  if (decoder_only) return absl::StrCat(model_name, " (decoder-only ", num_layers, ")");
+  return absl::StrCat(model_name, " (CED ", num_encoder_layers, "+",
+                      num_layers - num_encoder_layers, ")");
 }
 
 std::string ReportJson(const ReportContext& c, const std::vector<RunSummary>& runs) {
@@ -127,23 +129,31 @@ std::string ReportMarkdown(const std::vector<RunSummary>& runs) {
   for (const RunSummary& run : runs) {
     const RunReport& r = run.report;
     absl::StrAppend(
-        &out, absl::StrFormat(
-                  "| %s | %s | %s | %d | %d | %d | %.2f | %.1f | %s | %s | %s | %.1f%% | %.2f |\n",
-                  run.label, ModelLabel(run), Load(run), r.issued, r.succeeded, r.failed,
-                  r.request_throughput, r.output_throughput, Triple(r.ttft), TripleFine(r.tpot),
-                  Triple(r.e2e), r.slo_attainment * 100, r.goodput));
+        &out,
+        absl::StrFormat(
+            "| %s | %s | %s | %d | %d | %d | %.2f | %.1f | %s | %s | %s | %.1f%% | %.2f |\n",
+            run.label,
+            ModelLabel(run.model_name, run.num_layers, run.num_encoder_layers, run.decoder_only),
+            Load(run), r.issued, r.succeeded, r.failed, r.request_throughput, r.output_throughput,
+            Triple(r.ttft), TripleFine(r.tpot), Triple(r.e2e), r.slo_attainment * 100, r.goodput));
   }
   absl::StrAppend(&out,
-                  "\nWhere TTFT goes (means, ms; gateway timings of the succeeded requests):\n\n"
+                  "\nWhere TTFT goes (means, ms; gateway timings of the succeeded requests; "
+                  "– where the API carries none, as OpenAI's does not):\n\n"
                   "| target | load | client TTFT | gateway TTFT | queue | prefill | transfer "
                   "| replay on decode |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
   for (const RunSummary& run : runs) {
     const RunReport& r = run.report;
+    auto mean = [](const LatencySummary& s) {
+      return s.count == 0 ? std::string("–") : absl::StrFormat("%.1f", s.mean);
+    };
     absl::StrAppend(
-        &out, absl::StrFormat("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %d/%d |\n", run.label,
-                              Load(run), r.ttft.mean, r.server_ttft.mean, r.server_queue.mean,
-                              r.server_prefill.mean, r.server_transfer.mean, r.replays_on_decode,
-                              r.succeeded));
+        &out, absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s |\n", run.label, Load(run),
+                              mean(r.ttft), mean(r.server_ttft), mean(r.server_queue),
+                              mean(r.server_prefill), mean(r.server_transfer),
+                              r.server_ttft.count == 0
+                                  ? std::string("–")
+                                  : absl::StrCat(r.replays_on_decode, "/", r.succeeded)));
   }
   for (const RunSummary& run : runs) {
     if (run.report.errors.empty()) continue;

@@ -40,7 +40,10 @@ std::string ReportJson(const ReportContext& context, const std::vector<RunSummar
 // gateway's timings; then an errors line per run that had errors.
 std::string ReportMarkdown(const std::vector<RunSummary>& runs);
 
-// "tiny (CED 4+4)" / "tiny-dec (decoder-only 8)".
-std::string ModelLabel(const RunSummary& run);
+// "tiny (CED 4+4)" / "tiny-dec (decoder-only 8)"; the name alone when the
+// layers are unknown (the OpenAI API's /v1/models gives only the name); "?"
+// without a name.
+std::string ModelLabel(const std::string& model_name, int num_layers, int num_encoder_layers,
+                       bool decoder_only);
 
 }  // namespace ced::loadgen

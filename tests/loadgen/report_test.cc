@@ -112,6 +112,23 @@ TEST(LoadgenReportMarkdownTest, OneRowPerRunAndErrors) {
       << md;
 }
 
+// The OpenAI API gives a model's name only and no gateway timings: the
+// report says so instead of printing 0s ("CED 0+0", "0.0 ms queue").
+TEST(LoadgenReportMarkdownTest, RunWithoutModelFactsOrGatewayTimings) {
+  RunSummary s = Summary("openai", false);
+  s.num_layers = 0;
+  s.num_encoder_layers = 0;
+  for (RequestRecord& r : s.records) {
+    r.server_queue_ms = r.server_prefill_ms = r.server_transfer_ms = r.server_ttft_ms = -1;
+  }
+  s.report = ComputeReport(s.records, Slo{});
+  const std::string md = ReportMarkdown({s});
+  EXPECT_NE(md.find("| openai | tiny | 2/s |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| openai | 2/s | 100.0 | – | – | – | – | – |"), std::string::npos) << md;
+  EXPECT_EQ(ModelLabel("", 8, 4, false), "?");
+  EXPECT_EQ(ModelLabel("tiny-dec", 8, 8, true), "tiny-dec (decoder-only 8)");
+}
+
 TEST(LoadgenFlagsTest, ParsesTypedFlagsAndLists) {
   bench::FlagSet f;
   int64_t n = 0;
