@@ -340,6 +340,9 @@ int RunCluster(const std::vector<std::string>& args) {
       {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
       {"public-bind", "127.0.0.1", "interface of the gateway's public gRPC listener"},
       {"migration-limit", "3", "gateway: moves of a request off a dead decode worker (0: off)"},
+      {"migration-wait-ms", "15000",
+       "gateway: a migrating request with no decode worker to move to (the only one restarting) "
+       "waits this long for one before failing with UNAVAILABLE (0: fail at once)"},
       {"reserve-retries", "2",
        "gateway: placements on another decode worker when one refuses a request's K/V "
        "reservation (cache full) (0: off)"},
@@ -486,8 +489,10 @@ int RunCluster(const std::vector<std::string>& args) {
   if (auto n = f->GetInt("reserve-retries"); !n.ok() || *n < 0 || *n > 16) {
     return Fail(kWords, "--reserve-retries must be in [0, 16]", 2);
   }
-  if (auto n = f->GetIntIn("kv-wait-ms", 0, 3600000); !n.ok()) {
-    return Fail(kWords, std::string(n.status().message()), 2);
+  for (const char* flag : {"kv-wait-ms", "migration-wait-ms"}) {
+    if (auto n = f->GetIntIn(flag, 0, 3600000); !n.ok()) {
+      return Fail(kWords, std::string(n.status().message()), 2);
+    }
   }
   // Checked here, not only by the gateway it is passed to: a bad value would
   // otherwise start every worker before the gateway refused it.
@@ -577,6 +582,8 @@ int RunCluster(const std::vector<std::string>& args) {
         f->Get("reserve-retries"),
         "--kv-wait-ms",
         f->Get("kv-wait-ms"),
+        "--migration-wait-ms",
+        f->Get("migration-wait-ms"),
         absl::StrCat("--decode-mux=", f->GetBool("decode-mux") ? "true" : "false"),
         absl::StrCat("--http-direct-stream=", f->GetBool("http-direct-stream") ? "true" : "false")};
     if (embed_router) {

@@ -12,7 +12,7 @@ namespace ced::gateway {
 namespace {
 
 int Fail(const std::string& message, int code) {
-  std::fprintf(stderr, "ced gateway: %s\n", message.c_str());
+  std::fprintf(stderr, "ced serve --role=gateway: %s\n", message.c_str());
   return code;
 }
 
@@ -37,6 +37,10 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"migration-limit", "3",
        "times a request may move to another decode worker when its own dies mid-stream "
        "(0: off, the client gets UNAVAILABLE)"},
+      {"migration-wait-ms", "15000",
+       "a migrating request that finds no decode worker to move to (the only one is restarting, "
+       "or the router is) tries again every 250 ms for this long, its stream held open, before "
+       "the client gets UNAVAILABLE (0: at once; bounded by the request's deadline)"},
       {"reserve-retries", "2",
        "times a request is placed on another decode worker when one refuses its reservation "
        "with RESOURCE_EXHAUSTED (K/V cache full); then the client gets RESOURCE_EXHAUSTED "
@@ -150,6 +154,9 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   auto kv_wait = flags->GetIntIn("kv-wait-ms", 0, 3600000);
   if (!kv_wait.ok()) return Fail(std::string(kv_wait.status().message()), 2);
   options.kv_wait = absl::Milliseconds(*kv_wait);
+  auto migration_wait = flags->GetIntIn("migration-wait-ms", 0, 3600000);
+  if (!migration_wait.ok()) return Fail(std::string(migration_wait.status().message()), 2);
+  options.migration_wait = absl::Milliseconds(*migration_wait);
   options.decode_mux = flags->GetBool("decode-mux");
   options.http_address = flags->Get("http-listen");
   options.chat_template_file = flags->Get("chat-template");

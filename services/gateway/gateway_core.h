@@ -69,6 +69,13 @@ struct GatewaySettings {
   // queue, not an error. Zero: the refusal reaches the client at once.
   // Never for a request no decode worker's whole cache can hold.
   absl::Duration kv_wait = absl::ZeroDuration();
+  // A migrating request (its decode worker is gone) that finds no worker to
+  // move to (the router has none, or is itself unreachable) tries again every
+  // 250 ms until this long after its first try (or its deadline): a new
+  // worker takes it, or the gone one once it is back (restarted under its
+  // id: the router lists it live and it answers).
+  // Zero: the router's UNAVAILABLE reaches the client at once.
+  absl::Duration migration_wait = absl::ZeroDuration();
   // Tokens come on one multiplexed stream per decode worker (TokenMux);
   // false: one Stream call per request. Opening a worker's stream waits at
   // most mux_open_timeout (then that request uses its own Stream).

@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   settings.migration_limit = options.migration_limit;
   settings.reserve_retries = options.reserve_retries;
   settings.kv_wait = options.kv_wait;
+  settings.migration_wait = options.migration_wait;
   settings.decode_mux = options.decode_mux;
 
   std::unique_ptr<GatewayServer> server(new GatewayServer());

@@ -57,6 +57,8 @@ struct GatewayServerOptions {
   int reserve_retries = 2;
   // Waiting for K/V room (GatewaySettings::kv_wait); zero = off.
   absl::Duration kv_wait = absl::ZeroDuration();
+  // Waiting for a worker to migrate to (GatewaySettings::migration_wait); zero = off.
+  absl::Duration migration_wait = absl::ZeroDuration();
   // Tokens on one multiplexed stream per decode worker (GatewaySettings::decode_mux).
   bool decode_mux = true;
   // OpenAiServerOptions::direct_stream.

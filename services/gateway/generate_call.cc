@@ -259,6 +259,8 @@ grpc::Status GenerateCall::Execute() {
     Attempt* a = begun != nullptr ? begun : BeginAttempt(cause, exclude);
     begun = nullptr;
     grpc::Status status = FinishAttempt(a);
+    // Still the same migration (counted once, below, when it ends).
+    if (!status.ok() && PlanMigrationWait(&status, &exclude)) continue;
     const char* outcome = current()->reserved ? "ok" : "failed";
     if (cause == Attempt::Cause::kMigration) {
       metrics.migrations->WithLabelValues({outcome}).Increment();
@@ -287,6 +289,7 @@ bool GenerateCall::PlanNext(grpc::Status* status, Attempt::Cause* cause,
   const GatewaySettings& settings = core_->settings();
   // The Cancel of what is left of the attempt tells which worker is gone.
   Gone gone = CleanUp(a);
+  const bool decode_unreachable = gone.decode;
   // A decode worker that refused the Reserve as unavailable takes no new
   // work (draining, or going): place the request elsewhere, even though it
   // still answers the Cancel.
@@ -310,6 +313,7 @@ bool GenerateCall::PlanNext(grpc::Status* status, Attempt::Cause* cause,
     }
     ++migrations_;
     migrated_from_.push_back(decode_id);
+    if (decode_unreachable) unreachable_decode_.insert(decode_id);
     exclude->push_back(decode_id);
     if (gone.prefill && !prefill_id.empty()) exclude->push_back(prefill_id);
     *cause = Attempt::Cause::kMigration;
@@ -385,6 +389,63 @@ bool GenerateCall::PlanKvWait(grpc::Status* status, Attempt::Cause* cause,
   last_refusal_.clear();
   reserve_retries_ = 0;
   *cause = Attempt::Cause::kNew;
+  return true;
+}
+
+bool GenerateCall::PlanMigrationWait(grpc::Status* status, std::vector<std::string>* exclude) {
+  const absl::Duration wait = core_->settings().migration_wait;
+  Attempt* a = current();
+  if (wait <= absl::ZeroDuration() || migrations_ == 0 || !a->route_unavailable) return false;
+  const absl::Time now = absl::Now();
+  if (migration_wait_from_ == absl::InfinitePast()) {
+    migration_wait_from_ = now;
+    migration_wait_until_ = std::min(now + wait, absl::FromChrono(client_deadline_));
+    std::fprintf(stderr,
+                 "gateway: request %s: no worker to migrate to (%s); trying again every 250 ms "
+                 "for up to %s (--migration-wait-ms)\n",
+                 request_.request_id.c_str(), status->error_message().c_str(),
+                 absl::FormatDuration(migration_wait_until_ - now).c_str());
+  }
+  if (now + absl::Milliseconds(250) >= migration_wait_until_) {
+    *status = grpc::Status(status->error_code(),
+                           absl::StrCat(status->error_message(), " (the request's decode worker ",
+                                        migrated_from_.back(), " is gone; no worker took it in ",
+                                        absl::ToInt64Milliseconds(now - migration_wait_from_),
+                                        " ms, ", migration_tries_, " tries: --migration-wait-ms)"));
+    return false;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    // Cancel() wakes the wait; the next attempt then ends with the cancel.
+    mu_.AwaitWithTimeout(absl::Condition(&cancelled_), absl::Milliseconds(250));
+    if (cancelled_) return true;
+  }
+  ++migration_tries_;
+  // A gone decode worker is back when the router lists its id live and a
+  // process answers at the address listed: a new one (restarted under the
+  // same id by its supervisor, on the same address or another). Until then
+  // the router may still list the dead one (its heartbeat timeout), which
+  // does not answer.
+  if (!unreachable_decode_.empty()) {
+    ced::internal::ListWorkersResponse workers;
+    grpc::ClientContext list_ctx;
+    list_ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(200)));
+    if (core_->router()->ListWorkers(&list_ctx, {}, &workers).ok()) {
+      for (const ced::internal::WorkerStatus& w : workers.workers()) {
+        const std::string& id = w.info().worker_id();
+        if (!w.live() || unreachable_decode_.count(id) == 0) continue;
+        ced::internal::CancelRequest request;
+        request.set_request_id(a->worker_request_id);
+        ced::internal::CancelResponse response;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(200)));
+        auto stub = ced::internal::DecodeWorker::NewStub(core_->Channel(w.info().grpc_address()));
+        if (Unreachable(stub->Cancel(&ctx, request, &response))) continue;
+        exclude->erase(std::remove(exclude->begin(), exclude->end(), id), exclude->end());
+        unreachable_decode_.erase(id);
+      }
+    }
+  }
   return true;
 }
 
@@ -520,6 +581,7 @@ void GenerateCall::OnRouted(Attempt* a, grpc::Status status) {
       a->no_decode_room = status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
       status = WithPrefix(absl::StrCat("router at ", settings.router_address, ": "), status);
     }
+    a->route_unavailable = status.error_code() == grpc::StatusCode::UNAVAILABLE;
     Placed(a, status);
     return;
   }

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +150,7 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
     bool reserve_refused = false;      // ALREADY_EXISTS or RESOURCE_EXHAUSTED: nothing landed
     bool reserve_exhausted = false;    // Reserve: RESOURCE_EXHAUSTED (no room there)
     bool no_decode_room = false;       // the router or a Reserve: no decode room now
+    bool route_unavailable = false;    // Route: UNAVAILABLE (no worker for it, or no router)
     bool prefill_complete = false;     // OK status received
     bool worker_unavailable = false;   // Reserve or a worker stream ended UNAVAILABLE
     bool cleaned_up = false;           // CleanUp ran
@@ -199,6 +201,12 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   // is over, the client's deadline is near, or it was cancelled. (One that
   // can never fit failed with INVALID_ARGUMENT, see OnRouted.)
   bool PlanKvWait(grpc::Status* status, Attempt::Cause* cause, std::vector<std::string>* exclude);
+  // A migration whose Route failed UNAVAILABLE (no worker to move to, or no
+  // router) waits 250 ms and tries again (GatewaySettings::migration_wait),
+  // letting a gone decode worker that is back (restarted under its id)
+  // take it; false (with *status saying how long it waited) once the
+  // wait is over, or when it does not apply.
+  bool PlanMigrationWait(grpc::Status* status, std::vector<std::string>* exclude);
   // The request finished before its decode worker died (every token or a
   // stop token streamed): sets up the final chunk; false otherwise.
   bool FinishedBeforeLoss(Attempt* a);
@@ -304,6 +312,11 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   int migrations_ = 0;
   int prefill_retries_ = 0;
   std::vector<std::string> migrated_from_;  // decode workers that died under the request
+  // Of them, those that did not answer, until a new process under the id does.
+  std::set<std::string> unreachable_decode_;
+  absl::Time migration_wait_from_ = absl::InfinitePast();  // the first wait began
+  absl::Time migration_wait_until_ = absl::InfinitePast();
+  int migration_tries_ = 0;                 // routings after a wait
   std::vector<std::string> retried_from_;   // prefill workers that died before its first token
   int reserve_retries_ = 0;
   std::vector<std::string> refused_by_;  // decode workers that refused its Reserve for room

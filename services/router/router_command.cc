@@ -12,7 +12,7 @@
 namespace ced::router {
 namespace {
 
-constexpr char kWords[] = "router";
+constexpr char kWords[] = "serve --role=router";
 
 int Fail(const std::string& message, int code) {
   std::fprintf(stderr, "ced %s: %s\n", kWords, message.c_str());

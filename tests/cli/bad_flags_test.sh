@@ -98,9 +98,12 @@ expect 2 "ced serve --role=prefill: --max-queued-tokens must be in [1, 109951162
 expect 2 "ced serve --role=prefill: --chunk must be in [1, 1048576], got '0'" -- \
   "$ced" serve --role=prefill --model "$model" --chunk 0
 for bad in -1 3600001 x; do
-  expect 2 "--kv-wait-ms must be in [0, 3600000]" -- "$ced" cluster --model "$model" --kv-wait-ms $bad
-  expect 2 "--kv-wait-ms must be in [0, 3600000]" -- \
-    "$ced" serve --role=gateway --model "$model" --kv-wait-ms $bad
+  for wait in kv-wait-ms migration-wait-ms; do
+    expect 2 "ced cluster: --$wait must be in [0, 3600000]" -- \
+      "$ced" cluster --model "$model" --$wait $bad
+    expect 2 "ced serve --role=gateway: --$wait must be in [0, 3600000]" -- \
+      "$ced" serve --role=gateway --model "$model" --$wait $bad
+  done
 done
 for bad in -1 1001 x; do
   expect 2 "ced cluster: --max-restarts must be in [0, 1000]" -- \

@@ -5,6 +5,8 @@
 //   no error, token for token what the colocated engine gives, greedy and
 //   sampled. Its gap (the migration latency) is printed as a figure.
 // - With --migration-limit 0 the client gets UNAVAILABLE, as before.
+// - The only decode worker killed: the stream waits for it to come back
+//   (restarted) and continues there; if none does, UNAVAILABLE after the wait.
 // - A decode worker SIGTERMed whose drain runs out migrates its streams too.
 // - A prefill worker SIGKILLed before the first decoded token: the prefill
 //   runs again on the other prefill worker, once.
@@ -187,6 +189,70 @@ TEST(FaultMigrationLimitTest, LimitZeroEndsTheStreamWithUnavailable) {
   EXPECT_LT(stream.tokens().size(), static_cast<size_t>(kTokens));
   EXPECT_TRUE(IsPrefix(stream.tokens(), ref.Run(prompt, kTokens))) << "a wrong token was streamed";
   EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"limit\"}"), 1);
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"ok\"}"), 0);
+}
+
+// The only decode worker is killed mid-stream and comes back (restarted under
+// its id, on a new port, as a supervisor does): the stream waits for it
+// (--migration-wait-ms, default 15 s) and continues there, token for token.
+TEST(FaultMigrationWaitTest, OnlyDecodeWorkerRestartedTakesTheStreamBack) {
+  const std::string model = MakeModelDir("tiny");
+  FaultClusterOptions o = Topology(model, 1, 1);
+  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  FaultCluster c(o);
+  ASSERT_TRUE(c.ok());
+  ColocatedEngine ref(model);
+  const auto prompt = Prompt(64, 15);
+  const std::vector<int32_t> want = ref.Run(prompt, kTokens);
+  TimedStream stream(c.gateway().grpc(), FaultRequest(prompt, kTokens, "wait-migrate-1"));
+  ASSERT_TRUE(stream.ReadTokens(kKillAfterTokens));
+  ASSERT_EQ(Running(c.decode(0)), 1);
+  const size_t before_kill = stream.tokens().size();
+  ASSERT_LT(before_kill, static_cast<size_t>(kTokens)) << "the stream finished before the kill";
+  const auto t_kill = SteadyClock::now();
+  c.decode(0).Kill();
+  // Down long enough for the gateway to find no decode worker at least once.
+  ASSERT_TRUE(WaitUntil(
+      [&] { return c.gateway().Log().find("no worker to migrate to") != std::string::npos; },
+      Ms(20000), Ms(10)))
+      << c.gateway().Log();
+  c.ReplaceDecode(0, c.StartDecode(0));
+  ASSERT_TRUE(c.decode(0).ready());
+
+  const grpc::Status s = stream.Finish();
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message() << "\n" << c.gateway().Log();
+  EXPECT_EQ(stream.tokens(), want) << "the migrated stream differs from the colocated engine";
+  EXPECT_EQ(stream.last().finish_reason(), ced::v1::FINISH_REASON_LENGTH);
+  const ced::v1::Placement& placement = stream.last().placement();
+  EXPECT_EQ(placement.migrations(), 1);
+  ASSERT_EQ(placement.migrated_from_decode_worker_ids_size(), 1);
+  EXPECT_EQ(placement.migrated_from_decode_worker_ids(0), c.decode_id(0));
+  EXPECT_EQ(placement.decode_worker_id(), c.decode_id(0));
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"ok\"}"), 1);
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"failed\"}"), 0);
+  Figure("migration_restart", "stream_gap_ms", stream.LongestGapAfter(t_kill));
+}
+
+// No decode worker comes back: the stream ends UNAVAILABLE once the wait is
+// over, saying so.
+TEST(FaultMigrationWaitTest, NoWorkerComesBackEndsTheStreamAfterTheWait) {
+  const std::string model = MakeModelDir("tiny");
+  FaultClusterOptions o = Topology(model, 1, 1);
+  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  o.gateway_flags = {"--migration-wait-ms", "1000"};
+  FaultCluster c(o);
+  ASSERT_TRUE(c.ok());
+  ColocatedEngine ref(model);
+  const auto prompt = Prompt(64, 16);
+  TimedStream stream(c.gateway().grpc(), FaultRequest(prompt, kTokens, "wait-migrate-2"));
+  ASSERT_TRUE(stream.ReadTokens(kKillAfterTokens));
+  c.decode(0).Kill();
+  const grpc::Status s = stream.Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("no worker took it in"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("--migration-wait-ms"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(IsPrefix(stream.tokens(), ref.Run(prompt, kTokens))) << "a wrong token was streamed";
+  EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"failed\"}"), 1);
   EXPECT_EQ(GatewayMetric(c, "ced_migrations_total{outcome=\"ok\"}"), 0);
 }
 
