@@ -304,7 +304,7 @@ int Engine::SequenceCachedTokens(SeqId id) const {
 }
 
 void Engine::PublishBlocks(Sequence* seq) {
-  if (!prefix_enabled_) return;
+  if (!prefix_enabled_ || seq->throwaway) return;
   const int bs = cache_->options().block_size;
   const int known = std::min<int>(seq->num_tokens, static_cast<int>(seq->tokens.size()));
   for (int b = static_cast<int>(seq->hashes.size()); (b + 1) * bs <= known; ++b) {

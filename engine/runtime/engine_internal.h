@@ -56,6 +56,8 @@ struct Engine::Sequence {
   // Taken over from a held sequence (Engine::HoldSequence): Prefill may run
   // the encoder on from cached_tokens with these rings instead of a rebuild.
   bool continues_rings = false;
+  // Engine::WarmUp's: its blocks are never published, cached or stored.
+  bool throwaway = false;
 };
 
 struct Engine::Batch {

@@ -1,6 +1,8 @@
 // Chunked CED prefill, the replay, and batched decode (DESIGN.md §1.4).
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -197,6 +199,37 @@ absl::StatusOr<std::vector<float>> Engine::Decode(absl::Span<const DecodeInput> 
     PublishBlocks(seq);
   }
   return out;
+}
+
+absl::Status Engine::WarmUp(int prompt_tokens, int chunk_tokens, int decode_steps) {
+  const ModelConfig& c = config_;
+  const bool decoder = c.IsDecoderOnly() || HoldsDecoder(*weights_);
+  if (!decoder) decode_steps = 0;
+  // Within the context and what the cache has room for (a tiny cache warms
+  // up on fewer positions; the weights are packed all the same).
+  const CacheStats stats = cache_stats();
+  const int n = std::min({prompt_tokens, c.max_position - decode_steps - 1,
+                          stats.available_blocks() * stats.block_size - decode_steps});
+  if (n < 1) return absl::OkStatus();
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = i % c.vocab_size;
+  ASSIGN_OR_RETURN(const SeqId id, CreateSequence(n + decode_steps));
+  {
+    std::unique_lock<std::shared_mutex> lock(seq_mu_);
+    ASSIGN_OR_RETURN(Sequence * seq, Find(id));
+    seq->throwaway = true;
+  }
+  PrefillOptions options;
+  options.chunk_tokens = std::max(1, chunk_tokens);
+  options.defer_replay = !decoder;
+  absl::Status status = Prefill(id, tokens, options).status();
+  for (int i = 0; status.ok() && i < decode_steps; ++i) {
+    const DecodeInput input{id, static_cast<int32_t>((n + i) % c.vocab_size)};
+    status = Decode({&input, 1}).status();
+  }
+  const absl::Status released = ReleaseSequence(id);
+  RETURN_IF_ERROR(status);
+  return released;
 }
 
 }  // namespace ced

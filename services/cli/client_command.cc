@@ -129,6 +129,9 @@ int Generate(const std::vector<std::string>& raw_args) {
       {"replay-on", "", "prefill, decode or auto (empty: the server's default)"},
       {"replay-mode", "", "bounded or exact (empty: the server's default)"},
       {"request-id", "", "request id (empty: the gateway makes one)"},
+      {"session-id", "",
+       "session id: a routing hint that keeps a conversation's turns on the worker that holds "
+       "its K/V (empty: none)"},
       {"timeout-ms", "0", "deadline for the whole request (0 = none)"},
       {"json", "", "print every response message as JSON instead of text", true},
   };
@@ -185,6 +188,7 @@ int Generate(const std::vector<std::string>& raw_args) {
   request.set_top_p(static_cast<float>(*top_p));
   request.set_ignore_eos(flags->GetBool("ignore-eos"));
   request.set_request_id(flags->Get("request-id"));
+  request.set_session_id(flags->Get("session-id"));
   const std::string replay_on = flags->Get("replay-on");
   if (replay_on == "prefill")
     request.set_replay_on(ced::v1::REPLAY_ON_PREFILL);

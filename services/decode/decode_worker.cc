@@ -48,6 +48,12 @@ absl::Status DecodeWorker::Init() {
     return absl::InvalidArgumentError("a decode worker holds the full model");
   }
   ASSIGN_OR_RETURN(engine_, Engine::Create(options_.engine));
+  if (options_.warm_up) {
+    const absl::Time t0 = absl::Now();
+    RETURN_IF_ERROR(engine_->WarmUp(256, 256, /*decode_steps=*/2));
+    std::fprintf(stderr, "decode %s: warmed up in %lld ms\n", options_.worker_id.c_str(),
+                 static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - t0)));
+  }
   SchedulerOptions so;
   so.max_batch = options_.max_batch;
   so.max_queued_requests = options_.max_queued_requests;

@@ -40,6 +40,8 @@ struct DecodeWorkerOptions {
   std::string router_address;               // empty: do not register
   std::string advertise_address;            // registered gRPC address (default: bound one)
   std::string advertise_kv_address;         // registered KV address (default: bound one)
+  // Engine::WarmUp (a 256-token local prefill and two decode steps) before serving.
+  bool warm_up = true;
   int max_batch = 64;                        // sequences per decode step
   // Tokens of work per step: one per decoding sequence, plus the prefill /
   // replay tokens of requests started in the step (the first start of a step

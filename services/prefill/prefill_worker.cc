@@ -93,6 +93,13 @@ absl::Status PrefillWorker::Init() {
         CheckAdvertisable(options_.grpc_address, options_.advertise_address, "advertise-address"));
   }
   ASSIGN_OR_RETURN(engine_, Engine::Create(options_.engine));
+  if (options_.warm_up) {
+    const absl::Time t0 = absl::Now();
+    RETURN_IF_ERROR(engine_->WarmUp(options_.default_chunk_tokens, options_.default_chunk_tokens,
+                                    /*decode_steps=*/0));
+    std::fprintf(stderr, "prefill %s: warmed up in %lld ms\n", options_.worker_id.c_str(),
+                 static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - t0)));
+  }
   m_ = std::make_unique<Metrics>();
   auto gauge = [&](const char* n, const char* h) {
     return metrics::AddUnlabelledGauge(registry_, n, h);

@@ -45,6 +45,8 @@ struct PrefillWorkerOptions {
   std::string router_address;     // empty: do not register
   std::string advertise_address;  // registered gRPC address (default: bound one)
   int default_chunk_tokens = 256;
+  // Engine::WarmUp (one chunk, the replay when held) before serving.
+  bool warm_up = true;
   int max_queued_requests = 256;
   // Prompt tokens of queued (not yet computing) requests; beyond it Prefill
   // answers RESOURCE_EXHAUSTED at once.

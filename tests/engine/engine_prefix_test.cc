@@ -491,5 +491,39 @@ TEST(HeldSequenceEdgeTest, HeldSequencesGiveWayToRunningOnes) {
   EXPECT_EQ(engine->cache_stats().global_blocks_used, 0);
 }
 
+// Engine::WarmUp (run by every worker before it serves) leaves nothing
+// behind: no block used or cached, no held sequence, nothing a later prompt
+// that starts like its throwaway one (0, 1, 2, ...) could hit; and what the
+// engine computes afterwards is what a fresh engine computes.
+TEST(EngineWarmUpTest, LeavesNothingBehind) {
+  for (WeightSet set : {WeightSet::kFull, WeightSet::kEncoderOnly, WeightSet::kEncoderReplay}) {
+    auto e = MakeEngine(LoadTestModel("tiny", set));
+    ASSERT_TRUE(e->WarmUp(100, 32, /*decode_steps=*/3).ok()) << WeightSetName(set);
+    const CacheStats s = e->cache_stats();
+    EXPECT_EQ(s.global_blocks_used, 0) << WeightSetName(set);
+    EXPECT_EQ(s.cached_blocks, 0) << WeightSetName(set);
+    EXPECT_EQ(s.held_sequences, 0) << WeightSetName(set);
+    EXPECT_EQ(s.sequences, 0) << WeightSetName(set);
+    EXPECT_EQ(s.local_slots_used, 0) << WeightSetName(set);
+    std::vector<int32_t> like_warm_up(80);
+    for (int i = 0; i < 80; ++i) like_warm_up[i] = i;
+    EXPECT_EQ(e->CachedPrefixTokens(like_warm_up), 0) << WeightSetName(set);
+  }
+  auto fresh = MakeEngine(LoadTestModel("tiny"));
+  auto warmed = MakeEngine(LoadTestModel("tiny"));
+  ASSERT_TRUE(warmed->WarmUp(256, 64, 2).ok());
+  const auto prompt = RandomPrompt(90, 3);
+  const GreedyRun a = RunGreedy(*fresh, prompt, 8), b = RunGreedy(*warmed, prompt, 8);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.logits, b.logits);
+  // A cache with room for fewer positions than asked warms up on what fits.
+  const size_t block_bytes = fresh->cache_stats().block_bytes;
+  auto cramped =
+      MakeEngine(LoadTestModel("tiny"), std::nullopt, static_cast<int64_t>(block_bytes) * 3);
+  ASSERT_LE(cramped->cache_stats().global_blocks_total, 3);
+  EXPECT_TRUE(cramped->WarmUp(10000, 256, 2).ok());
+  EXPECT_EQ(cramped->cache_stats().global_blocks_used, 0);
+}
+
 }  // namespace
 }  // namespace ced::testing

@@ -129,6 +129,13 @@ TEST_F(ClientCommandTest, ErrorsCarryTheStatusCode) {
   EXPECT_EQ(run.err.rfind("ced client generate: INVALID_ARGUMENT: top_k:", 0), 0u) << run.err;
   const CommandRun usage = Invoke("client generate", {"hi", "--replay-on=sideways"});
   EXPECT_EQ(usage.code, 2);
+  // --session-id reaches the gateway, which checks it like every field.
+  const CommandRun session = Invoke("client generate", {"hi", "--session-id=a b"});
+  EXPECT_EQ(session.code, 1);
+  EXPECT_EQ(session.err.rfind("ced client generate: INVALID_ARGUMENT: session_id:", 0), 0u)
+      << session.err;
+  const CommandRun ok = Invoke("client generate", {"hi", "--max-tokens=2", "--session-id=chat-7"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
 TEST_F(ClientCommandTest, TokenizeAndModelInfo) {
