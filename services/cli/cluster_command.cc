@@ -340,6 +340,9 @@ int RunCluster(const std::vector<std::string>& args) {
       {"bind", "127.0.0.1", "interface of every internal listener (router, workers, KV, metrics)"},
       {"public-bind", "127.0.0.1", "interface of the gateway's public gRPC listener"},
       {"migration-limit", "3", "gateway: moves of a request off a dead decode worker (0: off)"},
+      {"access-log", "",
+       "gateway: log every request as it ends, one JSON line each: '-' for stderr, else a file "
+       "appended to (empty: off)"},
       {"migration-wait-ms", "15000",
        "gateway: a migrating request with no decode worker to move to (the only one restarting) "
        "waits this long for one before failing with UNAVAILABLE (0: fail at once)"},
@@ -584,6 +587,8 @@ int RunCluster(const std::vector<std::string>& args) {
         f->Get("kv-wait-ms"),
         "--migration-wait-ms",
         f->Get("migration-wait-ms"),
+        "--access-log",
+        f->Get("access-log"),
         absl::StrCat("--decode-mux=", f->GetBool("decode-mux") ? "true" : "false"),
         absl::StrCat("--http-direct-stream=", f->GetBool("http-direct-stream") ? "true" : "false")};
     if (embed_router) {

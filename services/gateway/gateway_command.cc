@@ -37,6 +37,10 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"migration-limit", "3",
        "times a request may move to another decode worker when its own dies mid-stream "
        "(0: off, the client gets UNAVAILABLE)"},
+      {"access-log", "",
+       "log every Generate request as it ends, one JSON object per line (time, api, request_id, "
+       "outcome, status, error, tokens, cached tokens, TTFT, total ms, workers, migrations): "
+       "'-' for stderr, else a file appended to (empty: off)"},
       {"migration-wait-ms", "15000",
        "a migrating request that finds no decode worker to move to (the only one is restarting, "
        "or the router is) tries again every 250 ms for this long, its stream held open, before "
@@ -160,6 +164,7 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.decode_mux = flags->GetBool("decode-mux");
   options.http_address = flags->Get("http-listen");
   options.chat_template_file = flags->Get("chat-template");
+  options.access_log = flags->Get("access-log");
   options.http_force_usage = flags->GetBool("http-include-usage");
   options.http_direct_stream = flags->GetBool("http-direct-stream");
   auto http_timeout = flags->GetInt("http-request-timeout-ms");

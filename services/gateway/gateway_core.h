@@ -18,6 +18,7 @@
 #include "ced/internal/router.grpc.pb.h"
 #include "engine/model/config.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "services/gateway/access_log.h"
 #include "services/gateway/call_threads.h"
 #include "services/gateway/gateway_metrics.h"
 #include "services/gateway/kv_wait_queue.h"
@@ -81,6 +82,8 @@ struct GatewaySettings {
   // most mux_open_timeout (then that request uses its own Stream).
   bool decode_mux = true;
   absl::Duration mux_open_timeout = absl::Seconds(2);
+  // Where every answered Generate request is logged (--access-log); null: nowhere.
+  std::shared_ptr<AccessLog> access_log;
 };
 
 // What a request costs against --max-inflight-tokens: its prompt plus the
@@ -127,6 +130,11 @@ class GatewayCore {
   void Release(int64_t tokens);
   int inflight_requests() const;
   int64_t inflight_tokens() const;
+
+  // Writes `record` to settings().access_log, if any.
+  void LogAccess(const AccessRecord& record) const {
+    if (settings_.access_log != nullptr) settings_.access_log->Write(record);
+  }
 
   // The threads calls run on.
   CallThreads& call_threads() { return call_threads_; }

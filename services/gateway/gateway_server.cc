@@ -56,6 +56,10 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   settings.kv_wait = options.kv_wait;
   settings.migration_wait = options.migration_wait;
   settings.decode_mux = options.decode_mux;
+  if (!options.access_log.empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<AccessLog> log, AccessLog::Open(options.access_log));
+    settings.access_log = std::move(log);
+  }
 
   std::unique_ptr<GatewayServer> server(new GatewayServer());
   if (options.embedded_router.has_value()) {

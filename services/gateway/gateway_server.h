@@ -67,6 +67,8 @@ struct GatewayServerOptions {
   // for none. TLS and bearer tokens as the process's SecurityConfig says.
   std::string http_address;
   std::string chat_template_file;  // overrides the model's chat template
+  // Access log (AccessLog::Open: "-" is stderr, else a file appended to); empty: none.
+  std::string access_log;
   bool http_force_usage = false;   // usage chunk on every stream
   absl::Duration http_request_timeout = absl::Minutes(10);
   // The HTTP API's TLS and tokens when set (tests); else the process's.

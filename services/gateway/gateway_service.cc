@@ -47,6 +47,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
                   : absl::StatusOr<ValidatedRequest>(status);
   if (!valid.ok()) {
     core_->metrics().CountRequest(Api::kGrpc, "invalid_argument");
+    AccessRecord record =
+        RefusedRecord(Api::kGrpc, received, "invalid_argument", services::ToGrpc(valid.status()));
+    record.request_id = request.request_id();
+    record.session_id = request.session_id();
+    core_->LogAccess(record);
     writer->handle()->Close(services::ToGrpc(valid.status()));
     return writer;
   }

@@ -85,24 +85,46 @@ GenerateCall::GenerateCall(GatewayCore* core, Api api, ValidatedRequest request,
 
 GenerateCall::~GenerateCall() = default;
 
+AccessRecord RefusedRecord(Api api, absl::Time received, const std::string& outcome,
+                           const grpc::Status& status) {
+  AccessRecord r;
+  r.received = received;
+  r.api = ApiLabel(api);
+  r.outcome = outcome;
+  r.status = absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
+  r.error = status.error_message();
+  r.total_ms = absl::ToDoubleMilliseconds(absl::Now() - received);
+  return r;
+}
+
 grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
                            std::shared_ptr<GenerateSink> sink,
                            std::chrono::system_clock::time_point client_deadline,
                            absl::Time received, std::shared_ptr<GenerateCall>* call) {
   const GatewayMetrics& metrics = core->metrics();
+  auto refuse = [&](const char* outcome, grpc::Status status) {
+    metrics.CountRequest(api, outcome);
+    AccessRecord record = RefusedRecord(api, received, outcome, status);
+    record.request_id = request.request_id;
+    record.session_id = request.session_id;
+    record.prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+    core->LogAccess(record);
+    return status;
+  };
   const std::string refused = core->TryAdmit(AdmissionTokens(request));
   if (!refused.empty()) {
-    metrics.CountRequest(api, "resource_exhausted");
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, refused);
+    return refuse("resource_exhausted",
+                  grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, refused));
   }
   if (request.request_id.empty()) request.request_id = core->NewRequestId();
   if (!core->ClaimRequestId(request.request_id)) {
     core->Release(AdmissionTokens(request));
-    metrics.CountRequest(api, "already_exists");
-    return grpc::Status(
-        grpc::StatusCode::ALREADY_EXISTS,
-        absl::StrCat("request_id: '", request.request_id,
-                     "' is already in flight on this gateway; use a new id per request"));
+    return refuse(
+        "already_exists",
+        grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                     absl::StrCat("request_id: '", request.request_id,
+                                  "' is already in flight on this gateway; use a new id per "
+                                  "request")));
   }
   auto started = std::make_shared<GenerateCall>(core, api, std::move(request), std::move(sink),
                                                 client_deadline, received);
@@ -199,20 +221,44 @@ void GenerateCall::Run() {
   if (absl::c_any_of(attempts_, [](const auto& a) { return a->reserved; })) {
     core_->kv_waiters().Released();
   }
+  std::string outcome;
   if (status.ok()) {
-    metrics.CountRequest(api_, assembler_.stopped() || current()->final_chunk.finish_reason() ==
-                                                           ced::internal::FINISH_REASON_STOP
-                                   ? "stop"
-                                   : "length");
+    outcome = assembler_.stopped() ||
+                      current()->final_chunk.finish_reason() == ced::internal::FINISH_REASON_STOP
+                  ? "stop"
+                  : "length";
     api_metrics_.e2e_latency_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - received_));
   } else {
-    metrics.CountRequest(api_, OutcomeLabel(status.error_code()));
+    outcome = OutcomeLabel(status.error_code());
   }
+  metrics.CountRequest(api_, outcome);
+  LogAccess(outcome, status);
   // Free the slot and the id before the client learns the outcome: its next
   // request must be admitted.
   core_->Release(AdmissionTokens(request_));
   core_->ReleaseRequestId(request_.request_id);
   sink_->Close(status);
+}
+
+void GenerateCall::LogAccess(const std::string& outcome, const grpc::Status& status) const {
+  AccessRecord r = RefusedRecord(api_, received_, outcome, status);
+  r.request_id = request_.request_id;
+  r.session_id = request_.session_id;
+  r.prompt_tokens = static_cast<int>(request_.prompt_token_ids.size());
+  r.completion_tokens = assembler_.emitted();
+  if (first_token_at_ != absl::InfinitePast()) {
+    r.ttft_ms = absl::ToDoubleMilliseconds(first_token_at_ - received_);
+  }
+  r.total_ms = absl::ToDoubleMilliseconds(absl::Now() - received_);
+  r.cached_prompt_tokens = final_summary_.usage().cached_prompt_tokens();
+  const Attempt* a = attempts_.empty() ? nullptr : attempts_.back().get();
+  if (a != nullptr && !a->route.decode().worker_id().empty()) {
+    r.decode_worker = a->route.decode().worker_id();
+    r.prefill_worker = a->route.local_prefill() ? "local" : a->route.prefill().worker_id();
+  }
+  r.migrations = migrations_;
+  r.kv_waits = kv_waits_;
+  core_->LogAccess(r);
 }
 
 GenerateCall::Gone GenerateCall::CleanUp(Attempt* a) {

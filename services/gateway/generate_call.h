@@ -311,6 +311,10 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   absl::Time last_token_at_ = absl::InfinitePast();
   int migrations_ = 0;
   int prefill_retries_ = 0;
+  // The final message's usage (for the access log); empty before it.
+  ced::v1::GenerateResponse final_summary_;
+  // Writes the request's line to the access log (GatewaySettings::access_log).
+  void LogAccess(const std::string& outcome, const grpc::Status& status) const;
   std::vector<std::string> migrated_from_;  // decode workers that died under the request
   // Of them, those that did not answer, until a new process under the id does.
   std::set<std::string> unreachable_decode_;
@@ -350,11 +354,17 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   std::vector<std::unique_ptr<Attempt>> attempts_;
 };
 
+// An access-log record of a request that ended with `status` at once
+// (`outcome`: its ced_gateway_requests_total label); the caller adds what it
+// knows of the request.
+AccessRecord RefusedRecord(Api api, absl::Time received, const std::string& outcome,
+                           const grpc::Status& status);
+
 // The shared entry of both front ends: validates nothing (the caller did),
 // admits `request` (RESOURCE_EXHAUSTED when over the bounds), gives it a
 // request id (ALREADY_EXISTS when its own is in flight), and launches its
 // call, whose output goes to `sink`. On error nothing was launched and the
-// outcome is already counted in the metrics. *call (optional) receives the
+// outcome is already counted in the metrics and logged. *call (optional) receives the
 // call, for Cancel().
 grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
                            std::shared_ptr<GenerateSink> sink,

@@ -360,6 +360,7 @@ void GenerateCall::SendFinal(const std::string& text, ced::internal::FinishReaso
   placement->set_migrations(migrations_);
   for (const std::string& id : migrated_from_) placement->add_migrated_from_decode_worker_ids(id);
   for (const std::string& id : retried_from_) placement->add_retried_from_prefill_worker_ids(id);
+  *final_summary_.mutable_usage() = response.usage();
   sink_->Push(std::move(response));
 }
 

@@ -5,6 +5,8 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -597,6 +599,53 @@ TEST_F(OpenAiHttpTest, ClientThatHangsUpCancelsBothWorkers) {
 }
 
 // The connection's thread writing every event (--http-direct-stream=false,
+// --access-log: one JSON line per answered request, refused ones included.
+TEST_F(OpenAiHttpTest, AccessLogHasALinePerRequest) {
+  TearDown();
+  const std::string path = ::testing::TempDir() + "/ced_access_log_test.jsonl";
+  std::remove(path.c_str());
+  Start([&](GatewayServerOptions* o) { o->access_log = path; });
+  ScriptHello();
+  ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                                        "request_id": "logged-1", "session_id": "s-9"})")
+                .status,
+            200);
+  ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "n": 3})").status,
+            400);
+  std::ifstream in(path);
+  std::vector<Json> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(Json::parse(line, nullptr, false));
+  ASSERT_EQ(lines.size(), 2u);
+  const Json& ok = lines[0];
+  ASSERT_TRUE(ok.is_object());
+  EXPECT_EQ(ok["api"], "openai");
+  EXPECT_EQ(ok["request_id"], "logged-1");
+  EXPECT_EQ(ok["session_id"], "s-9");
+  EXPECT_EQ(ok["outcome"], "length");
+  EXPECT_EQ(ok["status"], "OK");
+  EXPECT_EQ(ok["completion_tokens"], 5);
+  EXPECT_EQ(ok["prompt_tokens"], 3) << "BOS + 'h' + 'i'";
+  EXPECT_GE(ok["ttft_ms"].get<double>(), 0);
+  EXPECT_GE(ok["total_ms"].get<double>(), ok["ttft_ms"].get<double>());
+  EXPECT_EQ(ok["prefill_worker"], "p0");
+  EXPECT_EQ(ok["decode_worker"], "d0");
+  EXPECT_EQ(ok["time"].get<std::string>().size(), 24u) << ok["time"];
+  const Json& bad = lines[1];
+  ASSERT_TRUE(bad.is_object());
+  EXPECT_EQ(bad["outcome"], "invalid_argument");
+  EXPECT_EQ(bad["status"], "INVALID_ARGUMENT");
+  EXPECT_NE(bad["error"].get<std::string>().find("n:"), std::string::npos) << bad;
+  EXPECT_TRUE(bad["ttft_ms"].is_null());
+  std::remove(path.c_str());
+  // A log that cannot be opened is a start-up error naming the flag.
+  GatewayServerOptions o = TestGatewayOptions(router_->grpc_address());
+  o.access_log = "/nonexistent-dir/x.log";
+  auto failed = GatewayServer::Start(o);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("--access-log"), std::string::npos) << failed.status();
+}
+
 // and the path TLS takes): the same stream, and a hang-up still cancels.
 TEST_F(OpenAiHttpTest, StreamWrittenByTheConnectionThread) {
   TearDown();

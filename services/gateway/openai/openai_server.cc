@@ -375,9 +375,13 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
     valid = WithField(absl::Status(valid.status().code(), message), text_field);
   }
   if (!valid.ok()) {
-    metrics.CountRequest(Api::kOpenAi, valid.status().code() == absl::StatusCode::kNotFound
-                                           ? "not_found"
-                                           : "invalid_argument");
+    const char* outcome =
+        valid.status().code() == absl::StatusCode::kNotFound ? "not_found" : "invalid_argument";
+    metrics.CountRequest(Api::kOpenAi, outcome);
+    AccessRecord record =
+        RefusedRecord(Api::kOpenAi, received, outcome, services::ToGrpc(valid.status()));
+    if (parsed.ok()) record.request_id = parsed->generate.request_id();
+    core_->LogAccess(record);
     SendError(res, valid.status());
     return;
   }
