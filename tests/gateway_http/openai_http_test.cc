@@ -425,6 +425,16 @@ TEST_F(OpenAiHttpTest, UnknownModelIs404AndUnknownPathToo) {
   EXPECT_EQ(ExpectError(r, 404), "model");
   EXPECT_EQ(r.json["error"]["code"], "model_not_found");
   ExpectError(Post("/v1/embeddings", R"({"model": "test-model", "input": "hi"})"), 404);
+  // A known path with the wrong method: 405 and the method it takes.
+  const Reply get = Get("/v1/completions");
+  ExpectError(get, 405);
+  EXPECT_EQ(get.headers.find("Allow") != get.headers.end() ? get.headers.find("Allow")->second : "",
+            "POST");
+  const Reply post = Post("/v1/models", "{}");
+  ExpectError(post, 405);
+  EXPECT_EQ(
+      post.headers.find("Allow") != post.headers.end() ? post.headers.find("Allow")->second : "",
+      "GET");
 }
 
 TEST_F(OpenAiHttpTest, OversizedBodyIs413) {
@@ -526,6 +536,7 @@ TEST_F(OpenAiHttpTest, ModelsAndHealth) {
   EXPECT_EQ(models.json["object"], "list");
   ASSERT_EQ(models.json["data"].size(), 1u);
   EXPECT_EQ(models.json["data"][0]["id"], "test-model");
+  EXPECT_EQ(models.json["data"][0]["max_model_len"], 128);  // the test model's context
   // A Unix time: the server's start, neither 0 nor in the future.
   const int64_t created = models.json["data"][0]["created"].get<int64_t>();
   EXPECT_GT(created, 1700000000);

@@ -588,12 +588,13 @@ std::string UsageChunkJson(const ResponseHeader& header, const UsageCounts& usag
   return Dump(j);
 }
 
-std::string ModelsJson(const std::string& model, int64_t created) {
+std::string ModelsJson(const std::string& model, int64_t created, int max_model_len) {
   OrderedJson m;
   m["id"] = model;
   m["object"] = "model";
   m["created"] = created;
   m["owned_by"] = "ced-serve";
+  m["max_model_len"] = max_model_len;
   OrderedJson j;
   j["object"] = "list";
   j["data"] = OrderedJson::array({std::move(m)});

@@ -95,6 +95,8 @@ std::string ChunkJson(const ResponseHeader& header, const std::string& text,
 std::string UsageChunkJson(const ResponseHeader& header, const UsageCounts& usage);
 
 // GET /v1/models.
-std::string ModelsJson(const std::string& model, int64_t created);
+// `max_model_len` (the context, prompt + completion tokens) as vLLM and
+// SGLang report it, for clients that size their prompts by it.
+std::string ModelsJson(const std::string& model, int64_t created, int max_model_len);
 
 }  // namespace ced::gateway::openai

@@ -214,7 +214,9 @@ void OpenAiServer::Impl::Route() {
   });
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
-    res.set_content(ModelsJson(core_->settings().model_name, created_), kJson);
+    res.set_content(
+        ModelsJson(core_->settings().model_name, created_, core_->settings().limits.max_position),
+        kJson);
   });
   s.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
     if (!Authorized(req, res)) return;
@@ -224,7 +226,8 @@ void OpenAiServer::Impl::Route() {
                                "model"));
       return;
     }
-    const std::string list = ModelsJson(core_->settings().model_name, created_);
+    const std::string list =
+        ModelsJson(core_->settings().model_name, created_, core_->settings().limits.max_position);
     const size_t open = list.find("[{") + 1;
     res.set_content(list.substr(open, list.rfind("}]") + 1 - open), kJson);
   });
@@ -243,7 +246,18 @@ void OpenAiServer::Impl::Route() {
       message = absl::StrCat("request body larger than ", options_.max_request_bytes,
                              " bytes (--max-request-bytes)");
     } else if (res.status == 404) {
-      message = absl::StrCat("no such endpoint: ", req.method, " ", req.path);
+      // A known path asked with the wrong method: 405 with the one it takes.
+      const bool post = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+      const bool get = req.path == "/v1/models" || req.path == "/health" ||
+                       absl::StartsWith(req.path, "/v1/models/");
+      if (post || get) {
+        res.status = 405;
+        res.set_header("Allow", post ? "POST" : "GET");
+        message = absl::StrCat(req.method, " ", req.path, ": method not allowed; use ",
+                               post ? "POST" : "GET");
+      } else {
+        message = absl::StrCat("no such endpoint: ", req.method, " ", req.path);
+      }
     } else {
       message = absl::StrCat("HTTP status ", res.status, " for ", req.method, " ", req.path);
     }
