@@ -31,6 +31,13 @@ constexpr int kStepDelayMs = 10;
 constexpr int kTokens = 300;  // >= 3 s of decoding by construction
 constexpr int kKillAfterTokens = 40;
 
+// `prefill` + `decode` workers whose decode steps are slowed (kStepDelayMs).
+FaultClusterOptions SteppedTopology(const std::string& model, int prefill, int decode) {
+  FaultClusterOptions o = Topology(model, prefill, decode);
+  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  return o;
+}
+
 double Running(Proc& p) {
   return ScrapeMetric(p.metrics(), "ced_decode_running_sequences").value_or(-1);
 }
@@ -111,8 +118,7 @@ class FaultMigrationTest : public ::testing::TestWithParam<Case> {};
 TEST_P(FaultMigrationTest, DecodeWorkerKilledMidStreamMigrates) {
   const Case& param = GetParam();
   const std::string model = MakeModelDir("tiny");
-  FaultClusterOptions o = Topology(model, 1, 2);
-  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  FaultClusterOptions o = SteppedTopology(model, 1, 2);
   FaultCluster c(o);
   ASSERT_TRUE(c.ok());
   ColocatedEngine ref(model);
@@ -172,8 +178,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(FaultMigrationLimitTest, LimitZeroEndsTheStreamWithUnavailable) {
   const std::string model = MakeModelDir("tiny");
-  FaultClusterOptions o = Topology(model, 1, 2);
-  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  FaultClusterOptions o = SteppedTopology(model, 1, 2);
   o.gateway_flags = {"--migration-limit", "0"};
   FaultCluster c(o);
   ASSERT_TRUE(c.ok());
@@ -197,8 +202,7 @@ TEST(FaultMigrationLimitTest, LimitZeroEndsTheStreamWithUnavailable) {
 // (--migration-wait-ms, default 15 s) and continues there, token for token.
 TEST(FaultMigrationWaitTest, OnlyDecodeWorkerRestartedTakesTheStreamBack) {
   const std::string model = MakeModelDir("tiny");
-  FaultClusterOptions o = Topology(model, 1, 1);
-  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  FaultClusterOptions o = SteppedTopology(model, 1, 1);
   FaultCluster c(o);
   ASSERT_TRUE(c.ok());
   ColocatedEngine ref(model);
@@ -237,8 +241,7 @@ TEST(FaultMigrationWaitTest, OnlyDecodeWorkerRestartedTakesTheStreamBack) {
 // over, saying so.
 TEST(FaultMigrationWaitTest, NoWorkerComesBackEndsTheStreamAfterTheWait) {
   const std::string model = MakeModelDir("tiny");
-  FaultClusterOptions o = Topology(model, 1, 1);
-  o.decode_flags = {"--step-delay-ms-for-testing", std::to_string(kStepDelayMs)};
+  FaultClusterOptions o = SteppedTopology(model, 1, 1);
   o.gateway_flags = {"--migration-wait-ms", "1000"};
   FaultCluster c(o);
   ASSERT_TRUE(c.ok());
