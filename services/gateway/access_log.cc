@@ -31,6 +31,7 @@ std::string AccessLog::Line(const AccessRecord& r) {
   nlohmann::ordered_json j;
   j["time"] = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", r.received, absl::UTCTimeZone());
   j["api"] = r.api;
+  if (!r.client.empty()) j["client"] = r.client;
   j["request_id"] = r.request_id;
   if (!r.session_id.empty()) j["session_id"] = r.session_id;
   j["outcome"] = r.outcome;

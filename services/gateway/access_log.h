@@ -17,6 +17,7 @@ namespace ced::gateway {
 struct AccessRecord {
   absl::Time received;     // when the gateway got the request
   std::string api;         // "grpc" or "openai"
+  std::string client;      // the caller's address, host:port
   std::string request_id;  // empty when it was refused before it had one
   std::string session_id;  // the client's routing hint, if any
   std::string outcome;     // the ced_gateway_requests_total outcome label

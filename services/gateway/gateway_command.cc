@@ -38,7 +38,8 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
        "times a request may move to another decode worker when its own dies mid-stream "
        "(0: off, the client gets UNAVAILABLE)"},
       {"access-log", "",
-       "log every Generate request as it ends, one JSON object per line (time, api, request_id, "
+       "log every Generate request as it ends, one JSON object per line (time, api, client, "
+       "request_id, "
        "outcome, status, error, tokens, cached tokens, TTFT, total ms, workers, migrations): "
        "'-' for stderr, else a file appended to (empty: off)"},
       {"migration-wait-ms", "15000",

@@ -1,6 +1,7 @@
 #include "services/gateway/gateway_service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,16 @@ void GrpcSink::Push(ced::v1::GenerateResponse response) {
   if (SerializeMessage(response, &buffer).ok()) out_->Push(std::move(buffer));
 }
 
+namespace {
+// gRPC's peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000") as host:port.
+std::string ClientAddress(const std::string& peer) {
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (peer.rfind(scheme, 0) == 0) return peer.substr(std::strlen(scheme));
+  }
+  return peer;
+}
+}  // namespace
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
   const absl::Time received = absl::Now();
@@ -49,12 +60,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GatewayService::Generate(
     core_->metrics().CountRequest(Api::kGrpc, "invalid_argument");
     AccessRecord record =
         RefusedRecord(Api::kGrpc, received, "invalid_argument", services::ToGrpc(valid.status()));
+    record.client = ClientAddress(context->peer());
     record.request_id = request.request_id();
     record.session_id = request.session_id();
     core_->LogAccess(record);
     writer->handle()->Close(services::ToGrpc(valid.status()));
     return writer;
   }
+  valid->client = ClientAddress(context->peer());
   std::shared_ptr<GenerateCall> call;
   const grpc::Status started = StartGenerate(core_, Api::kGrpc, *std::move(valid),
                                              std::make_shared<GrpcSink>(writer->handle()),

@@ -105,6 +105,7 @@ grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
   auto refuse = [&](const char* outcome, grpc::Status status) {
     metrics.CountRequest(api, outcome);
     AccessRecord record = RefusedRecord(api, received, outcome, status);
+    record.client = request.client;
     record.request_id = request.request_id;
     record.session_id = request.session_id;
     record.prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
@@ -242,6 +243,7 @@ void GenerateCall::Run() {
 
 void GenerateCall::LogAccess(const std::string& outcome, const grpc::Status& status) const {
   AccessRecord r = RefusedRecord(api_, received_, outcome, status);
+  r.client = request_.client;
   r.request_id = request_.request_id;
   r.session_id = request_.session_id;
   r.prompt_tokens = static_cast<int>(request_.prompt_token_ids.size());

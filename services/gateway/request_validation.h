@@ -37,6 +37,9 @@ struct ValidatedRequest {
   bool ignore_eos = false;
   ced::internal::ReplayOn replay_on = ced::internal::REPLAY_ON_UNSPECIFIED;
   ced::internal::ReplayMode replay_mode = ced::internal::REPLAY_MODE_UNSPECIFIED;
+  // Not a field of the request: the caller's address ("host:port"), set by
+  // the front end for the access log.
+  std::string client;
 };
 
 // INVALID_ARGUMENT "field: what", with the field attached (FieldOf): the

@@ -631,6 +631,7 @@ TEST_F(OpenAiHttpTest, AccessLogHasALinePerRequest) {
   const Json& ok = lines[0];
   ASSERT_TRUE(ok.is_object());
   EXPECT_EQ(ok["api"], "openai");
+  EXPECT_EQ(ok["client"].get<std::string>().rfind("127.0.0.1:", 0), 0u) << ok;
   EXPECT_EQ(ok["request_id"], "logged-1");
   EXPECT_EQ(ok["session_id"], "s-9");
   EXPECT_EQ(ok["outcome"], "length");
@@ -645,6 +646,7 @@ TEST_F(OpenAiHttpTest, AccessLogHasALinePerRequest) {
   const Json& bad = lines[1];
   ASSERT_TRUE(bad.is_object());
   EXPECT_EQ(bad["outcome"], "invalid_argument");
+  EXPECT_EQ(bad["client"].get<std::string>().rfind("127.0.0.1:", 0), 0u) << bad;
   EXPECT_EQ(bad["status"], "INVALID_ARGUMENT");
   EXPECT_NE(bad["error"].get<std::string>().find("n:"), std::string::npos) << bad;
   EXPECT_TRUE(bad["ttft_ms"].is_null());

@@ -394,12 +394,14 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
     metrics.CountRequest(Api::kOpenAi, outcome);
     AccessRecord record =
         RefusedRecord(Api::kOpenAi, received, outcome, services::ToGrpc(valid.status()));
+    record.client = absl::StrCat(req.remote_addr, ":", req.remote_port);
     if (parsed.ok()) record.request_id = parsed->generate.request_id();
     core_->LogAccess(record);
     SendError(res, valid.status());
     return;
   }
   if (valid->request_id.empty()) valid->request_id = core_->NewRequestId();
+  valid->client = absl::StrCat(req.remote_addr, ":", req.remote_port);
   ResponseHeader header;
   header.endpoint = endpoint;
   header.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", valid->request_id);
