@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -397,6 +399,35 @@ TEST_F(GatewayTest, LocalPrefillSkipsThePrefillWorker) {
   EXPECT_TRUE(prefill_.prefills().empty());
   ASSERT_EQ(decode_.reserves().size(), 1u);
   EXPECT_TRUE(decode_.reserves()[0].local_prefill());
+}
+
+// --access-log on the gRPC API: a line for a served request and one for a
+// request refused by validation, each naming the caller.
+TEST_F(GatewayTest, AccessLogOverGrpc) {
+  const std::string path = ::testing::TempDir() + "/ced_gateway_access_log_test.jsonl";
+  std::remove(path.c_str());
+  StartCluster(true, nullptr, [&](GatewayServerOptions* o) { o->access_log = path; });
+  ScriptHello();
+  ASSERT_TRUE(Generate(Request()).status.ok());
+  GenerateRequest bad = Request();
+  bad.set_top_k(-1);
+  bad.set_request_id("req-bad");
+  EXPECT_EQ(Generate(bad).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const char* want :
+       {"\"api\":\"grpc\"", "\"client\":\"127.0.0.1:", "\"request_id\":\"req-1\"",
+        "\"outcome\":\"length\"", "\"status\":\"OK\"", "\"completion_tokens\":5",
+        "\"decode_worker\":\"d0\""}) {
+    EXPECT_NE(lines[0].find(want), std::string::npos) << want << " in " << lines[0];
+  }
+  for (const char* want : {"\"request_id\":\"req-bad\"", "\"outcome\":\"invalid_argument\"",
+                           "\"status\":\"INVALID_ARGUMENT\"", "top_k", "\"client\":\"127.0.0.1:"}) {
+    EXPECT_NE(lines[1].find(want), std::string::npos) << want << " in " << lines[1];
+  }
+  std::remove(path.c_str());
 }
 
 TEST_F(GatewayTest, RouterDownIsUnavailable) {
