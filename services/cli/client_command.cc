@@ -14,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ced/internal/decode_worker.grpc.pb.h"
 #include "ced/internal/prefill_worker.grpc.pb.h"
@@ -243,7 +244,7 @@ int Generate(const std::vector<std::string>& raw_args) {
       stderr,
       "[ced] %s%s | prompt %d tokens (cached %d), completion %d | TTFT %.1f ms, TPOT %.2f ms "
       "(client) | gateway: queue %.1f ms, prefill %.1f ms, transfer %.1f ms, TTFT %.1f ms, "
-      "total %.1f ms | prefill %s, decode %s, replay on %s (%s, R=%d) | request %s\n",
+      "total %.1f ms | prefill %s, decode %s, replay on %s (%s, R=%d)%s | request %s\n",
       finish.c_str(),
       final_message.finish_detail().empty()
           ? ""
@@ -254,6 +255,11 @@ int Generate(const std::vector<std::string>& raw_args) {
       p.local_prefill() ? "local" : p.prefill_worker_id().c_str(), p.decode_worker_id().c_str(),
       ced::v1::ReplayOn_Name(p.replay_on()).c_str(),
       ced::v1::ReplayMode_Name(p.replay_mode()).c_str(), p.replay_window(),
+      p.migrations() == 0
+          ? ""
+          : absl::StrCat(" | moved ", p.migrations(), p.migrations() == 1 ? " time" : " times",
+                         " off decode ", absl::StrJoin(p.migrated_from_decode_worker_ids(), ", "))
+                .c_str(),
       final_message.request_id().c_str());
   return 0;
 }
