@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "ced/internal/decode_worker.grpc.pb.h"
 #include "ced/internal/prefill_worker.grpc.pb.h"
+#include "ced/internal/router.grpc.pb.h"
 #include "ced/v1/gateway.grpc.pb.h"
 #include "services/cli/commands.h"
 #include "services/cli/flags.h"
@@ -436,6 +437,71 @@ int FlushCache(const std::vector<std::string>& args) {
   return 0;
 }
 
+constexpr char kWorkersWords[] = "client workers";
+
+int Workers(const std::vector<std::string>& args) {
+  const std::vector<FlagSpec> specs = {
+      {"router", "127.0.0.1:50051",
+       "router address (with --embed-router: the gateway's --router-listen)"},
+      {"json", "",
+       "print the router's ListWorkers answer as JSON (prefix-cache hash lists left out)", true},
+      {"timeout-ms", "10000", "deadline (0 = none)"},
+  };
+  auto flags = Flags::Parse(specs, args);
+  if (!flags.ok()) return Fail(kWorkersWords, std::string(flags.status().message()), 2);
+  if (flags->help()) {
+    std::printf("%s", FormatHelp("ced client workers [flags]",
+                                 "Lists the workers a router knows: role, address, whether it "
+                                 "still reports (live), the age of its last report, and its load "
+                                 "as of that report (decode: sequences running and waiting, free "
+                                 "K/V blocks; prefill: prompt tokens queued and computing). An "
+                                 "internal-tier call: with mutual TLS pass the internal identity "
+                                 "(--tls-cert, --tls-key, --tls-ca).",
+                                 specs)
+                          .c_str());
+    return 0;
+  }
+  auto timeout = flags->GetInt("timeout-ms");
+  if (!timeout.ok()) return Fail(kWorkersWords, std::string(timeout.status().message()), 2);
+  const std::string router = flags->Get("router");
+  if (absl::Status s = services::CheckPeerAddress("router", router); !s.ok()) {
+    return Fail(kWorkersWords, std::string(s.message()), 2);
+  }
+  auto stub = ced::internal::Router::NewStub(services::MakeChannel(router));
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, *timeout);
+  ced::internal::ListWorkersResponse response;
+  const grpc::Status status = stub->ListWorkers(&ctx, {}, &response);
+  if (!status.ok()) return RpcFail(kWorkersWords, status, router, "a router");
+  if (flags->GetBool("json")) {
+    for (ced::internal::WorkerStatus& w : *response.mutable_workers()) {
+      w.mutable_load()->clear_prefix_cache();
+      w.mutable_info()->clear_prefix_root_hash();
+    }
+    std::printf("%s\n", ToJson(response, /*all_fields=*/true).c_str());
+    return 0;
+  }
+  std::printf("%-20s %-8s %-22s %-5s %8s  %s\n", "WORKER", "ROLE", "ADDRESS", "LIVE", "AGE ms",
+              "LOAD");
+  for (const ced::internal::WorkerStatus& w : response.workers()) {
+    const ced::internal::LoadReport& l = w.load();
+    const bool decode = w.info().role() == ced::internal::ROLE_DECODE;
+    const std::string load =
+        decode
+            ? absl::StrCat("running ", l.running_sequences(), ", waiting ", l.waiting_sequences(),
+                           ", K/V blocks free ", l.free_kv_blocks(), " of ", l.total_kv_blocks())
+            : absl::StrCat("prompt tokens queued ", l.queued_prefill_tokens(), ", computing ",
+                           l.inflight_prefill_tokens());
+    std::printf("%-20s %-8s %-22s %-5s %8lld  %s\n", w.info().worker_id().c_str(),
+                decode ? "decode" : "prefill", w.info().grpc_address().c_str(),
+                w.live() ? "yes" : "no", static_cast<long long>(w.heartbeat_age_ms()),
+                load.c_str());
+  }
+  if (response.workers_size() == 0)
+    std::printf("(no worker has registered with %s)\n", router.c_str());
+  return 0;
+}
+
 }  // namespace
 
 void AddClientCommand(std::vector<Command>* commands) {
@@ -445,6 +511,8 @@ void AddClientCommand(std::vector<Command>* commands) {
   commands->push_back({kDrainWords, "drain a prefill or decode worker (admin)", Drain});
   commands->push_back(
       {kFlushCacheWords, "empty a worker's prefix cache into its KV tiers (admin)", FlushCache});
+  commands->push_back(
+      {kWorkersWords, "list the workers a router knows, with their load (admin)", Workers});
 }
 
 }  // namespace ced::cli

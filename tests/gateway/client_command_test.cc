@@ -138,6 +138,25 @@ TEST_F(ClientCommandTest, ErrorsCarryTheStatusCode) {
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
+TEST_F(ClientCommandTest, WorkersListsWhatTheRouterKnows) {
+  const CommandRun run =
+      Invoke("client workers", {"--router=" + router_->grpc_address()}, /*at_gateway=*/false);
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("WORKER"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("d0 "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("p0 "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("K/V blocks free"), std::string::npos) << run.out;
+  const CommandRun json =
+      Invoke("client workers", {"--router=" + router_->grpc_address(), "--json"}, false);
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"worker_id\":\"d0\""), std::string::npos) << json.out;
+  // A gateway is not a router: the error says so.
+  const CommandRun wrong =
+      Invoke("client workers", {"--router=" + gateway_->grpc_address()}, false);
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_NE(wrong.err.find("is not a router"), std::string::npos) << wrong.err;
+}
+
 TEST_F(ClientCommandTest, TokenizeAndModelInfo) {
   const CommandRun tokens = Invoke("client tokenize", {"hi"});
   ASSERT_EQ(tokens.code, 0) << tokens.err;
