@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/cpu/isa.h"
@@ -84,6 +85,20 @@ int main(int argc, char** argv) {
     }
   }
   if (best == nullptr) {
+    // The first word of several commands ("ced client", "ced model foo"):
+    // name the ones it starts.
+    std::vector<std::string> under;
+    for (const Command& c : commands) {
+      std::vector<std::string> words = absl::StrSplit(c.words, ' ');
+      if (words.size() > 1 && words[0] == args[0]) under.push_back(words[1]);
+    }
+    if (!under.empty()) {
+      std::fprintf(
+          stderr, "ced %s: %s; one of: %s (ced %s <subcommand> --help)\n", args[0].c_str(),
+          args.size() > 1 ? ("unknown subcommand '" + args[1] + "'").c_str() : "give a subcommand",
+          absl::StrJoin(under, ", ").c_str(), args[0].c_str());
+      return 2;
+    }
     std::fprintf(stderr, "ced: unknown command '%s'\n\n", args[0].c_str());
     PrintUsage(commands, stderr);
     return 2;

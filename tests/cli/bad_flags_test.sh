@@ -195,5 +195,8 @@ expect 2 "--router-decode-cache-weight must be a number in [0, 1e6]" -- \
   "${gw[@]}" --embed-router --router-decode-cache-weight -1
 expect 2 "--embed-router must be true or false (got 'sometimes')" -- \
   "$ced" cluster --model "$model" --embed-router=sometimes
+# The first word of several commands alone, or with a wrong second word.
+expect 2 "ced client: give a subcommand; one of: generate, tokenize" -- "$ced" client
+expect 2 "ced model: unknown subcommand 'frob'; one of: make, info" -- "$ced" model frob
 rm -f "$pem"
 exit $fail
