@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,39 @@ void SetTimeout(grpc::ClientContext* ctx, int64_t timeout_ms) {
   if (timeout_ms > 0) {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   }
+}
+
+// A client subcommand's flags, parsed, with its --timeout-ms. `exit` is set
+// when the command is done: 0 after printing --help, 2 after a usage error
+// (printed, naming the flag).
+struct ClientFlags {
+  std::optional<Flags> flags;
+  int64_t timeout_ms = 0;
+  std::optional<int> exit;
+};
+
+ClientFlags ParseClientFlags(const char* words, const std::vector<FlagSpec>& specs,
+                             const std::vector<std::string>& args, const char* usage,
+                             const char* description) {
+  ClientFlags out;
+  auto flags = Flags::Parse(specs, args);
+  if (!flags.ok()) {
+    out.exit = Fail(words, std::string(flags.status().message()), 2);
+    return out;
+  }
+  if (flags->help()) {
+    std::printf("%s", FormatHelp(usage, description, specs).c_str());
+    out.exit = 0;
+    return out;
+  }
+  auto timeout = flags->GetInt("timeout-ms");
+  if (!timeout.ok()) {
+    out.exit = Fail(words, std::string(timeout.status().message()), 2);
+    return out;
+  }
+  out.timeout_ms = *timeout;
+  out.flags = *std::move(flags);
+  return out;
 }
 
 // Takes every --stop value out of `args` (the flag parser keeps only the last
@@ -274,23 +308,17 @@ int Tokenize(const std::vector<std::string>& args) {
       {"add-bos", "", "prepend BOS", true},
       {"timeout-ms", "10000", "deadline (0 = none)"},
   };
-  auto flags = Flags::Parse(specs, args);
-  if (!flags.ok()) return Fail(kTokenizeWords, std::string(flags.status().message()), 2);
-  if (flags->help()) {
-    std::printf("%s", FormatHelp("ced client tokenize [flags] [TEXT]",
-                                 "Prints the token ids the gateway makes of a text.", specs)
-                          .c_str());
-    return 0;
-  }
-  auto timeout = flags->GetInt("timeout-ms");
-  if (!timeout.ok()) return Fail(kTokenizeWords, std::string(timeout.status().message()), 2);
+  ClientFlags parsed = ParseClientFlags(kTokenizeWords, specs, args, "ced client tokenize [flags] [TEXT]",
+                                 "Prints the token ids the gateway makes of a text.");
+  if (parsed.exit.has_value()) return *parsed.exit;
+  const std::optional<Flags>& flags = parsed.flags;
   ced::v1::TokenizeRequest request;
   request.set_text(flags->positional().empty() ? flags->Get("text") : flags->positional()[0]);
   request.set_add_bos(flags->GetBool("add-bos"));
   auto stub = GatewayStub(*flags);
   if (!stub.ok()) return Fail(kTokenizeWords, std::string(stub.status().message()), 2);
   grpc::ClientContext ctx;
-  SetTimeout(&ctx, *timeout);
+  SetTimeout(&ctx, parsed.timeout_ms);
   ced::v1::TokenizeResponse response;
   const grpc::Status status = (*stub)->Tokenize(&ctx, request, &response);
   if (!status.ok()) return RpcFail(kTokenizeWords, status, flags->Get("gateway"), "a gateway");
@@ -309,22 +337,15 @@ int ModelInfo(const std::vector<std::string>& args) {
       {"gateway", "127.0.0.1:50050", "gateway address"},
       {"timeout-ms", "10000", "deadline (0 = none)"},
   };
-  auto flags = Flags::Parse(specs, args);
-  if (!flags.ok()) return Fail(kModelInfoWords, std::string(flags.status().message()), 2);
-  if (flags->help()) {
-    std::printf("%s", FormatHelp("ced client model-info [flags]",
+  ClientFlags parsed = ParseClientFlags(kModelInfoWords, specs, args, "ced client model-info [flags]",
                                  "Prints the served model's shape, accounting and workers as "
-                                 "JSON.",
-                                 specs)
-                          .c_str());
-    return 0;
-  }
-  auto timeout = flags->GetInt("timeout-ms");
-  if (!timeout.ok()) return Fail(kModelInfoWords, std::string(timeout.status().message()), 2);
+                                 "JSON.");
+  if (parsed.exit.has_value()) return *parsed.exit;
+  const std::optional<Flags>& flags = parsed.flags;
   auto stub = GatewayStub(*flags);
   if (!stub.ok()) return Fail(kModelInfoWords, std::string(stub.status().message()), 2);
   grpc::ClientContext ctx;
-  SetTimeout(&ctx, *timeout);
+  SetTimeout(&ctx, parsed.timeout_ms);
   ced::v1::ModelInfoResponse response;
   const grpc::Status status = (*stub)->ModelInfo(&ctx, {}, &response);
   if (!status.ok()) return RpcFail(kModelInfoWords, status, flags->Get("gateway"), "a gateway");
@@ -340,21 +361,14 @@ int Drain(const std::vector<std::string>& args) {
       {"reason", "", "logged by the worker"},
       {"timeout-ms", "10000", "deadline of the call (0 = none); the drain itself follows"},
   };
-  auto flags = Flags::Parse(specs, args);
-  if (!flags.ok()) return Fail(kDrainWords, std::string(flags.status().message()), 2);
-  if (flags->help()) {
-    std::printf("%s", FormatHelp("ced client drain --worker ADDR [flags]",
+  ClientFlags parsed = ParseClientFlags(kDrainWords, specs, args, "ced client drain --worker ADDR [flags]",
                                  "Asks a worker to drain, as SIGTERM does: it reports NOT_SERVING, "
                                  "takes no new work, finishes its in-flight requests within its "
                                  "--drain-timeout-ms and exits 0. An internal-tier call: with "
                                  "mutual TLS pass the internal identity (--tls-cert, --tls-key, "
-                                 "--tls-ca).",
-                                 specs)
-                          .c_str());
-    return 0;
-  }
-  auto timeout = flags->GetInt("timeout-ms");
-  if (!timeout.ok()) return Fail(kDrainWords, std::string(timeout.status().message()), 2);
+                                 "--tls-ca).");
+  if (parsed.exit.has_value()) return *parsed.exit;
+  const std::optional<Flags>& flags = parsed.flags;
   const std::string worker = flags->Get("worker");
   if (worker.empty()) return Fail(kDrainWords, "--worker is required", 2);
   if (absl::Status s = services::CheckPeerAddress("worker", worker); !s.ok()) {
@@ -367,12 +381,12 @@ int Drain(const std::vector<std::string>& args) {
   grpc::Status status;
   {
     grpc::ClientContext ctx;
-    SetTimeout(&ctx, *timeout);
+    SetTimeout(&ctx, parsed.timeout_ms);
     status = ced::internal::DecodeWorker::NewStub(channel)->Drain(&ctx, request, &response);
   }
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // not a decode worker
     grpc::ClientContext ctx;
-    SetTimeout(&ctx, *timeout);
+    SetTimeout(&ctx, parsed.timeout_ms);
     status = ced::internal::PrefillWorker::NewStub(channel)->Drain(&ctx, request, &response);
   }
   if (!status.ok()) return RpcFail(kDrainWords, status, worker, "a prefill or decode worker");
@@ -392,23 +406,16 @@ int FlushCache(const std::vector<std::string>& args) {
        true},
       {"timeout-ms", "60000", "deadline of the call (0 = none)"},
   };
-  auto flags = Flags::Parse(specs, args);
-  if (!flags.ok()) return Fail(kFlushCacheWords, std::string(flags.status().message()), 2);
-  if (flags->help()) {
-    std::printf("%s", FormatHelp("ced client flush-cache --worker ADDR [flags]",
+  ClientFlags parsed = ParseClientFlags(kFlushCacheWords, specs, args, "ced client flush-cache --worker ADDR [flags]",
                                  "Empties a worker's prefix cache (its hot K/V cache): every "
                                  "cached block no running request holds is evicted as under "
                                  "memory pressure, down to the worker's KV tiers (host, disk) "
                                  "when it has them, and the router learns of it. Prints how many "
                                  "blocks went and how many running requests still hold. An "
                                  "internal-tier call: with mutual TLS pass the internal identity "
-                                 "(--tls-cert, --tls-key, --tls-ca).",
-                                 specs)
-                          .c_str());
-    return 0;
-  }
-  auto timeout = flags->GetInt("timeout-ms");
-  if (!timeout.ok()) return Fail(kFlushCacheWords, std::string(timeout.status().message()), 2);
+                                 "(--tls-cert, --tls-key, --tls-ca).");
+  if (parsed.exit.has_value()) return *parsed.exit;
+  const std::optional<Flags>& flags = parsed.flags;
   const std::string worker = flags->Get("worker");
   if (worker.empty()) return Fail(kFlushCacheWords, "--worker is required", 2);
   if (absl::Status s = services::CheckPeerAddress("worker", worker); !s.ok()) {
@@ -422,12 +429,12 @@ int FlushCache(const std::vector<std::string>& args) {
   grpc::Status status;
   {
     grpc::ClientContext ctx;
-    SetTimeout(&ctx, *timeout);
+    SetTimeout(&ctx, parsed.timeout_ms);
     status = ced::internal::DecodeWorker::NewStub(channel)->FlushCache(&ctx, request, &response);
   }
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // not a decode worker
     grpc::ClientContext ctx;
-    SetTimeout(&ctx, *timeout);
+    SetTimeout(&ctx, parsed.timeout_ms);
     status = ced::internal::PrefillWorker::NewStub(channel)->FlushCache(&ctx, request, &response);
   }
   if (!status.ok()) return RpcFail(kFlushCacheWords, status, worker, "a prefill or decode worker");
@@ -447,29 +454,22 @@ int Workers(const std::vector<std::string>& args) {
        "print the router's ListWorkers answer as JSON (prefix-cache hash lists left out)", true},
       {"timeout-ms", "10000", "deadline (0 = none)"},
   };
-  auto flags = Flags::Parse(specs, args);
-  if (!flags.ok()) return Fail(kWorkersWords, std::string(flags.status().message()), 2);
-  if (flags->help()) {
-    std::printf("%s", FormatHelp("ced client workers [flags]",
+  ClientFlags parsed = ParseClientFlags(kWorkersWords, specs, args, "ced client workers [flags]",
                                  "Lists the workers a router knows: role, address, whether it "
                                  "still reports (live), the age of its last report, and its load "
                                  "as of that report (decode: sequences running and waiting, free "
                                  "K/V blocks; prefill: prompt tokens queued and computing). An "
                                  "internal-tier call: with mutual TLS pass the internal identity "
-                                 "(--tls-cert, --tls-key, --tls-ca).",
-                                 specs)
-                          .c_str());
-    return 0;
-  }
-  auto timeout = flags->GetInt("timeout-ms");
-  if (!timeout.ok()) return Fail(kWorkersWords, std::string(timeout.status().message()), 2);
+                                 "(--tls-cert, --tls-key, --tls-ca).");
+  if (parsed.exit.has_value()) return *parsed.exit;
+  const std::optional<Flags>& flags = parsed.flags;
   const std::string router = flags->Get("router");
   if (absl::Status s = services::CheckPeerAddress("router", router); !s.ok()) {
     return Fail(kWorkersWords, std::string(s.message()), 2);
   }
   auto stub = ced::internal::Router::NewStub(services::MakeChannel(router));
   grpc::ClientContext ctx;
-  SetTimeout(&ctx, *timeout);
+  SetTimeout(&ctx, parsed.timeout_ms);
   ced::internal::ListWorkersResponse response;
   const grpc::Status status = stub->ListWorkers(&ctx, {}, &response);
   if (!status.ok()) return RpcFail(kWorkersWords, status, router, "a router");
