@@ -177,17 +177,12 @@ int Generate(const std::vector<std::string>& raw_args) {
   if (absl::Status s = ExtractStops(&args, &stops); !s.ok()) {
     return Fail(kGenerateWords, std::string(s.message()), 2);
   }
-  auto flags = Flags::Parse(specs, args);
-  if (!flags.ok()) return Fail(kGenerateWords, std::string(flags.status().message()), 2);
-  if (flags->help()) {
-    std::printf("%s", FormatHelp("ced client generate [flags] [PROMPT]",
-                                 "Streams a completion from a running gateway: the text on "
-                                 "stdout, then finish reason, usage, timings and placement on "
-                                 "stderr.",
-                                 specs)
-                          .c_str());
-    return 0;
-  }
+  ClientFlags parsed =
+      ParseClientFlags(kGenerateWords, specs, args, "ced client generate [flags] [PROMPT]",
+                       "Streams a completion from a running gateway: the text on stdout, then "
+                       "finish reason, usage, timings and placement on stderr.");
+  if (parsed.exit.has_value()) return *parsed.exit;
+  const std::optional<Flags>& flags = parsed.flags;
   std::string prompt = flags->Get("prompt");
   if (!flags->positional().empty()) {
     if (!prompt.empty() || flags->positional().size() > 1) {
@@ -209,11 +204,10 @@ int Generate(const std::vector<std::string>& raw_args) {
   auto max_tokens = flags->GetInt("max-tokens");
   auto top_k = flags->GetInt("top-k");
   auto seed = flags->GetInt("seed");
-  auto timeout = flags->GetInt("timeout-ms");
   auto temperature = flags->GetDouble("temperature");
   auto top_p = flags->GetDouble("top-p");
-  for (const absl::Status& s : {max_tokens.status(), top_k.status(), seed.status(),
-                                timeout.status(), temperature.status(), top_p.status()}) {
+  for (const absl::Status& s :
+       {max_tokens.status(), top_k.status(), seed.status(), temperature.status(), top_p.status()}) {
     if (!s.ok()) return Fail(kGenerateWords, std::string(s.message()), 2);
   }
   // Range checks are the gateway's job: it answers INVALID_ARGUMENT naming the field.
@@ -245,7 +239,7 @@ int Generate(const std::vector<std::string>& raw_args) {
   auto stub = GatewayStub(*flags);
   if (!stub.ok()) return Fail(kGenerateWords, std::string(stub.status().message()), 2);
   grpc::ClientContext ctx;
-  SetTimeout(&ctx, *timeout);
+  SetTimeout(&ctx, parsed.timeout_ms);
   const bool json = flags->GetBool("json");
   const Clock::time_point start = Clock::now();
   Clock::time_point first = start, last = start;
@@ -308,8 +302,9 @@ int Tokenize(const std::vector<std::string>& args) {
       {"add-bos", "", "prepend BOS", true},
       {"timeout-ms", "10000", "deadline (0 = none)"},
   };
-  ClientFlags parsed = ParseClientFlags(kTokenizeWords, specs, args, "ced client tokenize [flags] [TEXT]",
-                                 "Prints the token ids the gateway makes of a text.");
+  ClientFlags parsed =
+      ParseClientFlags(kTokenizeWords, specs, args, "ced client tokenize [flags] [TEXT]",
+                       "Prints the token ids the gateway makes of a text.");
   if (parsed.exit.has_value()) return *parsed.exit;
   const std::optional<Flags>& flags = parsed.flags;
   ced::v1::TokenizeRequest request;
@@ -337,9 +332,10 @@ int ModelInfo(const std::vector<std::string>& args) {
       {"gateway", "127.0.0.1:50050", "gateway address"},
       {"timeout-ms", "10000", "deadline (0 = none)"},
   };
-  ClientFlags parsed = ParseClientFlags(kModelInfoWords, specs, args, "ced client model-info [flags]",
-                                 "Prints the served model's shape, accounting and workers as "
-                                 "JSON.");
+  ClientFlags parsed =
+      ParseClientFlags(kModelInfoWords, specs, args, "ced client model-info [flags]",
+                       "Prints the served model's shape, accounting and workers as "
+                       "JSON.");
   if (parsed.exit.has_value()) return *parsed.exit;
   const std::optional<Flags>& flags = parsed.flags;
   auto stub = GatewayStub(*flags);
@@ -361,12 +357,13 @@ int Drain(const std::vector<std::string>& args) {
       {"reason", "", "logged by the worker"},
       {"timeout-ms", "10000", "deadline of the call (0 = none); the drain itself follows"},
   };
-  ClientFlags parsed = ParseClientFlags(kDrainWords, specs, args, "ced client drain --worker ADDR [flags]",
-                                 "Asks a worker to drain, as SIGTERM does: it reports NOT_SERVING, "
-                                 "takes no new work, finishes its in-flight requests within its "
-                                 "--drain-timeout-ms and exits 0. An internal-tier call: with "
-                                 "mutual TLS pass the internal identity (--tls-cert, --tls-key, "
-                                 "--tls-ca).");
+  ClientFlags parsed =
+      ParseClientFlags(kDrainWords, specs, args, "ced client drain --worker ADDR [flags]",
+                       "Asks a worker to drain, as SIGTERM does: it reports NOT_SERVING, "
+                       "takes no new work, finishes its in-flight requests within its "
+                       "--drain-timeout-ms and exits 0. An internal-tier call: with "
+                       "mutual TLS pass the internal identity (--tls-cert, --tls-key, "
+                       "--tls-ca).");
   if (parsed.exit.has_value()) return *parsed.exit;
   const std::optional<Flags>& flags = parsed.flags;
   const std::string worker = flags->Get("worker");
@@ -406,14 +403,15 @@ int FlushCache(const std::vector<std::string>& args) {
        true},
       {"timeout-ms", "60000", "deadline of the call (0 = none)"},
   };
-  ClientFlags parsed = ParseClientFlags(kFlushCacheWords, specs, args, "ced client flush-cache --worker ADDR [flags]",
-                                 "Empties a worker's prefix cache (its hot K/V cache): every "
-                                 "cached block no running request holds is evicted as under "
-                                 "memory pressure, down to the worker's KV tiers (host, disk) "
-                                 "when it has them, and the router learns of it. Prints how many "
-                                 "blocks went and how many running requests still hold. An "
-                                 "internal-tier call: with mutual TLS pass the internal identity "
-                                 "(--tls-cert, --tls-key, --tls-ca).");
+  ClientFlags parsed = ParseClientFlags(
+      kFlushCacheWords, specs, args, "ced client flush-cache --worker ADDR [flags]",
+      "Empties a worker's prefix cache (its hot K/V cache): every "
+      "cached block no running request holds is evicted as under "
+      "memory pressure, down to the worker's KV tiers (host, disk) "
+      "when it has them, and the router learns of it. Prints how many "
+      "blocks went and how many running requests still hold. An "
+      "internal-tier call: with mutual TLS pass the internal identity "
+      "(--tls-cert, --tls-key, --tls-ca).");
   if (parsed.exit.has_value()) return *parsed.exit;
   const std::optional<Flags>& flags = parsed.flags;
   const std::string worker = flags->Get("worker");
@@ -454,13 +452,14 @@ int Workers(const std::vector<std::string>& args) {
        "print the router's ListWorkers answer as JSON (prefix-cache hash lists left out)", true},
       {"timeout-ms", "10000", "deadline (0 = none)"},
   };
-  ClientFlags parsed = ParseClientFlags(kWorkersWords, specs, args, "ced client workers [flags]",
-                                 "Lists the workers a router knows: role, address, whether it "
-                                 "still reports (live), the age of its last report, and its load "
-                                 "as of that report (decode: sequences running and waiting, free "
-                                 "K/V blocks; prefill: prompt tokens queued and computing). An "
-                                 "internal-tier call: with mutual TLS pass the internal identity "
-                                 "(--tls-cert, --tls-key, --tls-ca).");
+  ClientFlags parsed =
+      ParseClientFlags(kWorkersWords, specs, args, "ced client workers [flags]",
+                       "Lists the workers a router knows: role, address, whether it "
+                       "still reports (live), the age of its last report, and its load "
+                       "as of that report (decode: sequences running and waiting, free "
+                       "K/V blocks; prefill: prompt tokens queued and computing). An "
+                       "internal-tier call: with mutual TLS pass the internal identity "
+                       "(--tls-cert, --tls-key, --tls-ca).");
   if (parsed.exit.has_value()) return *parsed.exit;
   const std::optional<Flags>& flags = parsed.flags;
   const std::string router = flags->Get("router");

@@ -97,6 +97,16 @@ AccessRecord RefusedRecord(Api api, absl::Time received, const std::string& outc
   return r;
 }
 
+AccessRecord RequestRecord(Api api, absl::Time received, const std::string& outcome,
+                           const grpc::Status& status, const ValidatedRequest& request) {
+  AccessRecord r = RefusedRecord(api, received, outcome, status);
+  r.client = request.client;
+  r.request_id = request.request_id;
+  r.session_id = request.session_id;
+  r.prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+  return r;
+}
+
 grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
                            std::shared_ptr<GenerateSink> sink,
                            std::chrono::system_clock::time_point client_deadline,
@@ -104,12 +114,7 @@ grpc::Status StartGenerate(GatewayCore* core, Api api, ValidatedRequest request,
   const GatewayMetrics& metrics = core->metrics();
   auto refuse = [&](const char* outcome, grpc::Status status) {
     metrics.CountRequest(api, outcome);
-    AccessRecord record = RefusedRecord(api, received, outcome, status);
-    record.client = request.client;
-    record.request_id = request.request_id;
-    record.session_id = request.session_id;
-    record.prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
-    core->LogAccess(record);
+    core->LogAccess(RequestRecord(api, received, outcome, status, request));
     return status;
   };
   const std::string refused = core->TryAdmit(AdmissionTokens(request));
@@ -242,16 +247,11 @@ void GenerateCall::Run() {
 }
 
 void GenerateCall::LogAccess(const std::string& outcome, const grpc::Status& status) const {
-  AccessRecord r = RefusedRecord(api_, received_, outcome, status);
-  r.client = request_.client;
-  r.request_id = request_.request_id;
-  r.session_id = request_.session_id;
-  r.prompt_tokens = static_cast<int>(request_.prompt_token_ids.size());
+  AccessRecord r = RequestRecord(api_, received_, outcome, status, request_);
   r.completion_tokens = assembler_.emitted();
   if (first_token_at_ != absl::InfinitePast()) {
     r.ttft_ms = absl::ToDoubleMilliseconds(first_token_at_ - received_);
   }
-  r.total_ms = absl::ToDoubleMilliseconds(absl::Now() - received_);
   r.cached_prompt_tokens = final_summary_.usage().cached_prompt_tokens();
   const Attempt* a = attempts_.empty() ? nullptr : attempts_.back().get();
   if (a != nullptr && !a->route.decode().worker_id().empty()) {

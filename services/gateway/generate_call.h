@@ -359,6 +359,9 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
 // knows of the request.
 AccessRecord RefusedRecord(Api api, absl::Time received, const std::string& outcome,
                            const grpc::Status& status);
+// The same with what `request` says of itself: client, ids, prompt tokens.
+AccessRecord RequestRecord(Api api, absl::Time received, const std::string& outcome,
+                           const grpc::Status& status, const ValidatedRequest& request);
 
 // The shared entry of both front ends: validates nothing (the caller did),
 // admits `request` (RESOURCE_EXHAUSTED when over the bounds), gives it a

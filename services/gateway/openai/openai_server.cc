@@ -357,6 +357,8 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
   const absl::Time received = absl::Now();
   if (!Authorized(req, res)) return;
   const GatewayMetrics& metrics = core_->metrics();
+  const std::string client =
+      services::FormatHostPort(req.remote_addr, static_cast<uint16_t>(req.remote_port));
   absl::StatusOr<OpenAiRequest> parsed = ParseRequest(endpoint, req.body);
   if (parsed.ok() && parsed->model != core_->settings().model_name) {
     parsed = WithField(absl::NotFoundError(absl::StrCat("model: '", parsed->model,
@@ -394,14 +396,14 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
     metrics.CountRequest(Api::kOpenAi, outcome);
     AccessRecord record =
         RefusedRecord(Api::kOpenAi, received, outcome, services::ToGrpc(valid.status()));
-    record.client = absl::StrCat(req.remote_addr, ":", req.remote_port);
+    record.client = client;
     if (parsed.ok()) record.request_id = parsed->generate.request_id();
     core_->LogAccess(record);
     SendError(res, valid.status());
     return;
   }
   if (valid->request_id.empty()) valid->request_id = core_->NewRequestId();
-  valid->client = absl::StrCat(req.remote_addr, ":", req.remote_port);
+  valid->client = client;
   ResponseHeader header;
   header.endpoint = endpoint;
   header.id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", valid->request_id);
