@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "nlohmann/json.hpp"
 #include "services/gateway/openai/openai_stream.h"
 
@@ -199,6 +202,59 @@ TEST(OpenAiProtocolTest, ChatStreamEventsOpenWithTheRoleAndEndWithDone) {
   EXPECT_NE(events.find(R"("finish_reason":"stop")"), std::string::npos);
   const std::string error = b.End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone"));
   EXPECT_NE(error.find(R"("error":)"), std::string::npos);
+}
+
+// A text delta's event comes from a template made once per stream: byte for
+// byte what the whole chunk rendered anew gives, whatever the text, the
+// header's strings (a model named like the key the template looks for) or
+// the endpoint.
+TEST(OpenAiProtocolTest, TextEventsEqualTheWholeChunkRenderedAnew) {
+  const std::vector<std::string> texts = {"Hi",
+                                          " world",
+                                          "\"quoted\" and \\ back",
+                                          "line\nbreak\tand\r",
+                                          "\x01\x1f\x7f",
+                                          "caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x99\x82",
+                                          "\xff\xfe broken \xc3",
+                                          "\"text\":\"x\"",
+                                          "x",
+                                          "</script>"};
+  const std::vector<std::string> models = {"m", R"(m"text":"x")", R"(m","content":"x")",
+                                           "caf\xc3\xa9\n"};
+  for (const Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChat}) {
+    for (const bool usage : {false, true}) {
+      for (const std::string& model : models) {
+        ResponseHeader h;
+        h.endpoint = endpoint;
+        h.id = endpoint == Endpoint::kChat ? "chatcmpl-7" : "cmpl-7";
+        h.created = 1765000000;
+        h.model = model;
+        h.system_fingerprint = "fp_1";
+        ResponseBuilder b(h, usage);
+        std::string events;
+        std::string expected;
+        bool first = true;
+        for (const std::string& text : texts) {
+          ced::v1::GenerateResponse delta;
+          delta.set_text(text);
+          b.AppendEvents(delta, &events);
+          if (first && endpoint == Endpoint::kChat) {
+            expected += "data: " + ChunkJson(h, "", "", /*role_only=*/true, usage) + "\n\n";
+          }
+          first = false;
+          expected += "data: " + ChunkJson(h, text, "", false, usage) + "\n\n";
+        }
+        EXPECT_EQ(events, expected) << "model " << model << ", usage " << usage;
+        // Each event is JSON whose text is the delta's (invalid UTF-8 replaced).
+        const size_t last = events.rfind("data: ", events.size() - 3);
+        const Json chunk = Json::parse(events.substr(last + 6, events.size() - last - 8));
+        const Json& choice = chunk["choices"][0];
+        EXPECT_EQ(endpoint == Endpoint::kChat ? choice["delta"]["content"] : choice["text"],
+                  "</script>");
+        EXPECT_EQ(chunk["model"], model);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -581,6 +581,8 @@ std::string ChunkJson(const ResponseHeader& header, const std::string& text,
   return Dump(j);
 }
 
+std::string JsonString(const std::string& text) { return Dump(OrderedJson(text)); }
+
 std::string UsageChunkJson(const ResponseHeader& header, const UsageCounts& usage) {
   OrderedJson j = Base(header, /*chunk=*/true);
   j["choices"] = OrderedJson::array();

@@ -91,6 +91,9 @@ std::string CompletionJson(const ResponseHeader& header, const std::string& text
 // (OpenAI's shape when include_usage is on).
 std::string ChunkJson(const ResponseHeader& header, const std::string& text,
                       const std::string& finish_reason, bool role_only, bool with_usage_null);
+// `text` as a JSON string value, quotes included, escaped as every JSON
+// body here is (invalid UTF-8 becomes U+FFFD).
+std::string JsonString(const std::string& text);
 // The final usage chunk: "choices": [] and usage.
 std::string UsageChunkJson(const ResponseHeader& header, const UsageCounts& usage);
 

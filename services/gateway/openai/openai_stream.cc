@@ -48,6 +48,30 @@ void ResponseBuilder::AppendEvent(const std::string& json, std::string* out) con
   out->append("\n\n");
 }
 
+void ResponseBuilder::AppendTextEvent(const std::string& text, std::string* out) {
+  if (text_before_.empty()) {
+    // One chunk rendered with a placeholder text that needs no escaping; its
+    // string value is the last one with this key (choices come after id and
+    // model, and a quote inside those is escaped, so they cannot match).
+    const std::string json = ChunkJson(header_, "x", "", false, include_usage_);
+    const std::string key =
+        header_.endpoint == Endpoint::kChat ? R"("content":"x")" : R"("text":"x")";
+    const size_t at = json.rfind(key);
+    if (at == std::string::npos) {  // never: ChunkJson writes the key
+      AppendEvent(ChunkJson(header_, text, "", false, include_usage_), out);
+      return;
+    }
+    const size_t value = at + key.size() - 3;  // the opening quote of "x"
+    text_before_ = json.substr(0, value);
+    text_after_ = json.substr(value + 3);
+  }
+  out->append("data: ");
+  out->append(text_before_);
+  out->append(JsonString(text));
+  out->append(text_after_);
+  out->append("\n\n");
+}
+
 void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std::string* out) {
   if (finished_) return;
   if (!opened_ && header_.endpoint == Endpoint::kChat) {
@@ -56,7 +80,7 @@ void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std
   opened_ = true;
   if (!IsFinal(message)) {
     if (!message.text().empty()) {
-      AppendEvent(ChunkJson(header_, message.text(), "", false, include_usage_), out);
+      AppendTextEvent(message.text(), out);
     }
     return;
   }

@@ -35,11 +35,18 @@ class ResponseBuilder {
 
  private:
   void AppendEvent(const std::string& json, std::string* out) const;
+  // The event of a text delta (not the first chunk, not the last): the same
+  // bytes as ChunkJson gives, from a template made once per stream, since
+  // only the text differs from one token to the next.
+  void AppendTextEvent(const std::string& text, std::string* out);
 
   const ResponseHeader header_;
   const bool include_usage_;
   bool opened_ = false;
   bool finished_ = false;
+  // The text event's JSON before and after its text's string value.
+  std::string text_before_;
+  std::string text_after_;
   std::string text_;  // non-streaming
   std::string finish_reason_;
   UsageCounts usage_;
