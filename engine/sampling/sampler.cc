@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -139,7 +140,37 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
   }
+  for (const auto& [name, value] :
+       {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+        {"frequency_penalty", p.frequency_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be in [-2, 2] (0 = off), got ", value));
+    }
+  }
   return absl::OkStatus();
+}
+
+GeneratedCounts GeneratedCounts::FromPromptTail(absl::Span<const int32_t> prompt,
+                                                uint64_t generated) {
+  GeneratedCounts counts;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(generated, prompt.size()));
+  for (int32_t token : prompt.subspan(prompt.size() - n)) counts.Add(token);
+  return counts;
+}
+
+int GeneratedCounts::count(int32_t token) const {
+  const auto it = counts_.find(token);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+void GeneratedCounts::ApplyPenalties(float* logits, int vocab_size,
+                                     const SamplingParams& params) const {
+  if (!params.has_penalties()) return;
+  for (const auto& [token, count] : counts_) {
+    if (token < 0 || token >= vocab_size) continue;
+    logits[token] -= static_cast<float>(count) * params.frequency_penalty + params.presence_penalty;
+  }
 }
 
 double SamplingUniform(uint64_t seed, uint64_t step) {

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace ced {
 
@@ -23,10 +25,17 @@ struct SamplingParams {
   // tokens (migration) sets k, so its step j draws as step k + j of the
   // original request.
   uint64_t step_offset = 0;
+  // OpenAI's penalties on the tokens generated so far (not the prompt), each
+  // in [-2, 2], 0 = off; see ApplyPenalties.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+
+  bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f; }
 };
 
 // InvalidArgument naming the field: temperature negative or not finite,
-// top_k negative, top_p outside (0, 1].
+// top_k negative, top_p outside (0, 1], a penalty outside [-2, 2] or not
+// finite.
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 // Samples one token id from `logits[0 .. vocab_size)` for generation step
@@ -37,6 +46,29 @@ absl::Status ValidateSamplingParams(const SamplingParams& params);
 // a single uniform draw from hash(seed, step_offset + step). NaN logits are never chosen
 // (unless every logit is NaN or -inf: then id 0). `params` must be valid.
 int SampleToken(const float* logits, int vocab_size, const SamplingParams& params, uint64_t step);
+
+// How often each token was generated so far, for the penalties. A request
+// continued elsewhere after k tokens (step_offset k: its prompt ends with
+// them) starts from the last k prompt tokens (FromPromptTail).
+class GeneratedCounts {
+ public:
+  GeneratedCounts() = default;
+  // The last `generated` tokens of `prompt` (all of it if shorter).
+  static GeneratedCounts FromPromptTail(absl::Span<const int32_t> prompt, uint64_t generated);
+
+  void Add(int32_t token) { ++counts_[token]; }
+  int count(int32_t token) const;
+  bool empty() const { return counts_.empty(); }
+
+  // Applies `params`' penalties to logits[0 .. vocab_size) in place, before
+  // temperature and everything else, as OpenAI defines them: for every token
+  // t generated c > 0 times, logit[t] -= c * frequency_penalty +
+  // presence_penalty. Tokens outside the vocabulary are ignored.
+  void ApplyPenalties(float* logits, int vocab_size, const SamplingParams& params) const;
+
+ private:
+  absl::flat_hash_map<int32_t, int> counts_;
+};
 
 // The uniform draw in [0, 1) used for (seed, step); exposed for tests.
 double SamplingUniform(uint64_t seed, uint64_t step);

@@ -159,6 +159,9 @@ int Generate(const std::vector<std::string>& raw_args) {
       {"top-k", "0", "0 = off"},
       {"top-p", "0", "nucleus mass in (0, 1]; 0 = off"},
       {"seed", "0", "sampling seed: same seed, same tokens"},
+      {"presence-penalty", "0", "lowers the logit of every token already generated, in [-2, 2]"},
+      {"frequency-penalty", "0",
+       "lowers a generated token's logit once per time it was generated, in [-2, 2]"},
       {"stop", "", "stop strings, comma-separated, C escapes (\\n, \\x2c); repeatable"},
       {"stop-token-ids", "", "stop token ids, comma-separated"},
       {"ignore-eos", "", "keep generating after EOS", true},
@@ -206,8 +209,11 @@ int Generate(const std::vector<std::string>& raw_args) {
   auto seed = flags->GetInt("seed");
   auto temperature = flags->GetDouble("temperature");
   auto top_p = flags->GetDouble("top-p");
+  auto presence_penalty = flags->GetDouble("presence-penalty");
+  auto frequency_penalty = flags->GetDouble("frequency-penalty");
   for (const absl::Status& s :
-       {max_tokens.status(), top_k.status(), seed.status(), temperature.status(), top_p.status()}) {
+       {max_tokens.status(), top_k.status(), seed.status(), temperature.status(), top_p.status(),
+        presence_penalty.status(), frequency_penalty.status()}) {
     if (!s.ok()) return Fail(kGenerateWords, std::string(s.message()), 2);
   }
   // Range checks are the gateway's job: it answers INVALID_ARGUMENT naming the field.
@@ -216,6 +222,8 @@ int Generate(const std::vector<std::string>& raw_args) {
   request.set_seed(static_cast<uint64_t>(*seed));
   request.set_temperature(static_cast<float>(*temperature));
   request.set_top_p(static_cast<float>(*top_p));
+  request.set_presence_penalty(static_cast<float>(*presence_penalty));
+  request.set_frequency_penalty(static_cast<float>(*frequency_penalty));
   request.set_ignore_eos(flags->GetBool("ignore-eos"));
   request.set_request_id(flags->Get("request-id"));
   request.set_session_id(flags->Get("session-id"));

@@ -85,6 +85,9 @@ int Generate(const std::vector<std::string>& args) {
       {"top-k", "0", "0 = off"},
       {"top-p", "1", "nucleus mass in (0, 1]"},
       {"seed", "0", "sampling seed: same seed, same tokens"},
+      {"presence-penalty", "0", "lowers the logit of every token already generated, in [-2, 2]"},
+      {"frequency-penalty", "0",
+       "lowers a generated token's logit once per time it was generated, in [-2, 2]"},
       {"replay", "bounded", "replay length: bounded (R from config) or exact"},
       {"replay-on", "prefill", "where the replay runs: prefill or decode (deferred)"},
       {"kv-format", "", "override the cache format: f32, bf16, fp8_e4m3, fp4_e2m1"},
@@ -120,7 +123,8 @@ int Generate(const std::vector<std::string>& args) {
     } else {
       client.insert(client.end(), {"--prompt-ids", flags->Get("prompt-ids")});
     }
-    for (const char* name : {"max-tokens", "temperature", "top-k", "top-p", "seed"}) {
+    for (const char* name : {"max-tokens", "temperature", "top-k", "top-p", "seed",
+                             "presence-penalty", "frequency-penalty"}) {
       client.push_back(std::string("--") + name);
       client.push_back(flags->Get(name));
     }
@@ -136,8 +140,11 @@ int Generate(const std::vector<std::string>& args) {
   auto temperature = flags->GetDouble("temperature");
   auto top_p = flags->GetDouble("top-p");
   auto chunk = flags->GetInt("chunk");
-  for (const absl::Status& s : {max_tokens.status(), top_k.status(), seed.status(),
-                                temperature.status(), top_p.status(), chunk.status()}) {
+  auto presence_penalty = flags->GetDouble("presence-penalty");
+  auto frequency_penalty = flags->GetDouble("frequency-penalty");
+  for (const absl::Status& s :
+       {max_tokens.status(), top_k.status(), seed.status(), temperature.status(), top_p.status(),
+        chunk.status(), presence_penalty.status(), frequency_penalty.status()}) {
     if (!s.ok()) return Fail(kWords, std::string(s.message()), 2);
   }
   if (*max_tokens < 1) return Fail(kWords, "--max-tokens must be at least 1", 2);
@@ -147,12 +154,16 @@ int Generate(const std::vector<std::string>& args) {
   sp.top_k = static_cast<int>(*top_k);
   sp.top_p = static_cast<float>(*top_p);
   sp.seed = static_cast<uint64_t>(*seed);
+  sp.presence_penalty = static_cast<float>(*presence_penalty);
+  sp.frequency_penalty = static_cast<float>(*frequency_penalty);
   if (absl::Status s = ValidateSamplingParams(sp); !s.ok()) {
     // Named by the flag that set the field ("top_p must be ..." -> "--top-p must be ...").
     std::string message(s.message());
     for (const auto& [field, flag] : {std::pair<std::string, std::string>{"top_p", "--top-p"},
                                       {"top_k", "--top-k"},
-                                      {"temperature", "--temperature"}}) {
+                                      {"temperature", "--temperature"},
+                                      {"presence_penalty", "--presence-penalty"},
+                                      {"frequency_penalty", "--frequency-penalty"}}) {
       if (absl::StartsWith(message, field)) message = flag + message.substr(field.size());
     }
     return Fail(kWords, message, 2);
@@ -227,9 +238,12 @@ int Generate(const std::vector<std::string>& args) {
   if (!flags->GetBool("ignore-eos")) stop.eos_token_id = (*tokenizer)->eos_id();
   IncrementalDecoder text(tokenizer->get());
   int generated = 0;
+  GeneratedCounts counts;  // for the penalties
   FinishReason finish = FinishReason::kNone;
   while (true) {
+    counts.ApplyPenalties(logits.data(), config.vocab_size, sp);
     const int token = SampleToken(logits.data(), config.vocab_size, sp, generated);
+    if (sp.has_penalties()) counts.Add(token);
     if (!dump_path.empty()) {
       dump_tokens.push_back(token);
       dump_logits.emplace_back(logits.begin(), logits.begin() + config.vocab_size);

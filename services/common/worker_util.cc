@@ -58,6 +58,8 @@ SamplingParams FromProto(const ced::internal::SamplingParams& p) {
   s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
   s.seed = p.seed();
   s.step_offset = p.step_offset();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
   return s;
 }
 
@@ -67,6 +69,8 @@ void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out) {
   out->set_top_p(p.top_p);
   out->set_seed(p.seed);
   out->set_step_offset(p.step_offset);
+  out->set_presence_penalty(p.presence_penalty);
+  out->set_frequency_penalty(p.frequency_penalty);
 }
 
 ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string& worker_id,

@@ -77,6 +77,7 @@ void DecodeWorker::Emit(Request* r, int32_t token) {
     r->pending.push_back(std::move(chunk));
   r->generated += 1;
   r->last_token = token;
+  if (r->sampling.has_penalties()) r->generated_counts.Add(token);
   m_->generated->Increment();
   const StopConditions& stop = r->stop;
   FinishReason reason = FinishReason::FINISH_REASON_UNSPECIFIED;
@@ -144,7 +145,10 @@ void DecodeWorker::StartRequest(Request* r) {
     Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(status.message()), ToGrpc(status));
     return;
   }
-  if (first < 0) first = SampleToken(logits.data(), c.vocab_size, r->sampling, 0);
+  if (first < 0) {
+    r->generated_counts.ApplyPenalties(logits.data(), c.vocab_size, r->sampling);
+    first = SampleToken(logits.data(), c.vocab_size, r->sampling, 0);
+  }
   Emit(r, first);
 }
 
@@ -266,7 +270,9 @@ void DecodeWorker::SchedulerLoop() {
       Request* r = decodes[i];
       if (!r->finished) {
         if (logits.ok()) {
-          Emit(r, SampleToken(logits->data() + i * V, V, r->sampling, r->generated));
+          float* row = logits->data() + i * V;
+          r->generated_counts.ApplyPenalties(row, V, r->sampling);
+          Emit(r, SampleToken(row, V, r->sampling, r->generated));
         } else {
           Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(logits.status().message()),
                  ToGrpc(logits.status()));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -119,6 +120,15 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
   out.sampling.top_p = top_p == 0 ? 1.0f : top_p;
   out.sampling.top_k = request.top_k();
   out.sampling.seed = request.seed();
+  for (const auto& [name, value] :
+       {std::pair<const char*, float>{"presence_penalty", request.presence_penalty()},
+        {"frequency_penalty", request.frequency_penalty()}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      return Invalid(name, absl::StrCat("must be in [-2, 2] (0 = off), got ", value));
+    }
+  }
+  out.sampling.presence_penalty = request.presence_penalty();
+  out.sampling.frequency_penalty = request.frequency_penalty();
   RETURN_IF_ERROR(ValidateSamplingParams(out.sampling));
 
   // Stop conditions.

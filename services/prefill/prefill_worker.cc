@@ -583,7 +583,13 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     m_->prompt_tokens->Increment(n);
     job.replayed = pre->replay_done && !c.IsDecoderOnly();
     if (pre->replay_done) {
-      first = SampleToken(pre->logits.data(), c.vocab_size, FromProto(job.req.sampling()), 0);
+      const SamplingParams sampling = FromProto(job.req.sampling());
+      if (sampling.has_penalties()) {
+        // A continued request's prompt ends with the tokens it generated.
+        GeneratedCounts::FromPromptTail(job.tokens, sampling.step_offset)
+            .ApplyPenalties(pre->logits.data(), c.vocab_size, sampling);
+      }
+      first = SampleToken(pre->logits.data(), c.vocab_size, sampling, 0);
       if (!c.IsDecoderOnly()) m_->replays->Increment();
       ced::internal::PrefillResponse r;
       r.mutable_first_token()->set_token_id(first);

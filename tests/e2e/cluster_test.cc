@@ -84,6 +84,48 @@ TEST_F(E2eClusterTest, ExactReplayAndSamplingAgreeAcrossPlacements) {
   }
 }
 
+// Presence and frequency penalties reach the sampler wherever it runs (the
+// first token on the prefill worker when it replays, every other on the
+// decode worker), counting the tokens generated so far on either.
+TEST_F(E2eClusterTest, PenaltiesAgreeAcrossPlacementsAndChangeTheOutput) {
+  ASSERT_TRUE(cluster_->ready());
+  const auto prompt = Prompt(80, 4);
+  SamplingParams greedy;
+  SamplingParams sp;
+  sp.presence_penalty = 0.7f;
+  sp.frequency_penalty = 0.4f;
+  const auto plain = Colocated(*model_, prompt, 32, ReplayMode::kBounded, greedy);
+  const auto expected = Colocated(*model_, prompt, 32, ReplayMode::kBounded, sp);
+  ASSERT_NE(expected, plain) << "the penalties change nothing on this prompt: pick another";
+  for (auto on : {ced::v1::REPLAY_ON_PREFILL, ced::v1::REPLAY_ON_DECODE}) {
+    auto req = Request(prompt, 32, on);
+    req.set_presence_penalty(0.7f);
+    req.set_frequency_penalty(0.4f);
+    GenResult r = Generate(cluster_->gateway(), req);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, expected) << "replay_on " << on;
+  }
+  // Sampled, with a negative penalty (repetition encouraged).
+  sp.temperature = 0.9f;
+  sp.seed = 77;
+  sp.presence_penalty = -1.0f;
+  const auto sampled = Colocated(*model_, prompt, 24, ReplayMode::kBounded, sp);
+  auto req = Request(prompt, 24, ced::v1::REPLAY_ON_DECODE);
+  req.set_temperature(0.9f);
+  req.set_seed(77);
+  req.set_presence_penalty(-1.0f);
+  req.set_frequency_penalty(0.4f);
+  GenResult r = Generate(cluster_->gateway(), req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, sampled);
+  // Out of range: refused naming the field.
+  req.set_frequency_penalty(2.5f);
+  r = Generate(cluster_->gateway(), req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(r.status.error_message().rfind("frequency_penalty:", 0), 0u)
+      << r.status.error_message();
+}
+
 TEST_F(E2eClusterTest, ConcurrentRequestsAreAllCorrect) {
   ASSERT_TRUE(cluster_->ready());
   constexpr int kRequests = 6;

@@ -3,6 +3,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include <future>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -73,6 +74,16 @@ std::vector<int32_t> ColocatedEngine::Run(const std::vector<int32_t>& prompt, in
     std::vector<float> logits = pre->logits;
     const int vocab = engine_->config().vocab_size;
     for (int step = 0; step < max_tokens; ++step) {
+      // The penalties as OpenAI defines them, computed here from the tokens
+      // generated so far (not with the sampler's GeneratedCounts).
+      if (sampling.presence_penalty != 0 || sampling.frequency_penalty != 0) {
+        std::map<int32_t, int> seen;
+        for (int32_t t : out) ++seen[t];
+        for (const auto& [t, c] : seen) {
+          logits[t] -=
+              static_cast<float>(c) * sampling.frequency_penalty + sampling.presence_penalty;
+        }
+      }
       out.push_back(SampleToken(logits.data(), vocab, sampling, static_cast<uint64_t>(step)));
       if (step + 1 == max_tokens) break;
       DecodeInput in{*seq, out.back()};

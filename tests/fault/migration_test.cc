@@ -111,6 +111,10 @@ struct Case {
   const char* name;
   float temperature;
   ced::v1::ReplayOn replay_on;
+  // Penalties count the tokens generated before the move too: the worker
+  // that continues finds them at the end of its prompt.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
 };
 
 class FaultMigrationTest : public ::testing::TestWithParam<Case> {};
@@ -133,7 +137,17 @@ TEST_P(FaultMigrationTest, DecodeWorkerKilledMidStreamMigrates) {
     sampling.top_p = 0.95f;
     sampling.seed = 1234;
   }
+  req.set_presence_penalty(param.presence_penalty);
+  req.set_frequency_penalty(param.frequency_penalty);
+  sampling.presence_penalty = param.presence_penalty;
+  sampling.frequency_penalty = param.frequency_penalty;
   const std::vector<int32_t> want = ref.Run(prompt, kTokens, ReplayMode::kBounded, sampling);
+  if (sampling.has_penalties()) {
+    SamplingParams plain = sampling;
+    plain.presence_penalty = plain.frequency_penalty = 0.0f;
+    ASSERT_NE(want, ref.Run(prompt, kTokens, ReplayMode::kBounded, plain))
+        << "the penalties change nothing here: the case tests nothing";
+  }
 
   TimedStream stream(c.gateway().grpc(), req);
   ASSERT_TRUE(stream.ReadTokens(kKillAfterTokens));
@@ -171,9 +185,12 @@ TEST_P(FaultMigrationTest, DecodeWorkerKilledMidStreamMigrates) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sampling, FaultMigrationTest,
-    ::testing::Values(Case{"greedy", 0.0f, ced::v1::REPLAY_ON_AUTO},
-                      Case{"sampled", 0.8f, ced::v1::REPLAY_ON_AUTO},
-                      Case{"sampled_replay_on_decode", 0.8f, ced::v1::REPLAY_ON_DECODE}),
+    ::testing::Values(
+        Case{"greedy", 0.0f, ced::v1::REPLAY_ON_AUTO},
+        Case{"sampled", 0.8f, ced::v1::REPLAY_ON_AUTO},
+        Case{"sampled_replay_on_decode", 0.8f, ced::v1::REPLAY_ON_DECODE},
+        Case{"greedy_penalties_replay_on_prefill", 0.0f, ced::v1::REPLAY_ON_PREFILL, 0.5f, 0.3f},
+        Case{"sampled_penalties_replay_on_decode", 0.8f, ced::v1::REPLAY_ON_DECODE, 0.4f, 0.6f}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(FaultMigrationLimitTest, LimitZeroEndsTheStreamWithUnavailable) {

@@ -49,6 +49,14 @@ TEST_F(RequestValidationTest, AcceptsAndResolvesDefaults) {
   EXPECT_EQ(v->sampling.top_p, 1.0f);
   EXPECT_EQ(v->replay_on, ced::internal::REPLAY_ON_DECODE);
   EXPECT_EQ(v->stop_token_ids, (std::vector<int32_t>{10}));
+  EXPECT_EQ(v->sampling.presence_penalty, 0.0f);
+  EXPECT_FALSE(v->sampling.has_penalties());
+  r.set_presence_penalty(-2.0f);  // the ends of the range are allowed
+  r.set_frequency_penalty(2.0f);
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->sampling.presence_penalty, -2.0f);
+  EXPECT_EQ(v->sampling.frequency_penalty, 2.0f);
 }
 
 TEST_F(RequestValidationTest, MaxTokensIsRequiredAndMustFitTheContext) {
@@ -95,6 +103,10 @@ TEST_F(RequestValidationTest, EveryBadFieldIsNamed) {
       {"top_p", [](GenerateRequest* r) { r->set_top_p(-0.1f); }},
       {"top_p", [=](GenerateRequest* r) { r->set_top_p(nan); }},
       {"top_k", [](GenerateRequest* r) { r->set_top_k(-1); }},
+      {"presence_penalty", [](GenerateRequest* r) { r->set_presence_penalty(2.5f); }},
+      {"presence_penalty", [=](GenerateRequest* r) { r->set_presence_penalty(nan); }},
+      {"frequency_penalty", [](GenerateRequest* r) { r->set_frequency_penalty(-2.01f); }},
+      {"frequency_penalty", [=](GenerateRequest* r) { r->set_frequency_penalty(-inf); }},
       {"stop",
        [](GenerateRequest* r) {
          for (int i = 0; i < 17; ++i) r->add_stop("s");

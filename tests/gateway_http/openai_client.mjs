@@ -1,6 +1,6 @@
 // Drives the gateway's OpenAI-compatible API with the official `openai` npm
-// client: completions and chat (system and developer messages), streamed and
-// not, and two errors. Prints one JSON object with what came back
+// client: completions (with and without penalties) and chat (system and
+// developer messages), streamed and not, and two errors. Prints one JSON object with what came back
 // (tests/gateway_http/openai_cluster_test.cc compares it with the gRPC API's
 // answer for the same request).
 // Usage: node openai_client.mjs NODE_MODULES_DIR BASE_URL MODEL
@@ -24,6 +24,10 @@ out.completion = {
   usage: completion.usage,
   object: completion.object,
 };
+
+const penalized = await client.completions.create({
+  model, prompt, ...sampling, presence_penalty: 0.5, frequency_penalty: 1.2 });
+out.completion_penalties = { text: penalized.choices[0].text };
 
 let text = "";
 const reasons = [];

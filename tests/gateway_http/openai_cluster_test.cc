@@ -53,8 +53,11 @@ std::string Quote(const std::string& s) {
 }
 
 // The text of a gRPC Generate with the sampling the clients use.
-std::string GrpcText(const std::string& gateway, const std::string& prompt) {
+std::string GrpcText(const std::string& gateway, const std::string& prompt,
+                     float presence_penalty = 0.0f, float frequency_penalty = 0.0f) {
   ced::v1::GenerateRequest req;
+  req.set_presence_penalty(presence_penalty);
+  req.set_frequency_penalty(frequency_penalty);
   req.set_prompt(prompt);
   req.set_add_bos(true);  // what /v1/completions does with a text prompt by default
   req.set_max_tokens(12);
@@ -120,6 +123,10 @@ TEST_F(OpenAiClusterTest, OfficialOpenAiClientGetsTheGrpcText) {
   ASSERT_FALSE(reasons.empty());
   for (size_t i = 0; i + 1 < reasons.size(); ++i) EXPECT_TRUE(reasons[i].is_null()) << out;
   EXPECT_EQ(reasons.back(), "length");
+  // The client's penalty fields reach the sampler as gRPC's do.
+  const std::string penalized = GrpcText(Grpc(), "The quick brown fox", 0.5f, 1.2f);
+  EXPECT_NE(penalized, expected) << "the penalties change nothing here: the check tests nothing";
+  EXPECT_EQ(j["completion_penalties"]["text"], penalized) << out;
 
   // Chat: the model's (built-in) template renders the messages.
   std::vector<ChatMessage> messages(2);

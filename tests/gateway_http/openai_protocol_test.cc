@@ -20,7 +20,7 @@ TEST(OpenAiProtocolTest, CompletionFieldsMapOntoTheGrpcRequest) {
       "seed": -1, "stop": ["a", "bc"], "n": 1, "user": "x", "stream": true,
       "stream_options": {"include_usage": true}, "ignore_eos": true, "replay_on": "decode",
       "replay_mode": "exact", "top_k": 5, "stop_token_ids": [7], "session_id": "s1",
-      "presence_penalty": 0, "logprobs": null, "echo": false})");
+      "presence_penalty": 0.25, "frequency_penalty": -1.5, "logprobs": null, "echo": false})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->model, "m");
   EXPECT_TRUE(r->stream);
@@ -39,6 +39,8 @@ TEST(OpenAiProtocolTest, CompletionFieldsMapOntoTheGrpcRequest) {
   EXPECT_EQ(g.top_k(), 5);
   EXPECT_EQ(g.stop_token_ids(0), 7);
   EXPECT_EQ(g.session_id(), "s1");  // a routing hint, validated like the gRPC field
+  EXPECT_FLOAT_EQ(g.presence_penalty(), 0.25f);
+  EXPECT_FLOAT_EQ(g.frequency_penalty(), -1.5f);
 }
 
 TEST(OpenAiProtocolTest, PromptForms) {
@@ -108,7 +110,8 @@ TEST(OpenAiProtocolTest, NeutralFieldsAreAcceptedOnlyAtTheirNeutralValues) {
       {R"("metadata": [])", "metadata"},
       {R"("service_tier": "flex")", "service_tier"},
       {R"("suffix": "end")", "suffix"},
-      {R"("frequency_penalty": 0.5)", "frequency_penalty"},
+      {R"("frequency_penalty": "0.5")", "frequency_penalty"},
+      {R"("presence_penalty": true)", "presence_penalty"},
   };
   for (const auto& [field, name] : bad) {
     const std::string body =

@@ -287,6 +287,78 @@ TEST(SamplerTest, ValidationNamesTheField) {
   expect_error(Params(0.0f, 0, 0.0f, 0), "top_p");
   expect_error(Params(0.0f, 0, 1.01f, 0), "top_p");
   expect_error(Params(0.0f, 0, std::nanf(""), 0), "top_p");
+  SamplingParams p;
+  p.presence_penalty = 2.0f;
+  p.frequency_penalty = -2.0f;
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());  // the ends of the range
+  p.presence_penalty = 2.5f;
+  expect_error(p, "presence_penalty");
+  p.presence_penalty = 0.0f;
+  p.frequency_penalty = std::nanf("");
+  expect_error(p, "frequency_penalty");
+  p.frequency_penalty = -std::numeric_limits<float>::infinity();
+  expect_error(p, "frequency_penalty");
+}
+
+// OpenAI's definition, computed here from the list of generated tokens:
+// logit[t] -= count(t) * frequency_penalty + (count(t) > 0) * presence_penalty.
+TEST(SamplerTest, PenaltiesLowerEachGeneratedTokenByItsCount) {
+  const int vocab = 300;
+  const std::vector<float> logits = RandomLogits(vocab, 11);
+  // Repeats, and ids outside the vocabulary (ignored).
+  const std::vector<int32_t> generated = {5, 17, 5, 299, 5, 17, 0, 300, -1, 42};
+  for (const auto& [presence, frequency] :
+       {std::pair<float, float>{0.5f, 0.0f}, {0.0f, 0.75f}, {1.25f, -0.5f}, {-2.0f, 2.0f}}) {
+    SamplingParams p;
+    p.presence_penalty = presence;
+    p.frequency_penalty = frequency;
+    GeneratedCounts counts;
+    for (int32_t t : generated) counts.Add(t);
+    std::vector<float> got = logits;
+    counts.ApplyPenalties(got.data(), vocab, p);
+    for (int t = 0; t < vocab; ++t) {
+      const auto c = std::count(generated.begin(), generated.end(), t);
+      const float expected =
+          c == 0 ? logits[t] : logits[t] - (static_cast<float>(c) * frequency + presence);
+      EXPECT_FLOAT_EQ(got[t], expected) << "token " << t << ", count " << c;
+    }
+    EXPECT_EQ(counts.count(5), 3);
+    EXPECT_EQ(counts.count(6), 0);
+  }
+  // No penalties: the logits are left alone whatever was generated.
+  GeneratedCounts counts;
+  for (int32_t t : generated) counts.Add(t);
+  std::vector<float> same = logits;
+  counts.ApplyPenalties(same.data(), vocab, SamplingParams{});
+  EXPECT_EQ(same, logits);
+}
+
+// Penalties act before the choice, greedy included: a repeated token loses
+// its lead.
+TEST(SamplerTest, PenaltiesChangeTheGreedyChoice) {
+  std::vector<float> logits = {5.0f, 4.5f, 1.0f};
+  SamplingParams p;
+  p.presence_penalty = 1.0f;
+  GeneratedCounts counts;
+  EXPECT_EQ(SampleToken(logits.data(), 3, p, 0), 0);
+  counts.Add(0);
+  counts.ApplyPenalties(logits.data(), 3, p);
+  EXPECT_EQ(SampleToken(logits.data(), 3, p, 1), 1);
+  EXPECT_FLOAT_EQ(logits[0], 4.0f);
+}
+
+// A continued request (step_offset k) counts the last k prompt tokens as
+// generated: they are the tokens it generated before it moved.
+TEST(SamplerTest, CountsOfAContinuedRequestComeFromThePromptTail) {
+  const std::vector<int32_t> prompt = {1, 2, 3, 9, 9, 4};
+  GeneratedCounts three = GeneratedCounts::FromPromptTail(prompt, 3);
+  EXPECT_EQ(three.count(9), 2);
+  EXPECT_EQ(three.count(4), 1);
+  EXPECT_EQ(three.count(3), 0);
+  EXPECT_TRUE(GeneratedCounts::FromPromptTail(prompt, 0).empty());
+  GeneratedCounts all = GeneratedCounts::FromPromptTail(prompt, 100);  // more than the prompt
+  EXPECT_EQ(all.count(1), 1);
+  EXPECT_EQ(all.count(9), 2);
 }
 
 TEST(StopTest, CheckStop) {

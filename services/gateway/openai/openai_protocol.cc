@@ -253,10 +253,7 @@ absl::Status ParseReplayMode(const Json& v, ced::v1::GenerateRequest* out) {
 
 // Fields accepted only at the value that changes nothing.
 absl::Status CheckNeutral(const std::string& key, const Json& v) {
-  if (key == "presence_penalty" || key == "frequency_penalty") {
-    ASSIGN_OR_RETURN(double x, GetNumber(key, v));
-    if (x != 0) return InvalidField(key, "is not supported (only 0)");
-  } else if (key == "logprobs" || key == "echo") {
+  if (key == "logprobs" || key == "echo") {
     if (!(v.is_boolean() && !v.get<bool>()) && !(v.is_number_integer() && v.get<int64_t>() == 0)) {
       return InvalidField(key, "is not supported (only false/null)");
     }
@@ -365,6 +362,12 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
       ASSIGN_OR_RETURN(int64_t seed, GetInt(key, v, std::numeric_limits<int64_t>::min(),
                                             std::numeric_limits<int64_t>::max()));
       g.set_seed(static_cast<uint64_t>(seed));
+    } else if (key == "presence_penalty") {  // the range is checked with the gRPC request's
+      ASSIGN_OR_RETURN(double x, GetNumber(key, v));
+      g.set_presence_penalty(static_cast<float>(x));
+    } else if (key == "frequency_penalty") {
+      ASSIGN_OR_RETURN(double x, GetNumber(key, v));
+      g.set_frequency_penalty(static_cast<float>(x));
     } else if (key == "stop") {
       RETURN_IF_ERROR(ParseStop(v, &g));
     } else if (key == "stop_token_ids") {
