@@ -148,28 +148,66 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
           absl::StrCat(name, " must be in [-2, 2] (0 = off), got ", value));
     }
   }
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "repetition_penalty must be finite and > 0 (1 = off), got ", p.repetition_penalty));
+  }
+  if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logit_bias: at most ", kMaxLogitBias, " entries, got ", p.logit_bias.size()));
+  }
+  absl::flat_hash_set<int32_t> biased;
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (token < 0 || !biased.insert(token).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias[", token, "]: ", token < 0 ? "not a token id" : "given twice"));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias[", token, "] must be in [-100, 100], got ", bias));
+    }
+  }
   return absl::OkStatus();
 }
 
-GeneratedCounts GeneratedCounts::FromPromptTail(absl::Span<const int32_t> prompt,
-                                                uint64_t generated) {
-  GeneratedCounts counts;
-  const size_t n = static_cast<size_t>(std::min<uint64_t>(generated, prompt.size()));
-  for (int32_t token : prompt.subspan(prompt.size() - n)) counts.Add(token);
-  return counts;
+SamplingHistory::SamplingHistory(absl::Span<const int32_t> prompt, const SamplingParams& params)
+    : count_(params.has_penalties()), seen_(params.repetition_penalty != 1.0f) {
+  if (seen_) tokens_.insert(prompt.begin(), prompt.end());
+  if (count_) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(params.step_offset, prompt.size()));
+    for (int32_t token : prompt.subspan(prompt.size() - n)) ++counts_[token];
+  }
 }
 
-int GeneratedCounts::count(int32_t token) const {
+void SamplingHistory::Add(int32_t token) {
+  if (count_) ++counts_[token];
+  if (seen_) tokens_.insert(token);
+}
+
+int SamplingHistory::count(int32_t token) const {
   const auto it = counts_.find(token);
   return it == counts_.end() ? 0 : it->second;
 }
 
-void GeneratedCounts::ApplyPenalties(float* logits, int vocab_size,
-                                     const SamplingParams& params) const {
-  if (!params.has_penalties()) return;
-  for (const auto& [token, count] : counts_) {
-    if (token < 0 || token >= vocab_size) continue;
-    logits[token] -= static_cast<float>(count) * params.frequency_penalty + params.presence_penalty;
+void SamplingHistory::Apply(float* logits, int vocab_size, const SamplingParams& params) const {
+  auto in_vocab = [vocab_size](int32_t t) { return t >= 0 && t < vocab_size; };
+  for (const auto& [token, bias] : params.logit_bias) {
+    if (in_vocab(token)) logits[token] += bias;
+  }
+  if (params.repetition_penalty != 1.0f) {
+    const float p = params.repetition_penalty;
+    for (int32_t token : tokens_) {
+      if (!in_vocab(token)) continue;
+      float& l = logits[token];
+      l = l > 0 ? l / p : l * p;
+    }
+  }
+  if (params.has_penalties()) {
+    for (const auto& [token, count] : counts_) {
+      if (!in_vocab(token)) continue;
+      logits[token] -=
+          static_cast<float>(count) * params.frequency_penalty + params.presence_penalty;
+    }
   }
 }
 

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 
@@ -25,17 +27,32 @@ struct SamplingParams {
   // tokens (migration) sets k, so its step j draws as step k + j of the
   // original request.
   uint64_t step_offset = 0;
+  // How the logits are adjusted before the choice (SamplingHistory::Apply,
+  // in this order). OpenAI's logit_bias: added to these tokens' logits, each
+  // in [-100, 100], ids unique.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // The repetition penalty of Hugging Face's and vLLM's generation, over the
+  // prompt's and the generated tokens: > 0, 1 = off.
+  float repetition_penalty = 1.0f;
   // OpenAI's penalties on the tokens generated so far (not the prompt), each
-  // in [-2, 2], 0 = off; see ApplyPenalties.
+  // in [-2, 2], 0 = off.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
 
   bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f; }
+  bool adjusts_logits() const {
+    return has_penalties() || repetition_penalty != 1.0f || !logit_bias.empty();
+  }
 };
 
+// At most this many logit_bias entries per request.
+inline constexpr int kMaxLogitBias = 1024;
+
 // InvalidArgument naming the field: temperature negative or not finite,
-// top_k negative, top_p outside (0, 1], a penalty outside [-2, 2] or not
-// finite.
+// top_k negative, top_p outside (0, 1], a presence or frequency penalty
+// outside [-2, 2] or not finite, a repetition penalty not finite and > 0, a
+// logit bias on a negative or repeated id, outside [-100, 100], or more than
+// kMaxLogitBias of them. (Ids past the vocabulary are the caller's to refuse.)
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 // Samples one token id from `logits[0 .. vocab_size)` for generation step
@@ -47,27 +64,35 @@ absl::Status ValidateSamplingParams(const SamplingParams& params);
 // (unless every logit is NaN or -inf: then id 0). `params` must be valid.
 int SampleToken(const float* logits, int vocab_size, const SamplingParams& params, uint64_t step);
 
-// How often each token was generated so far, for the penalties. A request
-// continued elsewhere after k tokens (step_offset k: its prompt ends with
-// them) starts from the last k prompt tokens (FromPromptTail).
-class GeneratedCounts {
+// What one request's logit adjustments need to know of its tokens: how
+// often each was generated (presence and frequency penalties) and which ones
+// the prompt or the output hold (repetition penalty); only what its
+// SamplingParams use is kept.
+class SamplingHistory {
  public:
-  GeneratedCounts() = default;
-  // The last `generated` tokens of `prompt` (all of it if shorter).
-  static GeneratedCounts FromPromptTail(absl::Span<const int32_t> prompt, uint64_t generated);
+  SamplingHistory() = default;
+  // A request with this prompt. A request continued elsewhere after k tokens
+  // (step_offset k) has them at the end of its prompt: they count as
+  // generated.
+  SamplingHistory(absl::Span<const int32_t> prompt, const SamplingParams& params);
 
-  void Add(int32_t token) { ++counts_[token]; }
-  int count(int32_t token) const;
-  bool empty() const { return counts_.empty(); }
+  // A token generated (ignored when nothing needs it).
+  void Add(int32_t token);
+  int count(int32_t token) const;  // times generated (when counted)
 
-  // Applies `params`' penalties to logits[0 .. vocab_size) in place, before
-  // temperature and everything else, as OpenAI defines them: for every token
-  // t generated c > 0 times, logit[t] -= c * frequency_penalty +
-  // presence_penalty. Tokens outside the vocabulary are ignored.
-  void ApplyPenalties(float* logits, int vocab_size, const SamplingParams& params) const;
+  // Adjusts logits[0 .. vocab_size) in place before the choice, in this
+  // order: logit[t] += logit_bias[t]; for every token t of the prompt or
+  // the output, logit[t] = logit[t] > 0 ? logit[t] / repetition_penalty :
+  // logit[t] * repetition_penalty; for every token t generated c > 0 times,
+  // logit[t] -= c * frequency_penalty + presence_penalty (OpenAI's
+  // definition). Greedy requests too. Ids outside the vocabulary are ignored.
+  void Apply(float* logits, int vocab_size, const SamplingParams& params) const;
 
  private:
+  bool count_ = false;  // presence / frequency penalties
+  bool seen_ = false;   // repetition penalty
   absl::flat_hash_map<int32_t, int> counts_;
+  absl::flat_hash_set<int32_t> tokens_;  // the prompt's and the output's
 };
 
 // The uniform draw in [0, 1) used for (seed, step); exposed for tests.

@@ -162,6 +162,10 @@ int Generate(const std::vector<std::string>& raw_args) {
       {"presence-penalty", "0", "lowers the logit of every token already generated, in [-2, 2]"},
       {"frequency-penalty", "0",
        "lowers a generated token's logit once per time it was generated, in [-2, 2]"},
+      {"repetition-penalty", "0",
+       "divides (multiplies when negative) the logit of every prompt or generated token; 0 or 1 "
+       "= off"},
+      {"logit-bias", "", "ID:BIAS,...: added to these tokens' logits, each in [-100, 100]"},
       {"stop", "", "stop strings, comma-separated, C escapes (\\n, \\x2c); repeatable"},
       {"stop-token-ids", "", "stop token ids, comma-separated"},
       {"ignore-eos", "", "keep generating after EOS", true},
@@ -211,9 +215,12 @@ int Generate(const std::vector<std::string>& raw_args) {
   auto top_p = flags->GetDouble("top-p");
   auto presence_penalty = flags->GetDouble("presence-penalty");
   auto frequency_penalty = flags->GetDouble("frequency-penalty");
+  auto repetition_penalty = flags->GetDouble("repetition-penalty");
+  auto logit_bias = ParseLogitBias(flags->Get("logit-bias"));
   for (const absl::Status& s :
        {max_tokens.status(), top_k.status(), seed.status(), temperature.status(), top_p.status(),
-        presence_penalty.status(), frequency_penalty.status()}) {
+        presence_penalty.status(), frequency_penalty.status(), repetition_penalty.status(),
+        logit_bias.status()}) {
     if (!s.ok()) return Fail(kGenerateWords, std::string(s.message()), 2);
   }
   // Range checks are the gateway's job: it answers INVALID_ARGUMENT naming the field.
@@ -224,6 +231,8 @@ int Generate(const std::vector<std::string>& raw_args) {
   request.set_top_p(static_cast<float>(*top_p));
   request.set_presence_penalty(static_cast<float>(*presence_penalty));
   request.set_frequency_penalty(static_cast<float>(*frequency_penalty));
+  request.set_repetition_penalty(static_cast<float>(*repetition_penalty));
+  for (const auto& [id, bias] : *logit_bias) (*request.mutable_logit_bias())[id] = bias;
   request.set_ignore_eos(flags->GetBool("ignore-eos"));
   request.set_request_id(flags->Get("request-id"));
   request.set_session_id(flags->Get("session-id"));

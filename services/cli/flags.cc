@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace ced::cli {
 
@@ -106,6 +107,23 @@ std::string FormatHelp(const std::string& usage, const std::string& summary,
     if (head.size() < 28) head.resize(28, ' ');
     else absl::StrAppend(&head, "\n", std::string(28, ' '));
     absl::StrAppend(&out, head, s.help, "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::pair<int32_t, float>>> ParseLogitBias(const std::string& text) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (text.empty()) return out;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(piece, ':');
+    int32_t id = 0;
+    float bias = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &id) ||
+        !absl::SimpleAtof(parts[1], &bias)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--logit-bias: '", piece, "' is not ID:BIAS (e.g. 13:-100,42:5)"));
+    }
+    out.emplace_back(id, bias);
   }
   return out;
 }

@@ -1,8 +1,10 @@
 // A small `--name=value` / `--name value` parser for the ced subcommands.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,6 +47,11 @@ class Flags {
 // Leaves an existing file as it is and no new file behind. INVALID_ARGUMENT
 // naming the flag and the path.
 absl::Status CheckWritable(const std::string& flag, const std::string& path);
+
+// --logit-bias's "ID:BIAS,ID:BIAS" (empty: none); the ranges are the
+// sampler's or the gateway's to check. INVALID_ARGUMENT naming the flag and
+// the piece.
+absl::StatusOr<std::vector<std::pair<int32_t, float>>> ParseLogitBias(const std::string& text);
 
 // "Usage: <usage>\n\n<summary>\n\nFlags:\n  --name (default) help..."
 std::string FormatHelp(const std::string& usage, const std::string& summary,

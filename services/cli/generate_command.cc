@@ -88,6 +88,9 @@ int Generate(const std::vector<std::string>& args) {
       {"presence-penalty", "0", "lowers the logit of every token already generated, in [-2, 2]"},
       {"frequency-penalty", "0",
        "lowers a generated token's logit once per time it was generated, in [-2, 2]"},
+      {"repetition-penalty", "1",
+       "divides (multiplies when negative) the logit of every prompt or generated token; 1 = off"},
+      {"logit-bias", "", "ID:BIAS,...: added to these tokens' logits, each in [-100, 100]"},
       {"replay", "bounded", "replay length: bounded (R from config) or exact"},
       {"replay-on", "prefill", "where the replay runs: prefill or decode (deferred)"},
       {"kv-format", "", "override the cache format: f32, bf16, fp8_e4m3, fp4_e2m1"},
@@ -123,8 +126,9 @@ int Generate(const std::vector<std::string>& args) {
     } else {
       client.insert(client.end(), {"--prompt-ids", flags->Get("prompt-ids")});
     }
-    for (const char* name : {"max-tokens", "temperature", "top-k", "top-p", "seed",
-                             "presence-penalty", "frequency-penalty"}) {
+    for (const char* name :
+         {"max-tokens", "temperature", "top-k", "top-p", "seed", "presence-penalty",
+          "frequency-penalty", "repetition-penalty", "logit-bias"}) {
       client.push_back(std::string("--") + name);
       client.push_back(flags->Get(name));
     }
@@ -142,9 +146,12 @@ int Generate(const std::vector<std::string>& args) {
   auto chunk = flags->GetInt("chunk");
   auto presence_penalty = flags->GetDouble("presence-penalty");
   auto frequency_penalty = flags->GetDouble("frequency-penalty");
+  auto repetition_penalty = flags->GetDouble("repetition-penalty");
+  auto logit_bias = ParseLogitBias(flags->Get("logit-bias"));
   for (const absl::Status& s :
        {max_tokens.status(), top_k.status(), seed.status(), temperature.status(), top_p.status(),
-        chunk.status(), presence_penalty.status(), frequency_penalty.status()}) {
+        chunk.status(), presence_penalty.status(), frequency_penalty.status(),
+        repetition_penalty.status(), logit_bias.status()}) {
     if (!s.ok()) return Fail(kWords, std::string(s.message()), 2);
   }
   if (*max_tokens < 1) return Fail(kWords, "--max-tokens must be at least 1", 2);
@@ -156,6 +163,8 @@ int Generate(const std::vector<std::string>& args) {
   sp.seed = static_cast<uint64_t>(*seed);
   sp.presence_penalty = static_cast<float>(*presence_penalty);
   sp.frequency_penalty = static_cast<float>(*frequency_penalty);
+  sp.repetition_penalty = static_cast<float>(*repetition_penalty);
+  sp.logit_bias = *std::move(logit_bias);
   if (absl::Status s = ValidateSamplingParams(sp); !s.ok()) {
     // Named by the flag that set the field ("top_p must be ..." -> "--top-p must be ...").
     std::string message(s.message());
@@ -163,7 +172,9 @@ int Generate(const std::vector<std::string>& args) {
                                       {"top_k", "--top-k"},
                                       {"temperature", "--temperature"},
                                       {"presence_penalty", "--presence-penalty"},
-                                      {"frequency_penalty", "--frequency-penalty"}}) {
+                                      {"frequency_penalty", "--frequency-penalty"},
+                                      {"repetition_penalty", "--repetition-penalty"},
+                                      {"logit_bias", "--logit-bias"}}) {
       if (absl::StartsWith(message, field)) message = flag + message.substr(field.size());
     }
     return Fail(kWords, message, 2);
@@ -238,12 +249,12 @@ int Generate(const std::vector<std::string>& args) {
   if (!flags->GetBool("ignore-eos")) stop.eos_token_id = (*tokenizer)->eos_id();
   IncrementalDecoder text(tokenizer->get());
   int generated = 0;
-  GeneratedCounts counts;  // for the penalties
+  SamplingHistory history(prompt, sp);  // for the penalties
   FinishReason finish = FinishReason::kNone;
   while (true) {
-    counts.ApplyPenalties(logits.data(), config.vocab_size, sp);
+    history.Apply(logits.data(), config.vocab_size, sp);
     const int token = SampleToken(logits.data(), config.vocab_size, sp, generated);
-    if (sp.has_penalties()) counts.Add(token);
+    history.Add(token);
     if (!dump_path.empty()) {
       dump_tokens.push_back(token);
       dump_logits.emplace_back(logits.begin(), logits.begin() + config.vocab_size);

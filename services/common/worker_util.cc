@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -60,6 +61,9 @@ SamplingParams FromProto(const ced::internal::SamplingParams& p) {
   s.step_offset = p.step_offset();
   s.presence_penalty = p.presence_penalty();
   s.frequency_penalty = p.frequency_penalty();
+  s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());  // a map's order is unspecified
   return s;
 }
 
@@ -71,6 +75,9 @@ void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out) {
   out->set_step_offset(p.step_offset);
   out->set_presence_penalty(p.presence_penalty);
   out->set_frequency_penalty(p.frequency_penalty);
+  out->set_repetition_penalty(p.repetition_penalty);
+  out->mutable_logit_bias()->clear();
+  for (const auto& [token, bias] : p.logit_bias) (*out->mutable_logit_bias())[token] = bias;
 }
 
 ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string& worker_id,

@@ -246,9 +246,7 @@ absl::StatusOr<ced::internal::ReserveResponse> DecodeWorker::Reserve(
   r->id_hash = RequestIdHash(req.request_id());
   r->prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
   r->sampling = FromProto(req.sampling());
-  if (r->sampling.has_penalties()) {
-    r->generated_counts = GeneratedCounts::FromPromptTail(r->prompt, r->sampling.step_offset);
-  }
+  if (r->sampling.adjusts_logits()) r->history = SamplingHistory(r->prompt, r->sampling);
   r->stop.max_tokens = req.max_tokens();
   r->stop.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   r->replay_mode = req.replay().mode() == ced::internal::REPLAY_MODE_EXACT ? ReplayMode::kExact

@@ -77,7 +77,7 @@ void DecodeWorker::Emit(Request* r, int32_t token) {
     r->pending.push_back(std::move(chunk));
   r->generated += 1;
   r->last_token = token;
-  if (r->sampling.has_penalties()) r->generated_counts.Add(token);
+  r->history.Add(token);
   m_->generated->Increment();
   const StopConditions& stop = r->stop;
   FinishReason reason = FinishReason::FINISH_REASON_UNSPECIFIED;
@@ -146,7 +146,7 @@ void DecodeWorker::StartRequest(Request* r) {
     return;
   }
   if (first < 0) {
-    r->generated_counts.ApplyPenalties(logits.data(), c.vocab_size, r->sampling);
+    r->history.Apply(logits.data(), c.vocab_size, r->sampling);
     first = SampleToken(logits.data(), c.vocab_size, r->sampling, 0);
   }
   Emit(r, first);
@@ -271,7 +271,7 @@ void DecodeWorker::SchedulerLoop() {
       if (!r->finished) {
         if (logits.ok()) {
           float* row = logits->data() + i * V;
-          r->generated_counts.ApplyPenalties(row, V, r->sampling);
+          r->history.Apply(row, V, r->sampling);
           Emit(r, SampleToken(row, V, r->sampling, r->generated));
         } else {
           Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(logits.status().message()),

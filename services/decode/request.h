@@ -52,9 +52,8 @@ struct DecodeWorker::Request {
   // Scheduler thread only.
   int generated = 0;
   int32_t last_token = -1;
-  // The tokens generated so far, with a migrated request's (the prompt's
-  // last step_offset tokens): kept only when the request has penalties.
-  GeneratedCounts generated_counts;
+  // What the logit adjustments (penalties) need of its prompt and output.
+  SamplingHistory history;
   bool replayed_here = false;
   Clock::time_point t_reserve, t_ready, t_first, t_last;
   double prefill_ms = 0, replay_ms = 0;

@@ -129,6 +129,25 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
   }
   out.sampling.presence_penalty = request.presence_penalty();
   out.sampling.frequency_penalty = request.frequency_penalty();
+  const float repetition = request.repetition_penalty();
+  if (!std::isfinite(repetition) || repetition < 0) {
+    return Invalid("repetition_penalty",
+                   absl::StrCat("must be > 0 (0 or 1 = off), got ", repetition));
+  }
+  out.sampling.repetition_penalty = repetition == 0.0f ? 1.0f : repetition;
+  if (request.logit_bias_size() > kMaxLogitBias) {
+    return Invalid("logit_bias", absl::StrCat("at most ", kMaxLogitBias, " entries, got ",
+                                              request.logit_bias_size()));
+  }
+  for (const auto& [token, bias] : request.logit_bias()) {
+    const std::string field = absl::StrCat("logit_bias[", token, "]");
+    RETURN_IF_ERROR(CheckTokenId(field, token, limits.vocab_size));
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return Invalid(field, absl::StrCat("must be in [-100, 100], got ", bias));
+    }
+    out.sampling.logit_bias.emplace_back(token, bias);
+  }
+  std::sort(out.sampling.logit_bias.begin(), out.sampling.logit_bias.end());
   RETURN_IF_ERROR(ValidateSamplingParams(out.sampling));
 
   // Stop conditions.

@@ -584,10 +584,8 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     job.replayed = pre->replay_done && !c.IsDecoderOnly();
     if (pre->replay_done) {
       const SamplingParams sampling = FromProto(job.req.sampling());
-      if (sampling.has_penalties()) {
-        // A continued request's prompt ends with the tokens it generated.
-        GeneratedCounts::FromPromptTail(job.tokens, sampling.step_offset)
-            .ApplyPenalties(pre->logits.data(), c.vocab_size, sampling);
+      if (sampling.adjusts_logits()) {
+        SamplingHistory(job.tokens, sampling).Apply(pre->logits.data(), c.vocab_size, sampling);
       }
       first = SampleToken(pre->logits.data(), c.vocab_size, sampling, 0);
       if (!c.IsDecoderOnly()) m_->replays->Increment();

@@ -126,6 +126,40 @@ TEST_F(E2eClusterTest, PenaltiesAgreeAcrossPlacementsAndChangeTheOutput) {
       << r.status.error_message();
 }
 
+// The repetition penalty (prompt and output) and logit_bias, on both
+// replay placements.
+TEST_F(E2eClusterTest, RepetitionPenaltyAndLogitBiasAgreeAcrossPlacements) {
+  ASSERT_TRUE(cluster_->ready());
+  const auto prompt = Prompt(80, 5);
+  SamplingParams sp;
+  sp.repetition_penalty = 1.4f;
+  sp.logit_bias = {{prompt[3], 1.5f}, {200, -0.5f}};
+  const auto plain = Colocated(*model_, prompt, 24, ReplayMode::kBounded, SamplingParams{});
+  const auto expected = Colocated(*model_, prompt, 24, ReplayMode::kBounded, sp);
+  ASSERT_NE(expected, plain) << "the adjustments change nothing on this prompt: pick another";
+  for (auto on : {ced::v1::REPLAY_ON_PREFILL, ced::v1::REPLAY_ON_DECODE}) {
+    auto req = Request(prompt, 24, on);
+    req.set_repetition_penalty(1.4f);
+    (*req.mutable_logit_bias())[prompt[3]] = 1.5f;
+    (*req.mutable_logit_bias())[200] = -0.5f;
+    GenResult r = Generate(cluster_->gateway(), req);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, expected) << "replay_on " << on;
+  }
+  // +100 forces a token at every step.
+  auto req = Request(prompt, 6, ced::v1::REPLAY_ON_AUTO);
+  (*req.mutable_logit_bias())[65] = 100.0f;
+  GenResult r = Generate(cluster_->gateway(), req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, std::vector<int32_t>(6, 65));
+  // A token id outside the vocabulary: refused naming it.
+  (*req.mutable_logit_bias())[1 << 20] = 1.0f;
+  r = Generate(cluster_->gateway(), req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(r.status.error_message().rfind("logit_bias[1048576]:", 0), 0u)
+      << r.status.error_message();
+}
+
 TEST_F(E2eClusterTest, ConcurrentRequestsAreAllCorrect) {
   ASSERT_TRUE(cluster_->ready());
   constexpr int kRequests = 6;

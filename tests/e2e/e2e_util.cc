@@ -4,6 +4,7 @@
 
 #include <future>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -74,8 +75,18 @@ std::vector<int32_t> ColocatedEngine::Run(const std::vector<int32_t>& prompt, in
     std::vector<float> logits = pre->logits;
     const int vocab = engine_->config().vocab_size;
     for (int step = 0; step < max_tokens; ++step) {
-      // The penalties as OpenAI defines them, computed here from the tokens
-      // generated so far (not with the sampler's GeneratedCounts).
+      // The logit adjustments as their definitions say, computed here from
+      // the prompt and the tokens generated so far (not with the sampler's
+      // SamplingHistory): bias, repetition penalty, OpenAI's penalties.
+      for (const auto& [t, bias] : sampling.logit_bias) logits[t] += bias;
+      if (sampling.repetition_penalty != 1.0f) {
+        std::set<int32_t> seen(prompt.begin(), prompt.end());
+        seen.insert(out.begin(), out.end());
+        for (int32_t t : seen) {
+          logits[t] = logits[t] > 0 ? logits[t] / sampling.repetition_penalty
+                                    : logits[t] * sampling.repetition_penalty;
+        }
+      }
       if (sampling.presence_penalty != 0 || sampling.frequency_penalty != 0) {
         std::map<int32_t, int> seen;
         for (int32_t t : out) ++seen[t];

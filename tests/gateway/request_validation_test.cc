@@ -7,6 +7,8 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "services/gateway/request_parsing.h"
 
@@ -57,6 +59,15 @@ TEST_F(RequestValidationTest, AcceptsAndResolvesDefaults) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->sampling.presence_penalty, -2.0f);
   EXPECT_EQ(v->sampling.frequency_penalty, 2.0f);
+  EXPECT_EQ(v->sampling.repetition_penalty, 1.0f) << "0 (unset) means off";
+  r.set_repetition_penalty(1.2f);
+  (*r.mutable_logit_bias())[9] = -100.0f;
+  (*r.mutable_logit_bias())[3] = 100.0f;
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->sampling.repetition_penalty, 1.2f);
+  EXPECT_EQ(v->sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{3, 100.0f}, {9, -100.0f}}));
 }
 
 TEST_F(RequestValidationTest, MaxTokensIsRequiredAndMustFitTheContext) {
@@ -107,6 +118,16 @@ TEST_F(RequestValidationTest, EveryBadFieldIsNamed) {
       {"presence_penalty", [=](GenerateRequest* r) { r->set_presence_penalty(nan); }},
       {"frequency_penalty", [](GenerateRequest* r) { r->set_frequency_penalty(-2.01f); }},
       {"frequency_penalty", [=](GenerateRequest* r) { r->set_frequency_penalty(-inf); }},
+      {"repetition_penalty", [](GenerateRequest* r) { r->set_repetition_penalty(-1.0f); }},
+      {"repetition_penalty", [=](GenerateRequest* r) { r->set_repetition_penalty(nan); }},
+      {"logit_bias[300]", [](GenerateRequest* r) { (*r->mutable_logit_bias())[300] = 1.0f; }},
+      {"logit_bias[-2]", [](GenerateRequest* r) { (*r->mutable_logit_bias())[-2] = 1.0f; }},
+      {"logit_bias[7]", [](GenerateRequest* r) { (*r->mutable_logit_bias())[7] = 101.0f; }},
+      {"logit_bias[7]", [=](GenerateRequest* r) { (*r->mutable_logit_bias())[7] = nan; }},
+      {"logit_bias",
+       [](GenerateRequest* r) {
+         for (int i = 0; i <= 1024; ++i) (*r->mutable_logit_bias())[i] = 0.0f;
+       }},
       {"stop",
        [](GenerateRequest* r) {
          for (int i = 0; i < 17; ++i) r->add_stop("s");

@@ -43,6 +43,32 @@ TEST(OpenAiProtocolTest, CompletionFieldsMapOntoTheGrpcRequest) {
   EXPECT_FLOAT_EQ(g.frequency_penalty(), -1.5f);
 }
 
+TEST(OpenAiProtocolTest, LogitBiasAndRepetitionPenalty) {
+  auto r = ParseRequest(Endpoint::kChat, R"({"model": "m",
+      "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"50": -100, "7": 2.5},
+      "repetition_penalty": 1.1})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const ced::v1::GenerateRequest& g = r->generate;
+  ASSERT_EQ(g.logit_bias_size(), 2);
+  EXPECT_FLOAT_EQ(g.logit_bias().at(50), -100.0f);
+  EXPECT_FLOAT_EQ(g.logit_bias().at(7), 2.5f);
+  EXPECT_FLOAT_EQ(g.repetition_penalty(), 1.1f);
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("logit_bias": {"x": 1})", "logit_bias"},
+      {R"("logit_bias": {"5": "1"})", "logit_bias[5]"},
+      {R"("logit_bias": [1])", "logit_bias"},
+      {R"("repetition_penalty": "1")", "repetition_penalty"},
+  };
+  for (const auto& [field, name] : bad) {
+    const std::string body =
+        std::string(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], )") + field +
+        "}";
+    auto e = ParseRequest(Endpoint::kChat, body);
+    ASSERT_FALSE(e.ok()) << body;
+    EXPECT_EQ(FieldOf(e.status()), name) << body << ": " << e.status();
+  }
+}
+
 TEST(OpenAiProtocolTest, PromptForms) {
   auto ids = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": [[1, 2, 3]]})");
   ASSERT_TRUE(ids.ok()) << ids.status();

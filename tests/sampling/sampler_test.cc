@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -300,65 +301,127 @@ TEST(SamplerTest, ValidationNamesTheField) {
   expect_error(p, "frequency_penalty");
 }
 
-// OpenAI's definition, computed here from the list of generated tokens:
-// logit[t] -= count(t) * frequency_penalty + (count(t) > 0) * presence_penalty.
-TEST(SamplerTest, PenaltiesLowerEachGeneratedTokenByItsCount) {
+// The adjustments as their definitions say, computed here from the prompt
+// and the list of generated tokens: logit_bias added; the repetition penalty
+// over every prompt or generated token (divide a positive logit, multiply a
+// negative one); then logit[t] -= count(t) * frequency_penalty +
+// (count(t) > 0) * presence_penalty (OpenAI's definition).
+TEST(SamplerTest, AdjustmentsFollowTheirDefinitions) {
   const int vocab = 300;
   const std::vector<float> logits = RandomLogits(vocab, 11);
+  const std::vector<int32_t> prompt = {7, 8, 8, 17, 250};
   // Repeats, and ids outside the vocabulary (ignored).
   const std::vector<int32_t> generated = {5, 17, 5, 299, 5, 17, 0, 300, -1, 42};
-  for (const auto& [presence, frequency] :
-       {std::pair<float, float>{0.5f, 0.0f}, {0.0f, 0.75f}, {1.25f, -0.5f}, {-2.0f, 2.0f}}) {
+  struct Case {
+    float presence, frequency, repetition;
+    std::vector<std::pair<int32_t, float>> bias;
+  };
+  const std::vector<Case> cases = {
+      {0.5f, 0.0f, 1.0f, {}},
+      {0.0f, 0.75f, 1.0f, {}},
+      {1.25f, -0.5f, 1.0f, {}},
+      {-2.0f, 2.0f, 1.0f, {}},
+      {0.0f, 0.0f, 1.3f, {}},
+      {0.0f, 0.0f, 0.7f, {}},
+      {0.0f, 0.0f, 1.0f, {{3, 100.0f}, {5, -100.0f}, {301, 5.0f}}},
+      {0.4f, 0.6f, 1.2f, {{5, 2.5f}, {9, -1.0f}, {250, 0.5f}}},
+  };
+  for (const Case& k : cases) {
     SamplingParams p;
-    p.presence_penalty = presence;
-    p.frequency_penalty = frequency;
-    GeneratedCounts counts;
-    for (int32_t t : generated) counts.Add(t);
+    p.presence_penalty = k.presence;
+    p.frequency_penalty = k.frequency;
+    p.repetition_penalty = k.repetition;
+    p.logit_bias = k.bias;
+    SamplingHistory history(prompt, p);
+    for (int32_t t : generated) history.Add(t);
     std::vector<float> got = logits;
-    counts.ApplyPenalties(got.data(), vocab, p);
+    history.Apply(got.data(), vocab, p);
     for (int t = 0; t < vocab; ++t) {
+      float want = logits[t];
+      for (const auto& [id, b] : k.bias) {
+        if (id == t) want += b;
+      }
+      const auto in_prompt = std::count(prompt.begin(), prompt.end(), t);
       const auto c = std::count(generated.begin(), generated.end(), t);
-      const float expected =
-          c == 0 ? logits[t] : logits[t] - (static_cast<float>(c) * frequency + presence);
-      EXPECT_FLOAT_EQ(got[t], expected) << "token " << t << ", count " << c;
+      if (in_prompt + c > 0) want = want > 0 ? want / k.repetition : want * k.repetition;
+      if (c > 0) want -= static_cast<float>(c) * k.frequency + k.presence;
+      EXPECT_FLOAT_EQ(got[t], want)
+          << "token " << t << ", count " << c << ", repetition " << k.repetition;
     }
-    EXPECT_EQ(counts.count(5), 3);
-    EXPECT_EQ(counts.count(6), 0);
+    if (p.has_penalties()) {
+      EXPECT_EQ(history.count(5), 3);
+      EXPECT_EQ(history.count(6), 0);
+      EXPECT_EQ(history.count(8), 0) << "the prompt is not counted as generated";
+    }
   }
-  // No penalties: the logits are left alone whatever was generated.
-  GeneratedCounts counts;
-  for (int32_t t : generated) counts.Add(t);
+  // Nothing asked for: the logits are left alone whatever was generated.
+  SamplingHistory history(prompt, SamplingParams{});
+  for (int32_t t : generated) history.Add(t);
   std::vector<float> same = logits;
-  counts.ApplyPenalties(same.data(), vocab, SamplingParams{});
+  history.Apply(same.data(), vocab, SamplingParams{});
   EXPECT_EQ(same, logits);
+  EXPECT_FALSE(SamplingParams{}.adjusts_logits());
 }
 
-// Penalties act before the choice, greedy included: a repeated token loses
-// its lead.
-TEST(SamplerTest, PenaltiesChangeTheGreedyChoice) {
+// The adjustments act before the choice, greedy included: a repeated token
+// loses its lead; a bias of +100 forces a token, -100 bans one.
+TEST(SamplerTest, AdjustmentsChangeTheGreedyChoice) {
   std::vector<float> logits = {5.0f, 4.5f, 1.0f};
   SamplingParams p;
   p.presence_penalty = 1.0f;
-  GeneratedCounts counts;
+  SamplingHistory history({}, p);
   EXPECT_EQ(SampleToken(logits.data(), 3, p, 0), 0);
-  counts.Add(0);
-  counts.ApplyPenalties(logits.data(), 3, p);
+  history.Add(0);
+  history.Apply(logits.data(), 3, p);
   EXPECT_EQ(SampleToken(logits.data(), 3, p, 1), 1);
   EXPECT_FLOAT_EQ(logits[0], 4.0f);
+  SamplingParams bias;
+  bias.logit_bias = {{2, 100.0f}, {0, -100.0f}};
+  std::vector<float> again = {5.0f, 4.5f, 1.0f};
+  SamplingHistory({}, bias).Apply(again.data(), 3, bias);
+  EXPECT_EQ(SampleToken(again.data(), 3, bias, 0), 2);
 }
 
 // A continued request (step_offset k) counts the last k prompt tokens as
 // generated: they are the tokens it generated before it moved.
 TEST(SamplerTest, CountsOfAContinuedRequestComeFromThePromptTail) {
   const std::vector<int32_t> prompt = {1, 2, 3, 9, 9, 4};
-  GeneratedCounts three = GeneratedCounts::FromPromptTail(prompt, 3);
+  SamplingParams p;
+  p.frequency_penalty = 1.0f;
+  p.step_offset = 3;
+  const SamplingHistory three(prompt, p);
   EXPECT_EQ(three.count(9), 2);
   EXPECT_EQ(three.count(4), 1);
   EXPECT_EQ(three.count(3), 0);
-  EXPECT_TRUE(GeneratedCounts::FromPromptTail(prompt, 0).empty());
-  GeneratedCounts all = GeneratedCounts::FromPromptTail(prompt, 100);  // more than the prompt
+  p.step_offset = 0;
+  EXPECT_EQ(SamplingHistory(prompt, p).count(9), 0);
+  p.step_offset = 100;  // more than the prompt
+  const SamplingHistory all(prompt, p);
   EXPECT_EQ(all.count(1), 1);
   EXPECT_EQ(all.count(9), 2);
+}
+
+TEST(SamplerTest, RepetitionPenaltyAndLogitBiasAreValidated) {
+  auto error = [](const SamplingParams& p) {
+    return std::string(ValidateSamplingParams(p).message());
+  };
+  SamplingParams p;
+  p.repetition_penalty = 0.0f;
+  EXPECT_NE(error(p).find("repetition_penalty"), std::string::npos);
+  p.repetition_penalty = std::nanf("");
+  EXPECT_NE(error(p).find("repetition_penalty"), std::string::npos);
+  p.repetition_penalty = 1.5f;
+  p.logit_bias = {{4, 100.0f}, {5, -100.0f}};
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+  p.logit_bias = {{4, 100.5f}};
+  EXPECT_NE(error(p).find("logit_bias[4]"), std::string::npos) << error(p);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_NE(error(p).find("logit_bias[-1]"), std::string::npos) << error(p);
+  p.logit_bias = {{4, 1.0f}, {4, 2.0f}};
+  EXPECT_NE(error(p).find("given twice"), std::string::npos) << error(p);
+  p.logit_bias.assign(kMaxLogitBias + 1, {0, 0.0f});
+  for (int i = 0; i <= kMaxLogitBias; ++i) p.logit_bias[i].first = i;
+  EXPECT_NE(error(p).find("at most"), std::string::npos) << error(p);
 }
 
 TEST(StopTest, CheckStop) {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 #include "nlohmann/json.hpp"
@@ -263,8 +264,6 @@ absl::Status CheckNeutral(const std::string& key, const Json& v) {
   } else if (key == "best_of") {
     ASSIGN_OR_RETURN(int64_t x, GetInt(key, v, 1, 1));
     (void)x;
-  } else if (key == "logit_bias") {
-    if (!v.is_object() || !v.empty()) return InvalidField(key, "is not supported (only {})");
   } else if (key == "tool_choice") {
     if (!(v.is_string() && (v == "none" || v == "auto"))) {
       return InvalidField(key, "only \"none\" and \"auto\" are supported");
@@ -368,6 +367,19 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
     } else if (key == "frequency_penalty") {
       ASSIGN_OR_RETURN(double x, GetNumber(key, v));
       g.set_frequency_penalty(static_cast<float>(x));
+    } else if (key == "repetition_penalty") {  // vLLM's extension
+      ASSIGN_OR_RETURN(double x, GetNumber(key, v));
+      g.set_repetition_penalty(static_cast<float>(x));
+    } else if (key == "logit_bias") {  // {"token id": bias}; ids and ranges checked with gRPC's
+      if (!v.is_object()) return WrongType(key, "an object of token id -> number", v);
+      for (const auto& [id_text, bias] : v.items()) {
+        int32_t id = 0;
+        if (!absl::SimpleAtoi(id_text, &id)) {
+          return InvalidField(key, absl::StrCat("key \"", id_text, "\" is not a token id"));
+        }
+        ASSIGN_OR_RETURN(double b, GetNumber(absl::StrCat(key, "[", id, "]"), bias));
+        (*g.mutable_logit_bias())[id] = static_cast<float>(b);
+      }
     } else if (key == "stop") {
       RETURN_IF_ERROR(ParseStop(v, &g));
     } else if (key == "stop_token_ids") {
