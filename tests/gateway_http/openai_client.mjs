@@ -1,6 +1,6 @@
 // Drives the gateway's OpenAI-compatible API with the official `openai` npm
 // client: completions (with and without penalties) and chat (system and
-// developer messages), streamed and not, and two errors. Prints one JSON object with what came back
+// developer messages), streamed and not, two choices (n), and two errors. Prints one JSON object with what came back
 // (tests/gateway_http/openai_cluster_test.cc compares it with the gRPC API's
 // answer for the same request).
 // Usage: node openai_client.mjs NODE_MODULES_DIR BASE_URL MODEL
@@ -82,7 +82,13 @@ async function errorOf(params) {
   }
 }
 out.unknown_model = await errorOf({ model: "no-such-model", prompt });
-out.n_two = await errorOf({ model, prompt, n: 2 });
+out.n_too_many = await errorOf({ model, prompt, n: 17 });
+const two = await client.completions.create({ model, prompt, ...sampling, n: 2 });
+out.two_choices = {
+  texts: two.choices.map((c) => c.text),
+  indexes: two.choices.map((c) => c.index),
+  usage: two.usage,
+};
 out.models = (await client.models.list()).data.map((m) => m.id);
 
 process.stdout.write(JSON.stringify(out) + "\n");

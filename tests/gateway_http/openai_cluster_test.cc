@@ -54,7 +54,8 @@ std::string Quote(const std::string& s) {
 
 // The text of a gRPC Generate with the sampling the clients use.
 std::string GrpcText(const std::string& gateway, const std::string& prompt,
-                     float presence_penalty = 0.0f, float frequency_penalty = 0.0f) {
+                     float presence_penalty = 0.0f, float frequency_penalty = 0.0f,
+                     uint64_t seed = 42) {
   ced::v1::GenerateRequest req;
   req.set_presence_penalty(presence_penalty);
   req.set_frequency_penalty(frequency_penalty);
@@ -62,7 +63,7 @@ std::string GrpcText(const std::string& gateway, const std::string& prompt,
   req.set_add_bos(true);  // what /v1/completions does with a text prompt by default
   req.set_max_tokens(12);
   req.set_temperature(0.8f);
-  req.set_seed(42);
+  req.set_seed(seed);
   req.set_ignore_eos(true);
   const GenResult r = Generate(gateway, req);
   EXPECT_TRUE(r.status.ok()) << r.status.error_message();
@@ -150,8 +151,13 @@ TEST_F(OpenAiClusterTest, OfficialOpenAiClientGetsTheGrpcText) {
 
   EXPECT_EQ(j["unknown_model"]["status"], 404) << out;
   EXPECT_EQ(j["unknown_model"]["code"], "model_not_found") << out;
-  EXPECT_EQ(j["n_two"]["status"], 400) << out;
-  EXPECT_EQ(j["n_two"]["param"], "n") << out;
+  EXPECT_EQ(j["n_too_many"]["status"], 400) << out;
+  EXPECT_EQ(j["n_too_many"]["param"], "n") << out;
+  // n = 2: choice i samples with seed + i, as two requests with those seeds do.
+  EXPECT_EQ(j["two_choices"]["indexes"], Json::array({0, 1})) << out;
+  EXPECT_EQ(j["two_choices"]["texts"][0], expected) << out;
+  EXPECT_EQ(j["two_choices"]["texts"][1], GrpcText(Grpc(), "The quick brown fox", 0, 0, 43)) << out;
+  EXPECT_EQ(j["two_choices"]["usage"]["completion_tokens"], 24) << out;
   EXPECT_EQ(j["models"], Json::array({model})) << out;
 }
 

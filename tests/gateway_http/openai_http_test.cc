@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -215,6 +216,80 @@ TEST_F(OpenAiHttpTest, CompletionWithoutStreaming) {
   }
 }
 
+// n > 1: one call per choice (choice i samples with seed + i), answered
+// together: the choices in index order, the prompt counted once in usage.
+TEST_F(OpenAiHttpTest, SeveralChoicesWithoutStreaming) {
+  ScriptHello();
+  const Reply r = Post("/v1/completions",
+                       R"({"model": "test-model", "prompt": "hi", "max_tokens": 5, "seed": 7,
+                           "temperature": 0.5, "n": 3})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json["choices"].size(), 3u) << r.body;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.json["choices"][i]["index"], i) << r.body;
+    EXPECT_EQ(r.json["choices"][i]["text"], "Hello") << r.body;
+    EXPECT_EQ(r.json["choices"][i]["finish_reason"], "length") << r.body;
+  }
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 15);
+  EXPECT_EQ(r.json["usage"]["total_tokens"], 18);
+  const auto reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), 3u);
+  std::vector<uint64_t> seeds;
+  std::vector<std::string> ids;
+  for (const auto& reserve : reserves) {
+    seeds.push_back(reserve.sampling().seed());
+    ids.push_back(reserve.request_id());
+  }
+  std::sort(seeds.begin(), seeds.end());
+  EXPECT_EQ(seeds, (std::vector<uint64_t>{7, 8, 9}));
+  std::sort(ids.begin(), ids.end());
+  EXPECT_TRUE(std::unique(ids.begin(), ids.end()) == ids.end()) << "one request id per choice";
+  // Out of range: 400 naming n.
+  const Reply bad = Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "n": 17})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.json["error"]["param"], "n") << bad.body;
+}
+
+TEST_F(OpenAiHttpTest, SeveralChoicesStreamed) {
+  ScriptHello();
+  const Reply r = Post("/v1/chat/completions",
+                       R"({"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
+                           "max_tokens": 5, "n": 2, "stream": true,
+                           "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Events e = ParseEvents(r.body);
+  EXPECT_TRUE(e.well_formed) << r.body;
+  EXPECT_TRUE(e.done) << r.body;
+  std::string text[2];
+  int roles[2] = {0, 0}, finishes[2] = {0, 0}, usage_chunks = 0;
+  for (const Json& chunk : e.chunks) {
+    EXPECT_EQ(chunk["id"], e.chunks[0]["id"]);
+    if (chunk["choices"].empty()) {
+      ++usage_chunks;
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], 10) << r.body;
+      continue;
+    }
+    EXPECT_TRUE(chunk["usage"].is_null()) << r.body;
+    ASSERT_EQ(chunk["choices"].size(), 1u);
+    const Json& c = chunk["choices"][0];
+    const int i = c["index"].get<int>();
+    ASSERT_TRUE(i == 0 || i == 1) << r.body;
+    EXPECT_EQ(finishes[i], 0) << "an event after choice " << i << " finished: " << r.body;
+    if (c["delta"].contains("role")) ++roles[i];
+    if (c["delta"].contains("content")) text[i] += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) ++finishes[i];
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(text[i], "Hello") << "choice " << i << ": " << r.body;
+    EXPECT_EQ(roles[i], 1) << r.body;
+    EXPECT_EQ(finishes[i], 1) << r.body;
+  }
+  EXPECT_EQ(usage_chunks, 1) << r.body;
+  EXPECT_TRUE(e.chunks.back()["choices"].empty()) << "the usage chunk comes last: " << r.body;
+  EXPECT_EQ(decode_.reserves().size(), 2u);
+}
+
 TEST_F(OpenAiHttpTest, PromptAsTokenIdsAndDefaultMaxTokens) {
   ScriptHello();
   const Reply r = Post("/v1/completions", R"({"model": "test-model", "prompt": [72, 105, 33]})");
@@ -372,7 +447,7 @@ TEST_F(OpenAiHttpTest, BadRequestsNameTheField) {
       {R"({"model": "test-model", "prompt": "hi", "max_tokens": "5"})", "max_tokens"},
       {R"({"model": "test-model", "prompt": "hi", "max_tokens": 2.5})", "max_tokens"},
       {R"({"model": "test-model", "prompt": "hi", "frobnicate": 1})", "frobnicate"},
-      {R"({"model": "test-model", "prompt": "hi", "n": 2})", "n"},
+      {R"({"model": "test-model", "prompt": "hi", "n": 0})", "n"},
       {R"({"model": "test-model", "prompt": "hi", "stop": 3})", "stop"},
       {R"({"model": "test-model", "prompt": "hi", "stop": ["a", 4]})", "stop[1]"},
       {R"({"model": "test-model", "prompt": "hi", "temperature": -1})", "temperature"},
@@ -628,7 +703,7 @@ TEST_F(OpenAiHttpTest, AccessLogHasALinePerRequest) {
                                         "request_id": "logged-1", "session_id": "s-9"})")
                 .status,
             200);
-  ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "n": 3})").status,
+  ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "n": 30})").status,
             400);
   std::ifstream in(path);
   std::vector<Json> lines;

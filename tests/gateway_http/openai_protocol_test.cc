@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/openai/openai_stream.h"
 
@@ -67,6 +68,40 @@ TEST(OpenAiProtocolTest, LogitBiasAndRepetitionPenalty) {
     ASSERT_FALSE(e.ok()) << body;
     EXPECT_EQ(FieldOf(e.status()), name) << body << ": " << e.status();
   }
+}
+
+TEST(OpenAiProtocolTest, SeveralChoices) {
+  auto r = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 16})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->n, 16);
+  for (const char* n : {"0", "17", "-1", "1.5", "\"2\""}) {
+    auto bad = ParseRequest(Endpoint::kCompletions,
+                            absl::StrCat(R"({"model": "m", "prompt": "x", "n": )", n, "}"));
+    ASSERT_FALSE(bad.ok()) << n;
+    EXPECT_EQ(FieldOf(bad.status()), "n") << n;
+  }
+  ResponseHeader h;
+  h.endpoint = Endpoint::kChat;
+  h.id = "chatcmpl-2";
+  h.model = "m";
+  UsageCounts usage;
+  usage.prompt_tokens = 4;
+  usage.completion_tokens = 9;
+  const Json body = Json::parse(CompletionJson(h, {{"a", "stop"}, {"bc", "length"}}, usage));
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][1]["index"], 1);
+  EXPECT_EQ(body["choices"][1]["message"]["content"], "bc");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "a");
+  EXPECT_EQ(body["usage"]["total_tokens"], 13);
+  // A later choice's stream chunks carry its index.
+  ResponseBuilder b(h, /*include_usage=*/false, /*index=*/3);
+  std::string events;
+  ced::v1::GenerateResponse delta;
+  delta.set_text("z");
+  b.AppendEvents(delta, &events);
+  EXPECT_NE(events.find(R"("index":3)"), std::string::npos) << events;
+  EXPECT_EQ(events.find(R"("index":0)"), std::string::npos) << events;
 }
 
 TEST(OpenAiProtocolTest, PromptForms) {
@@ -174,14 +209,14 @@ TEST(OpenAiProtocolTest, ContentPartsOtherThanTextAreRefusedByType) {
 }
 
 TEST(OpenAiProtocolTest, ErrorsNameTheField) {
-  auto bad = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 3})");
+  auto bad = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": "x", "n": 30})");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(FieldOf(bad.status()), "n");
   EXPECT_EQ(HttpStatusOf(bad.status().code()), 400);
   const Json e = Json::parse(ErrorJson(bad.status()));
   EXPECT_EQ(e["error"]["param"], "n");
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
-  EXPECT_NE(e["error"]["message"].get<std::string>().find("n = 1"), std::string::npos);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("[1, 16]"), std::string::npos);
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kResourceExhausted), 429);
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnavailable), 503);
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kNotFound), 404);

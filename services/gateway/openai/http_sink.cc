@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace ced::gateway::openai {
 
@@ -225,6 +226,59 @@ HttpSink::Wake HttpSink::Take(int socket_fd, absl::Time deadline,
       absl::MutexLock lock(&mu_);
       waiting_ = false;
       if (queue_.empty() && !status_.has_value()) return Wake::kPeerClosed;
+    }
+  }
+}
+
+HttpSink::Wake HttpSink::TakeAny(const std::vector<HttpSink*>& sinks, int socket_fd,
+                                 absl::Time deadline,
+                                 std::vector<std::deque<ced::v1::GenerateResponse>>* out) {
+  out->resize(sinks.size());
+  auto stop_waiting = [&sinks] {
+    for (HttpSink* s : sinks) {
+      absl::MutexLock lock(&s->mu_);
+      s->waiting_ = false;
+    }
+  };
+  std::vector<pollfd> fds;
+  while (true) {
+    bool ready = false;
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      HttpSink* s = sinks[i];
+      absl::MutexLock lock(&s->mu_);
+      if (!s->queue_.empty() || s->status_.has_value() || (s->started_ && !s->started_taken_)) {
+        for (auto& m : s->queue_) (*out)[i].push_back(std::move(m));
+        s->queue_.clear();
+        s->started_taken_ = s->started_;
+        ready = true;
+      } else {
+        s->waiting_ = true;
+      }
+    }
+    if (ready) {
+      stop_waiting();
+      return Wake::kReady;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      stop_waiting();
+      return Wake::kTimeout;
+    }
+    fds.clear();
+    for (HttpSink* s : sinks) fds.push_back({s->event_fd_, POLLIN, 0});
+    if (socket_fd >= 0) fds.push_back({socket_fd, POLLRDHUP, 0});
+    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
+    const int n = poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(ms, 60000)));
+    if (n <= 0) continue;
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      if (fds[i].revents & POLLIN) {
+        uint64_t value;
+        (void)!read(fds[i].fd, &value, sizeof value);
+      }
+    }
+    if (socket_fd >= 0 && (fds.back().revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      stop_waiting();
+      return Wake::kPeerClosed;
     }
   }
 }

@@ -391,7 +391,11 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
     } else if (key == "n") {
       ASSIGN_OR_RETURN(int64_t n, GetInt(key, v, std::numeric_limits<int64_t>::min(),
                                          std::numeric_limits<int64_t>::max()));
-      if (n != 1) return InvalidField(key, absl::StrCat("only n = 1 is supported, got ", n));
+      if (n < 1 || n > kMaxChoices) {
+        return InvalidField(key,
+                            absl::StrCat("choices must be in [1, ", kMaxChoices, "], got ", n));
+      }
+      out.n = static_cast<int>(n);
     } else if (key == "stream") {
       ASSIGN_OR_RETURN(out.stream, GetBool(key, v));
     } else if (key == "stream_options") {
@@ -557,26 +561,36 @@ std::string FinishReasonName(ced::v1::FinishReason reason) {
 
 std::string CompletionJson(const ResponseHeader& header, const std::string& text,
                            const std::string& finish_reason, const UsageCounts& usage) {
+  return CompletionJson(header, std::vector<ChoiceResult>{{text, finish_reason}}, usage);
+}
+
+std::string CompletionJson(const ResponseHeader& header, const std::vector<ChoiceResult>& choices,
+                           const UsageCounts& usage) {
   OrderedJson j = Base(header, /*chunk=*/false);
-  OrderedJson choice;
-  choice["index"] = 0;
-  if (header.endpoint == Endpoint::kChat) {
-    choice["message"] = OrderedJson{{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+  OrderedJson list = OrderedJson::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    OrderedJson choice;
+    choice["index"] = i;
+    if (header.endpoint == Endpoint::kChat) {
+      choice["message"] = OrderedJson{{"role", "assistant"}, {"content", choices[i].text}};
+    } else {
+      choice["text"] = choices[i].text;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = choices[i].finish_reason;
+    list.push_back(std::move(choice));
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason;
-  j["choices"] = OrderedJson::array({std::move(choice)});
+  j["choices"] = std::move(list);
   j["usage"] = UsageObject(usage);
   return Dump(j);
 }
 
 std::string ChunkJson(const ResponseHeader& header, const std::string& text,
-                      const std::string& finish_reason, bool role_only, bool with_usage_null) {
+                      const std::string& finish_reason, bool role_only, bool with_usage_null,
+                      int index) {
   OrderedJson j = Base(header, /*chunk=*/true);
   OrderedJson choice;
-  choice["index"] = 0;
+  choice["index"] = index;
   if (header.endpoint == Endpoint::kChat) {
     OrderedJson delta = OrderedJson::object();
     if (role_only) {

@@ -41,12 +41,16 @@ struct OpenAiRequest {
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  int n = 1;                   // choices: n independent completions of the prompt
   // prompt / prompt_token_ids (completions; chat fills it after rendering),
   // sampling, stop and the extensions. max_tokens is 0 when not given.
   ced::v1::GenerateRequest generate;
   std::vector<ChatMessage> messages;    // chat
   std::vector<std::string> tools_json;  // chat: `tools`, each as JSON text
 };
+
+// The most choices (`n`) one request may ask for.
+inline constexpr int kMaxChoices = 16;
 
 // Parses a request body for `endpoint`. InvalidArgument naming the field
 // (FieldOf names it) for malformed JSON, wrong types, unknown fields and bad
@@ -84,13 +88,23 @@ std::string FinishReasonName(ced::v1::FinishReason reason);
 // A whole (non-streamed) response.
 std::string CompletionJson(const ResponseHeader& header, const std::string& text,
                            const std::string& finish_reason, const UsageCounts& usage);
+// One choice of a whole response.
+struct ChoiceResult {
+  std::string text;
+  std::string finish_reason;
+};
+// A whole response with several choices (index = position).
+std::string CompletionJson(const ResponseHeader& header, const std::vector<ChoiceResult>& choices,
+                           const UsageCounts& usage);
 
-// One stream chunk: `text` as choices[0].text / choices[0].delta.content;
+// One stream chunk: `text` as choices[0].text / choices[0].delta.content
+// of the choice numbered `index`;
 // finish_reason "" = null. `role_only` (chat's first chunk): the delta is
 // {"role": "assistant", "content": ""}. `with_usage_null` adds "usage": null
 // (OpenAI's shape when include_usage is on).
 std::string ChunkJson(const ResponseHeader& header, const std::string& text,
-                      const std::string& finish_reason, bool role_only, bool with_usage_null);
+                      const std::string& finish_reason, bool role_only, bool with_usage_null,
+                      int index = 0);
 // `text` as a JSON string value, quotes included, escaped as every JSON
 // body here is (invalid UTF-8 becomes U+FFFD).
 std::string JsonString(const std::string& text);

@@ -116,6 +116,11 @@ class OpenAiServer::Impl {
   void Route();
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  // A request for n > 1 choices: n calls of the validated request, choice i
+  // sampling with seed + i, answered together.
+  void ServeChoices(int n, const ValidatedRequest& valid, const ResponseHeader& header, bool stream,
+                    bool include_usage, absl::Time received, const httplib::Request& req,
+                    httplib::Response& res);
   absl::Status PreparePrompt(OpenAiRequest* request) const;
   uint64_t Register(std::shared_ptr<GenerateCall> call);
   void Unregister(uint64_t key);
@@ -411,6 +416,11 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
   header.model = core_->settings().model_name;
   header.system_fingerprint = fingerprint_;
   const bool stream = parsed->stream;
+  if (parsed->n > 1) {
+    ServeChoices(parsed->n, *valid, header, stream, parsed->include_usage || options_.force_usage,
+                 received, req, res);
+    return;
+  }
   auto builder = std::make_shared<ResponseBuilder>(
       std::move(header), stream && (parsed->include_usage || options_.force_usage));
 
@@ -521,6 +531,207 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
         return true;
       },
       [this, key](bool) { Unregister(key); });
+}
+
+namespace {
+
+// The calls of one request's choices and what each has sent so far.
+struct Choices {
+  ResponseHeader header;
+  std::vector<std::shared_ptr<GenerateCall>> calls;
+  std::vector<std::shared_ptr<HttpSink>> sinks;
+  std::vector<std::unique_ptr<ResponseBuilder>> builders;
+  std::vector<uint64_t> keys;  // registered with the server
+  bool cancelled = false;
+
+  void CancelAll() {
+    cancelled = true;
+    for (const auto& call : calls) call->Cancel();
+  }
+  bool AllClosed() const {
+    for (const auto& sink : sinks) {
+      if (!sink->closed().has_value()) return false;
+    }
+    return true;
+  }
+  // Once one choice failed the others are cancelled: the request's status is
+  // the first failure that is not such a cancellation (OK when none failed).
+  // Only once AllClosed().
+  grpc::Status Status() const {
+    grpc::Status status = grpc::Status::OK;
+    for (const auto& sink : sinks) {
+      const grpc::Status s = *sink->closed();
+      if (!s.ok() && (status.ok() || status.error_code() == grpc::StatusCode::CANCELLED)) {
+        status = s;
+      }
+    }
+    return status;
+  }
+  // A failed choice cancels the others.
+  void CancelOnFailure() {
+    if (cancelled) return;
+    for (const auto& sink : sinks) {
+      const std::optional<grpc::Status> s = sink->closed();
+      if (s.has_value() && !s->ok()) {
+        CancelAll();
+        return;
+      }
+    }
+  }
+  // The prompt once, every choice's completion tokens, the prompt tokens
+  // every choice found cached.
+  UsageCounts Usage() const {
+    UsageCounts usage;
+    for (size_t i = 0; i < builders.size(); ++i) {
+      const UsageCounts& u = builders[i]->usage();
+      usage.prompt_tokens = u.prompt_tokens;
+      usage.completion_tokens += u.completion_tokens;
+      usage.cached_prompt_tokens =
+          i == 0 ? u.cached_prompt_tokens
+                 : std::min(usage.cached_prompt_tokens, u.cached_prompt_tokens);
+    }
+    return usage;
+  }
+  // Waits for the next messages of the choices still open; false once the
+  // client is gone (every call is then cancelled).
+  bool Next(int fd, absl::Time give_up, std::vector<std::deque<ced::v1::GenerateResponse>>* out) {
+    out->assign(sinks.size(), {});
+    std::vector<HttpSink*> open;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      if (sinks[i]->closed().has_value()) continue;
+      open.push_back(sinks[i].get());
+      index.push_back(i);
+    }
+    if (open.empty()) return true;
+    std::vector<std::deque<ced::v1::GenerateResponse>> got;
+    if (HttpSink::TakeAny(open, fd, give_up, &got) != HttpSink::Wake::kReady) {
+      CancelAll();
+      return false;
+    }
+    for (size_t j = 0; j < open.size(); ++j) (*out)[index[j]] = std::move(got[j]);
+    return true;
+  }
+};
+
+}  // namespace
+
+void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
+                                      const ResponseHeader& header, bool stream, bool include_usage,
+                                      absl::Time received, const httplib::Request& req,
+                                      httplib::Response& res) {
+  auto st = std::make_shared<Choices>();
+  st->header = header;
+  auto unregister = [this, st] {
+    for (uint64_t key : st->keys) Unregister(key);
+    st->keys.clear();
+  };
+  const auto deadline = absl::ToChronoTime(received + options_.request_timeout);
+  for (int i = 0; i < n; ++i) {
+    ValidatedRequest choice = valid;
+    choice.request_id = absl::StrCat(valid.request_id, "-", i);
+    choice.sampling.seed = valid.sampling.seed + static_cast<uint64_t>(i);
+    auto sink = std::make_shared<HttpSink>();
+    std::shared_ptr<GenerateCall> call;
+    const grpc::Status started =
+        StartGenerate(core_, Api::kOpenAi, std::move(choice), sink, deadline, received, &call);
+    if (!started.ok()) {
+      st->CancelAll();
+      unregister();
+      SendError(res, FromGrpcStatus(started));
+      return;
+    }
+    st->keys.push_back(Register(call));
+    st->calls.push_back(std::move(call));
+    st->sinks.push_back(std::move(sink));
+    st->builders.push_back(std::make_unique<ResponseBuilder>(header, stream && include_usage, i,
+                                                             /*usage_chunk=*/false));
+  }
+  const int fd = req.ssl != nullptr ? SSL_get_fd(req.ssl)
+                                    : FindConnectionSocket(req.local_addr, req.local_port,
+                                                           req.remote_addr, req.remote_port);
+  const absl::Time give_up = received + options_.request_timeout + absl::Seconds(10);
+  std::vector<std::deque<ced::v1::GenerateResponse>> got;
+
+  if (!stream) {
+    bool connected = true;
+    while (connected && !st->AllClosed()) {
+      connected = st->Next(fd, give_up, &got);
+      for (int i = 0; i < n; ++i) {
+        for (const auto& m : got[i]) st->builders[i]->Add(m);
+      }
+      st->CancelOnFailure();
+    }
+    unregister();
+    if (!connected) return;  // nobody to answer
+    if (const grpc::Status status = st->Status(); !status.ok()) {
+      SendError(res, FromGrpcStatus(status));
+      return;
+    }
+    std::vector<ChoiceResult> results;
+    for (const auto& b : st->builders) results.push_back(b->result());
+    res.set_content(CompletionJson(header, results, st->Usage()), kJson);
+    return;
+  }
+
+  // Streaming: as for one choice, errors before every choice is placed are
+  // plain HTTP errors; the headers go out once all are; the events of all
+  // choices share the stream (each chunk names its choice's index), then one
+  // usage chunk and one [DONE].
+  auto first = std::make_shared<std::vector<std::deque<ced::v1::GenerateResponse>>>(n);
+  while (true) {
+    bool waiting = false;
+    for (int i = 0; i < n; ++i) {
+      if (st->sinks[i]->started() || !(*first)[i].empty()) continue;
+      if (const std::optional<grpc::Status> closed = st->sinks[i]->closed()) {
+        st->CancelAll();
+        unregister();
+        SendError(res, FromGrpcStatus(*closed));
+        return;
+      }
+      waiting = true;
+    }
+    if (!waiting) break;
+    if (!st->Next(fd, give_up, &got)) {
+      unregister();
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      for (auto& m : got[i]) (*first)[i].push_back(std::move(m));
+    }
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st, first, fd, give_up, include_usage, n](size_t, httplib::DataSink& out) {
+        std::vector<std::deque<ced::v1::GenerateResponse>> messages(n);
+        messages.swap(*first);
+        first->assign(n, {});
+        bool any = false;
+        for (const auto& m : messages) any = any || !m.empty();
+        if (!any && !st->AllClosed() && !st->Next(fd, give_up, &messages)) return false;
+        std::string events;
+        for (int i = 0; i < n; ++i) {
+          for (const auto& m : messages[i]) st->builders[i]->AppendEvents(m, &events);
+        }
+        st->CancelOnFailure();
+        const bool done = st->AllClosed();
+        if (done) {
+          const grpc::Status status = st->Status();
+          if (status.ok() && include_usage) {
+            events += "data: " + UsageChunkJson(st->header, st->Usage()) + "\n\n";
+          }
+          events += st->builders[0]->End(status);
+        }
+        if (!events.empty() && !out.write(events.data(), events.size())) {
+          st->CancelAll();  // the client is unreachable
+          return false;
+        }
+        if (done) out.done();
+        return true;
+      },
+      [unregister](bool) { unregister(); });
 }
 
 OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -53,12 +53,12 @@ void ResponseBuilder::AppendTextEvent(const std::string& text, std::string* out)
     // One chunk rendered with a placeholder text that needs no escaping; its
     // string value is the last one with this key (choices come after id and
     // model, and a quote inside those is escaped, so they cannot match).
-    const std::string json = ChunkJson(header_, "x", "", false, include_usage_);
+    const std::string json = ChunkJson(header_, "x", "", false, include_usage_, index_);
     const std::string key =
         header_.endpoint == Endpoint::kChat ? R"("content":"x")" : R"("text":"x")";
     const size_t at = json.rfind(key);
     if (at == std::string::npos) {  // never: ChunkJson writes the key
-      AppendEvent(ChunkJson(header_, text, "", false, include_usage_), out);
+      AppendEvent(ChunkJson(header_, text, "", false, include_usage_, index_), out);
       return;
     }
     const size_t value = at + key.size() - 3;  // the opening quote of "x"
@@ -75,7 +75,7 @@ void ResponseBuilder::AppendTextEvent(const std::string& text, std::string* out)
 void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std::string* out) {
   if (finished_) return;
   if (!opened_ && header_.endpoint == Endpoint::kChat) {
-    AppendEvent(ChunkJson(header_, "", "", /*role_only=*/true, include_usage_), out);
+    AppendEvent(ChunkJson(header_, "", "", /*role_only=*/true, include_usage_, index_), out);
   }
   opened_ = true;
   if (!IsFinal(message)) {
@@ -85,10 +85,11 @@ void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std
     return;
   }
   finished_ = true;
-  AppendEvent(ChunkJson(header_, message.text(), FinishReasonName(message.finish_reason()), false,
-                        include_usage_),
+  finish_reason_ = FinishReasonName(message.finish_reason());
+  usage_ = UsageOf(message);
+  AppendEvent(ChunkJson(header_, message.text(), finish_reason_, false, include_usage_, index_),
               out);
-  if (include_usage_) AppendEvent(UsageChunkJson(header_, UsageOf(message)), out);
+  if (include_usage_ && usage_chunk_) AppendEvent(UsageChunkJson(header_, usage_), out);
 }
 
 std::string ResponseBuilder::End(const grpc::Status& status) const {

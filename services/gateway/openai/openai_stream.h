@@ -14,10 +14,17 @@ namespace ced::gateway::openai {
 
 class ResponseBuilder {
  public:
-  // `include_usage`: a usage chunk ends the stream (and every chunk carries
-  // "usage": null, as OpenAI sends them).
-  ResponseBuilder(ResponseHeader header, bool include_usage)
-      : header_(std::move(header)), include_usage_(include_usage) {}
+  // `include_usage`: every chunk carries "usage": null, as OpenAI sends them,
+  // and (unless `usage_chunk` is false: a response of several choices sends
+  // one for all) a usage chunk ends the choice's events. `index`: the
+  // choice's number.
+  ResponseBuilder(ResponseHeader header, bool include_usage, int index = 0)
+      : ResponseBuilder(std::move(header), include_usage, index, include_usage) {}
+  ResponseBuilder(ResponseHeader header, bool include_usage, int index, bool usage_chunk)
+      : header_(std::move(header)),
+        include_usage_(include_usage),
+        index_(index),
+        usage_chunk_(usage_chunk) {}
 
   // Streaming: appends to *out the events for `message` ("data: {...}\n\n").
   // Chat streams open with a role chunk. Deltas without text (a character
@@ -32,6 +39,9 @@ class ResponseBuilder {
   void Add(const ced::v1::GenerateResponse& message);
   bool finished() const { return finished_; }
   std::string Body() const;
+  // The choice once finished (either mode); its usage.
+  ChoiceResult result() const { return {text_, finish_reason_}; }
+  const UsageCounts& usage() const { return usage_; }
 
  private:
   void AppendEvent(const std::string& json, std::string* out) const;
@@ -42,6 +52,8 @@ class ResponseBuilder {
 
   const ResponseHeader header_;
   const bool include_usage_;
+  const int index_;
+  const bool usage_chunk_;
   bool opened_ = false;
   bool finished_ = false;
   // The text event's JSON before and after its text's string value.
