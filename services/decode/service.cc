@@ -108,6 +108,12 @@ absl::Status ValidateReserve(const ced::internal::ReserveRequest& req, const Mod
   if (absl::Status s = ValidateSamplingParams(FromProto(req.sampling())); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("sampling.", s.message()));
   }
+  for (const auto& [id, bias] : req.sampling().logit_bias()) {
+    if (id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sampling.logit_bias[", id, "]: outside the vocabulary [0, ", c.vocab_size, ")"));
+    }
+  }
   if (req.replay().replay_window() < 0 ||
       (req.replay().replay_window() > 0 &&
        req.replay().replay_window() < std::max(c.sliding_window, 1))) {

@@ -3,13 +3,14 @@
 // -> ValidateGenerateRequest against small limits and the byte tokenizer.
 // Beyond "no crash, no sanitizer report", it checks that every accepted
 // request satisfies the limits the workers rely on.
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/slice.h>
 
 #include "ced/v1/gateway.pb.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -72,5 +73,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(static_cast<int>(v.request_id.size()) <= limits.max_request_id_bytes);
   FUZZ_CHECK(v.sampling.top_p > 0 && v.sampling.top_p <= 1);
   FUZZ_CHECK(v.sampling.temperature >= 0 && v.sampling.top_k >= 0);
+  FUZZ_CHECK(v.sampling.presence_penalty >= -2 && v.sampling.presence_penalty <= 2);
+  FUZZ_CHECK(v.sampling.frequency_penalty >= -2 && v.sampling.frequency_penalty <= 2);
+  FUZZ_CHECK(std::isfinite(v.sampling.repetition_penalty) && v.sampling.repetition_penalty > 0);
+  FUZZ_CHECK(static_cast<int>(v.sampling.logit_bias.size()) <= ced::kMaxLogitBias);
+  for (const auto& [id, bias] : v.sampling.logit_bias) {
+    FUZZ_CHECK(id >= 0 && id < limits.vocab_size && bias >= -100 && bias <= 100);
+  }
+  // What the workers check again passes there too.
+  FUZZ_CHECK(ced::ValidateSamplingParams(v.sampling).ok());
   return 0;
 }

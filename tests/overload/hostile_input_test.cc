@@ -21,9 +21,13 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/model/config.h"
 #include "engine/runtime/engine.h"
 #include "services/common/worker_util.h"
@@ -281,6 +285,42 @@ class HostileKvTest : public HostileInputTest {
   ModelConfig config_;
   std::unique_ptr<kv_transport::KvTransport> sender_;
 };
+
+// Sampling fields the gateway would have refused, sent to the decode worker
+// directly: refused naming the field, and the worker serves the next request.
+TEST_F(HostileKvTest, ReserveWithBadSamplingIsRefusedNamingTheField) {
+  TopologyFlags flags;
+  flags.router = false;  // the test is the gateway
+  Topology topo(model_, flags);
+  ASSERT_TRUE(topo.ready()) << topo.Logs();
+  DirectClient direct(topo.decode().grpc(), topo.prefill().grpc());
+  struct Case {
+    std::string field;
+    std::function<void(ced::internal::SamplingParams*)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"sampling.logit_bias[100000]",
+       [](ced::internal::SamplingParams* s) { (*s->mutable_logit_bias())[100000] = 1.0f; }},
+      {"sampling.logit_bias[3]",
+       [](ced::internal::SamplingParams* s) { (*s->mutable_logit_bias())[3] = 1e9f; }},
+      {"sampling.repetition_penalty",
+       [](ced::internal::SamplingParams* s) { s->set_repetition_penalty(-1.0f); }},
+      {"sampling.presence_penalty",
+       [](ced::internal::SamplingParams* s) { s->set_presence_penalty(7.0f); }},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    ced::internal::SamplingParams sampling;
+    c.mutate(&sampling);
+    ced::internal::ReserveResponse out;
+    const grpc::Status s =
+        direct.Reserve(absl::StrCat("bad-", i++), prompt_, 8, &out, "", &sampling);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_EQ(s.error_message().rfind(c.field, 0), 0u) << s.error_message();
+  }
+  ced::internal::ReserveResponse ok;
+  EXPECT_TRUE(direct.Reserve("good", prompt_, 8, &ok).ok());
+}
 
 TEST_F(HostileKvTest, ForgedKvIsRefusedCountedAndNothingLands) {
   TopologyFlags flags;

@@ -139,9 +139,12 @@ class DirectClient {
             grpc::CreateChannel(prefill_grpc, grpc::InsecureChannelCredentials()))) {}
 
   // `subscriber`: the open Subscribe stream its tokens go to ("": none).
+  // `sampling`: the request's (default: greedy).
   grpc::Status Reserve(const std::string& id, const std::vector<int32_t>& prompt, int max_tokens,
-                       ced::internal::ReserveResponse* out, const std::string& subscriber = "") {
+                       ced::internal::ReserveResponse* out, const std::string& subscriber = "",
+                       const ced::internal::SamplingParams* sampling = nullptr) {
     ced::internal::ReserveRequest req;
+    if (sampling != nullptr) *req.mutable_sampling() = *sampling;
     req.set_request_id(id);
     req.set_subscriber_id(subscriber);
     for (int32_t t : prompt) req.add_prompt_token_ids(t);
