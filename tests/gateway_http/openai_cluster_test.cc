@@ -161,6 +161,45 @@ TEST_F(OpenAiClusterTest, OfficialOpenAiClientGetsTheGrpcText) {
   EXPECT_EQ(j["models"], Json::array({model})) << out;
 }
 
+// n > 1: choice 0 runs first, the others once it has its first token, so
+// they find the prompt in the workers' prefix caches instead of computing it
+// again each.
+TEST_F(OpenAiClusterTest, SeveralChoicesComputeThePromptOnce) {
+  if (!HaveCommand("curl")) CED_SKIP_OR_FAIL_WHEN_MISSING("curl");
+  ASSERT_FALSE(Http().empty());
+  auto hits = [this] {
+    double total = 0;
+    for (const char* worker : {"prefill-0", "decode-0"}) {
+      total += ScrapeMetric(cluster_->addresses().at(worker).at("metrics"),
+                            "ced_prefix_cache_hit_tokens_total")
+                   .value_or(-1e9);
+    }
+    return total;
+  };
+  const double before = hits();
+  ASSERT_GE(before, 0) << "no ced_prefix_cache_hit_tokens_total on a worker";
+  std::string ids;
+  for (int i = 0; i < 200; ++i) absl::StrAppend(&ids, i == 0 ? "" : ",", 3 + (i * 97 + 11) % 250);
+  const std::string body =
+      absl::StrCat(R"({"model": ")", Model(), R"(", "prompt": [)", ids,
+                   R"(], "max_tokens": 4, "n": 4, "temperature": 0.8, "seed": 5,
+                   "ignore_eos": true})");
+  int status = -1;
+  const std::string out =
+      Shell(absl::StrCat("curl -sS --max-time 60 -X POST -H 'Content-Type: application/json' -d ",
+                         Quote(body), " http://", Http(), "/v1/completions"),
+            &status);
+  ASSERT_EQ(status, 0) << out;
+  const Json j = Json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  ASSERT_EQ(j["choices"].size(), 4u) << out;
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 200) << out;
+  EXPECT_EQ(j["usage"]["completion_tokens"], 16) << out;
+  // Choices 1-3 each found at least the prompt's whole blocks cached (a
+  // block is at most 64 tokens here) on one of the workers.
+  EXPECT_GE(hits() - before, 3 * (200 - 64)) << out;
+}
+
 TEST_F(OpenAiClusterTest, CurlStreamsServerSentEvents) {
   if (!HaveCommand("curl")) CED_SKIP_OR_FAIL_WHEN_MISSING("curl");
   ASSERT_FALSE(Http().empty());

@@ -578,17 +578,12 @@ struct Choices {
       }
     }
   }
-  // The prompt once, every choice's completion tokens, the prompt tokens
-  // every choice found cached.
+  // The prompt once (with what choice 0, the first to run, found cached),
+  // every choice's completion tokens.
   UsageCounts Usage() const {
-    UsageCounts usage;
-    for (size_t i = 0; i < builders.size(); ++i) {
-      const UsageCounts& u = builders[i]->usage();
-      usage.prompt_tokens = u.prompt_tokens;
-      usage.completion_tokens += u.completion_tokens;
-      usage.cached_prompt_tokens =
-          i == 0 ? u.cached_prompt_tokens
-                 : std::min(usage.cached_prompt_tokens, u.cached_prompt_tokens);
+    UsageCounts usage = builders[0]->usage();
+    for (size_t i = 1; i < builders.size(); ++i) {
+      usage.completion_tokens += builders[i]->usage().completion_tokens;
     }
     return usage;
   }
@@ -627,7 +622,35 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
     st->keys.clear();
   };
   const auto deadline = absl::ToChronoTime(received + options_.request_timeout);
+  const int fd = req.ssl != nullptr ? SSL_get_fd(req.ssl)
+                                    : FindConnectionSocket(req.local_addr, req.local_port,
+                                                           req.remote_addr, req.remote_port);
+  const absl::Time give_up = received + options_.request_timeout + absl::Seconds(10);
+  std::deque<ced::v1::GenerateResponse> early;  // choice 0's, before the others started
   for (int i = 0; i < n; ++i) {
+    if (i == 1) {
+      // The other choices start once choice 0 has its second token (or has
+      // ended): the decode worker then holds all of the prompt's K/V (the
+      // first token may come from the prefill worker before it does), so
+      // each of them finds the prompt in a prefix cache and computes only its
+      // last partial block, not the whole prompt.
+      int tokens = 0;
+      while (tokens < 2 && !st->sinks[0]->closed().has_value()) {
+        const size_t seen = early.size();
+        if (st->sinks[0]->Take(fd, give_up, &early) != HttpSink::Wake::kReady) {
+          st->CancelAll();  // the client is gone, or the call never ended
+          unregister();
+          return;
+        }
+        for (size_t k = seen; k < early.size(); ++k) tokens += early[k].token_ids_size();
+      }
+      const std::optional<grpc::Status> closed = st->sinks[0]->closed();
+      if (early.empty() && closed.has_value() && !closed->ok()) {
+        unregister();
+        SendError(res, FromGrpcStatus(*closed));
+        return;
+      }
+    }
     ValidatedRequest choice = valid;
     choice.request_id = absl::StrCat(valid.request_id, "-", i);
     choice.sampling.seed = valid.sampling.seed + static_cast<uint64_t>(i);
@@ -647,13 +670,10 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
     st->builders.push_back(std::make_unique<ResponseBuilder>(header, stream && include_usage, i,
                                                              /*usage_chunk=*/false));
   }
-  const int fd = req.ssl != nullptr ? SSL_get_fd(req.ssl)
-                                    : FindConnectionSocket(req.local_addr, req.local_port,
-                                                           req.remote_addr, req.remote_port);
-  const absl::Time give_up = received + options_.request_timeout + absl::Seconds(10);
   std::vector<std::deque<ced::v1::GenerateResponse>> got;
 
   if (!stream) {
+    for (const auto& m : early) st->builders[0]->Add(m);
     bool connected = true;
     while (connected && !st->AllClosed()) {
       connected = st->Next(fd, give_up, &got);
@@ -679,6 +699,7 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
   // choices share the stream (each chunk names its choice's index), then one
   // usage chunk and one [DONE].
   auto first = std::make_shared<std::vector<std::deque<ced::v1::GenerateResponse>>>(n);
+  (*first)[0] = std::move(early);
   while (true) {
     bool waiting = false;
     for (int i = 0; i < n; ++i) {
