@@ -290,6 +290,34 @@ TEST_F(OpenAiHttpTest, SeveralChoicesStreamed) {
   EXPECT_EQ(decode_.reserves().size(), 2u);
 }
 
+// Without a seed, each request samples anew (OpenAI's behaviour): the
+// gateway draws one per request; a given seed is passed as it is.
+TEST_F(OpenAiHttpTest, ASeedIsDrawnPerRequestWhenNoneIsGiven) {
+  ScriptHello();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                                          "temperature": 0.9})")
+                  .status,
+              200);
+  }
+  ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                                        "temperature": 0.9, "seed": null})")
+                .status,
+            200);
+  ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                                        "temperature": 0.9, "seed": 0})")
+                .status,
+            200);
+  const auto reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), 5u);
+  std::vector<uint64_t> drawn;
+  for (int i = 0; i < 4; ++i) drawn.push_back(reserves[i].sampling().seed());
+  std::sort(drawn.begin(), drawn.end());
+  EXPECT_TRUE(std::unique(drawn.begin(), drawn.end()) == drawn.end())
+      << "the same seed drawn twice in four requests";
+  EXPECT_EQ(reserves[4].sampling().seed(), 0u) << "a given seed (0 too) is kept";
+}
+
 TEST_F(OpenAiHttpTest, PromptAsTokenIdsAndDefaultMaxTokens) {
   ScriptHello();
   const Reply r = Post("/v1/completions", R"({"model": "test-model", "prompt": [72, 105, 33]})");

@@ -354,6 +354,7 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
       ASSIGN_OR_RETURN(int64_t k, GetInt(key, v, -1, std::numeric_limits<int32_t>::max()));
       g.set_top_k(k < 0 ? 0 : static_cast<int32_t>(k));  // -1: off (vLLM's spelling)
     } else if (key == "seed") {
+      out.has_seed = true;
       if (v.is_number_unsigned()) {  // up to 2^64 - 1 (ced.v1's seed is a uint64)
         g.set_seed(v.get<uint64_t>());
         continue;

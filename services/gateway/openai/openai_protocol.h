@@ -42,6 +42,7 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int n = 1;                   // choices: n independent completions of the prompt
+  bool has_seed = false;       // `seed` given (not null)
   // prompt / prompt_token_ids (completions; chat fills it after rendering),
   // sampling, stop and the extensions. max_tokens is 0 when not given.
   ced::v1::GenerateRequest generate;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <map>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -45,6 +46,11 @@ class ConnectionThreads : public httplib::TaskQueue {
  private:
   CallThreads threads_;
 };
+
+uint64_t RandomSeed() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
 
 void SendError(httplib::Response& res, const absl::Status& status) {
   res.status = HttpStatusOf(status.code());
@@ -383,6 +389,10 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
     }
     if (absl::Status s = PreparePrompt(&*parsed); !s.ok()) parsed = s;
   }
+  // Without a seed OpenAI's API samples anew each time (a client's
+  // "regenerate" gets another answer): a random one per request. (ced.v1
+  // keeps seed 0: a gRPC request without one is reproducible.)
+  if (parsed.ok() && !parsed->has_seed) parsed->generate.set_seed(RandomSeed());
   absl::StatusOr<ValidatedRequest> valid =
       parsed.ok()
           ? ValidateGenerateRequest(parsed->generate, core_->tokenizer(), core_->settings().limits)
