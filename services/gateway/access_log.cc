@@ -48,6 +48,7 @@ std::string AccessLog::Line(const AccessRecord& r) {
   }
   if (r.migrations > 0) j["migrations"] = r.migrations;
   if (r.kv_waits > 0) j["kv_waits"] = r.kv_waits;
+  if (r.seed.has_value()) j["seed"] = *r.seed;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -4,8 +4,10 @@
 // it: who, how long, how many tokens, where it ran.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -32,6 +34,10 @@ struct AccessRecord {
   std::string decode_worker;
   int migrations = 0;
   int kv_waits = 0;  // placements again after waiting for K/V room
+  // The sampling seed of a request that samples (temperature > 0), so that
+  // an answer can be reproduced (the OpenAI API draws one when the client
+  // gives none).
+  std::optional<uint64_t> seed;
 };
 
 // Thread-safe; every line is written whole and flushed.

@@ -104,6 +104,7 @@ AccessRecord RequestRecord(Api api, absl::Time received, const std::string& outc
   r.request_id = request.request_id;
   r.session_id = request.session_id;
   r.prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+  if (request.sampling.temperature > 0) r.seed = request.sampling.seed;
   return r;
 }
 

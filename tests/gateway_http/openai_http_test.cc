@@ -728,7 +728,8 @@ TEST_F(OpenAiHttpTest, AccessLogHasALinePerRequest) {
   Start([&](GatewayServerOptions* o) { o->access_log = path; });
   ScriptHello();
   ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
-                                        "request_id": "logged-1", "session_id": "s-9"})")
+                                        "request_id": "logged-1", "session_id": "s-9",
+                                        "temperature": 0.7, "seed": 99})")
                 .status,
             200);
   ASSERT_EQ(Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "n": 30})").status,
@@ -753,6 +754,7 @@ TEST_F(OpenAiHttpTest, AccessLogHasALinePerRequest) {
   EXPECT_EQ(ok["prefill_worker"], "p0");
   EXPECT_EQ(ok["decode_worker"], "d0");
   EXPECT_EQ(ok["time"].get<std::string>().size(), 24u) << ok["time"];
+  EXPECT_EQ(ok["seed"], 99) << "a sampled request's seed, to reproduce it";
   const Json& bad = lines[1];
   ASSERT_TRUE(bad.is_object());
   EXPECT_EQ(bad["outcome"], "invalid_argument");
