@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -415,6 +416,57 @@ TEST_F(OpenAiHttpTest, StreamedChat) {
   EXPECT_NE(prompt.find("Be brief."), std::string::npos) << prompt;
   EXPECT_NE(prompt.find("hi"), std::string::npos) << prompt;
   EXPECT_EQ(reserves[0].max_tokens(), 5);
+}
+
+// vLLM's /tokenize and /detokenize: the ids a completion or a chat request
+// with these fields gets, and text back from ids.
+TEST_F(OpenAiHttpTest, TokenizeAndDetokenize) {
+  Reply r = Post("/tokenize", R"({"model": "test-model", "prompt": "hi"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["tokens"], Json::array({256, 'h', 'i'})) << "BOS by default, as completions";
+  EXPECT_EQ(r.json["count"], 3);
+  EXPECT_GT(r.json["max_model_len"].get<int>(), 0);
+  r = Post("/tokenize", R"({"prompt": "hi", "add_special_tokens": false})");  // model optional
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["tokens"], Json::array({'h', 'i'}));
+  // Messages: the ids the chat endpoint sends the workers for them.
+  ScriptHello();
+  const std::string messages =
+      R"("messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])";
+  r = Post("/tokenize", absl::StrCat("{", messages, "}"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(Post("/v1/chat/completions",
+                 absl::StrCat(R"({"model": "test-model", "max_tokens": 2, )", messages, "}"))
+                .status,
+            200);
+  const auto reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), 1u);
+  EXPECT_EQ(r.json["tokens"], Json(std::vector<int32_t>(reserves[0].prompt_token_ids().begin(),
+                                                        reserves[0].prompt_token_ids().end())));
+  Reply d = Post("/detokenize", R"({"model": "test-model", "tokens": [104, 105, 33]})");
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(d.json["prompt"], "hi!");
+  // Errors name the field; a foreign model is 404; GET is 405.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"/tokenize", R"({"prompt": 5})"},
+      {"/tokenize", R"({"prompt": "a", "messages": [{"role": "user", "content": "b"}]})"},
+      {"/tokenize", R"({"text": "a"})"},
+      {"/detokenize", R"({"tokens": [1, 99999]})"},
+      {"/detokenize", R"({"tokens": "1"})"},
+      {"/detokenize", R"({})"},
+  };
+  const std::vector<std::string> params = {"prompt",    "prompt", "text",
+                                           "tokens[1]", "tokens", "tokens"};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const Reply e = Post(bad[i].first, bad[i].second);
+    EXPECT_EQ(e.status, 400) << bad[i].second << ": " << e.body;
+    EXPECT_EQ(e.json["error"]["param"], params[i]) << bad[i].second << ": " << e.body;
+  }
+  EXPECT_EQ(Post("/tokenize", R"({"model": "other", "prompt": "a"})").status, 404);
+  auto client = Client();
+  const auto get = client->Get("/tokenize");
+  ASSERT_TRUE(get);
+  EXPECT_EQ(get->status, 405);
 }
 
 TEST_F(OpenAiHttpTest, ChatWithoutStreaming) {

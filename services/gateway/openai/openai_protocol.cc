@@ -304,9 +304,7 @@ absl::Status CheckNeutral(const std::string& key, const Json& v) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view body) {
+absl::StatusOr<Json> ParseObject(std::string_view body) {
   Json doc;
   try {
     doc = Json::parse(body);
@@ -314,6 +312,13 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
     return InvalidField("body", absl::StrCat("malformed JSON at byte ", e.byte));
   }
   if (!doc.is_object()) return WrongType("body", "a JSON object", doc);
+  return doc;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view body) {
+  ASSIGN_OR_RETURN(Json doc, ParseObject(body));
   const bool chat = endpoint == Endpoint::kChat;
   OpenAiRequest out;
   out.endpoint = endpoint;
@@ -441,6 +446,60 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
   }
   if (max_completion_tokens.has_value()) max_tokens = max_completion_tokens;
   if (max_tokens.has_value()) g.set_max_tokens(static_cast<int32_t>(*max_tokens));
+  return out;
+}
+
+absl::StatusOr<TokenizeBody> ParseTokenizeRequest(std::string_view body) {
+  ASSIGN_OR_RETURN(Json doc, ParseObject(body));
+  TokenizeBody out;
+  bool has_prompt = false;
+  for (const auto& [key, v] : doc.items()) {
+    if (v.is_null()) continue;
+    if (key == "model") {
+      ASSIGN_OR_RETURN(out.model, GetString(key, v));
+    } else if (key == "prompt") {
+      ASSIGN_OR_RETURN(out.prompt, GetString(key, v));
+      has_prompt = true;
+    } else if (key == "add_special_tokens") {
+      ASSIGN_OR_RETURN(out.add_special_tokens, GetBool(key, v));
+    } else if (key == "messages") {
+      RETURN_IF_ERROR(ParseMessages(v, &out.messages));
+      out.chat = true;
+    } else if (key == "add_generation_prompt") {
+      ASSIGN_OR_RETURN(out.add_generation_prompt, GetBool(key, v));
+    } else if (key == "tools") {
+      if (!v.is_array()) return WrongType(key, "an array", v);
+      for (const Json& tool : v) out.tools_json.push_back(tool.dump());
+    } else {
+      return InvalidField(key, "unknown field");
+    }
+  }
+  if (has_prompt == out.chat) {
+    return InvalidField("prompt", "give exactly one of prompt and messages");
+  }
+  return out;
+}
+
+absl::StatusOr<DetokenizeBody> ParseDetokenizeRequest(std::string_view body) {
+  ASSIGN_OR_RETURN(Json doc, ParseObject(body));
+  DetokenizeBody out;
+  bool has_tokens = false;
+  for (const auto& [key, v] : doc.items()) {
+    if (v.is_null()) continue;
+    if (key == "model") {
+      ASSIGN_OR_RETURN(out.model, GetString(key, v));
+    } else if (key == "tokens") {
+      if (!v.is_array()) return WrongType(key, "an array of token ids", v);
+      for (size_t i = 0; i < v.size(); ++i) {
+        ASSIGN_OR_RETURN(int32_t id, GetTokenId(absl::StrCat(key, "[", i, "]"), v[i]));
+        out.tokens.push_back(id);
+      }
+      has_tokens = true;
+    } else {
+      return InvalidField(key, "unknown field");
+    }
+  }
+  if (!has_tokens) return InvalidField("tokens", "required");
   return out;
 }
 

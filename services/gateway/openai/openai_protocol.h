@@ -58,6 +58,26 @@ inline constexpr int kMaxChoices = 16;
 // values that need no model facts (the rest is ValidateGenerateRequest's).
 absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view body);
 
+// POST /tokenize (vLLM's): {"model"?, "prompt", "add_special_tokens"?} or
+// {"model"?, "messages", "add_generation_prompt"?, "tools"?}.
+struct TokenizeBody {
+  std::string model;  // empty: not given
+  bool chat = false;  // messages instead of prompt
+  std::string prompt;
+  bool add_special_tokens = true;  // prompt: the tokenizer's BOS
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt = true;
+  std::vector<std::string> tools_json;
+};
+absl::StatusOr<TokenizeBody> ParseTokenizeRequest(std::string_view body);
+// POST /detokenize: {"model"?, "tokens": [ids]} (ranges are the caller's to
+// check against the vocabulary).
+struct DetokenizeBody {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+absl::StatusOr<DetokenizeBody> ParseDetokenizeRequest(std::string_view body);
+
 // The HTTP status and OpenAI error body for a status:
 // InvalidArgument/FailedPrecondition 400, Unauthenticated 401,
 // PermissionDenied 403, NotFound 404, AlreadyExists 409, ResourceExhausted

@@ -10,11 +10,13 @@
 #include <random>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/chat/chat_template.h"
+#include "nlohmann/json.hpp"
 #include "services/common/grpc_util.h"
 #include "services/common/host_port.h"
 #include "services/common/worker_util.h"
@@ -128,6 +130,12 @@ class OpenAiServer::Impl {
                     bool include_usage, absl::Time received, const httplib::Request& req,
                     httplib::Response& res);
   absl::Status PreparePrompt(OpenAiRequest* request) const;
+  // vLLM's token-counting endpoints: a prompt or messages (through the chat
+  // template, as a chat request has them) to token ids, and back.
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) const;
+  // NotFound naming `model` when it is given and not this gateway's.
+  absl::Status CheckModel(const std::string& model) const;
   uint64_t Register(std::shared_ptr<GenerateCall> call);
   void Unregister(uint64_t key);
 
@@ -248,6 +256,12 @@ void OpenAiServer::Impl::Route() {
   s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     HandleGenerate(Endpoint::kChat, req, res);
   });
+  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    if (Authorized(req, res)) HandleTokenize(req, res);
+  });
+  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    if (Authorized(req, res)) HandleDetokenize(req, res);
+  });
   // Answers httplib produced itself (unknown path, body too large, a bad
   // request line) get OpenAI's error shape too.
   s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -258,7 +272,8 @@ void OpenAiServer::Impl::Route() {
                              " bytes (--max-request-bytes)");
     } else if (res.status == 404) {
       // A known path asked with the wrong method: 405 with the one it takes.
-      const bool post = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+      const bool post = req.path == "/v1/completions" || req.path == "/v1/chat/completions" ||
+                        req.path == "/tokenize" || req.path == "/detokenize";
       const bool get = req.path == "/v1/models" || req.path == "/health" ||
                        absl::StartsWith(req.path, "/v1/models/");
       if (post || get) {
@@ -361,6 +376,81 @@ absl::Status OpenAiServer::Impl::PreparePrompt(OpenAiRequest* request) const {
     g.set_max_tokens(std::max(1, request->endpoint == Endpoint::kChat ? room : std::min(16, room)));
   }
   return absl::OkStatus();
+}
+
+absl::Status OpenAiServer::Impl::CheckModel(const std::string& model) const {
+  if (model.empty() || model == core_->settings().model_name) return absl::OkStatus();
+  return WithField(
+      absl::NotFoundError(absl::StrCat("model: '", model, "' does not exist; this gateway serves '",
+                                       core_->settings().model_name, "'")),
+      "model");
+}
+
+void OpenAiServer::Impl::HandleTokenize(const httplib::Request& req, httplib::Response& res) const {
+  absl::StatusOr<TokenizeBody> body = ParseTokenizeRequest(req.body);
+  if (body.ok()) {
+    if (absl::Status s = CheckModel(body->model); !s.ok()) body = s;
+  }
+  if (!body.ok()) {
+    SendError(res, body.status());
+    return;
+  }
+  // The prompt a completion or chat request with these fields would get.
+  OpenAiRequest as_request;
+  as_request.endpoint = body->chat ? Endpoint::kChat : Endpoint::kCompletions;
+  as_request.messages = std::move(body->messages);
+  as_request.tools_json = std::move(body->tools_json);
+  as_request.generate.set_prompt(body->prompt);
+  as_request.generate.set_add_bos(body->add_special_tokens);
+  std::vector<int32_t> ids;
+  if (body->chat) {
+    ChatRenderOptions options = chat_options_;
+    options.add_generation_prompt = body->add_generation_prompt;
+    options.tools_json = as_request.tools_json;
+    auto rendered = chat_template_->Render(as_request.messages, options);
+    if (!rendered.ok()) {
+      SendError(res,
+                WithField(absl::InvalidArgumentError(rendered.status().message()), "messages"));
+      return;
+    }
+    for (int id : core_->tokenizer().Encode(*rendered, /*add_bos=*/false)) ids.push_back(id);
+  } else {
+    for (int id : core_->tokenizer().Encode(body->prompt, body->add_special_tokens)) {
+      ids.push_back(id);
+    }
+  }
+  nlohmann::ordered_json j;
+  j["count"] = ids.size();
+  j["max_model_len"] = core_->settings().limits.max_position;
+  j["tokens"] = ids;
+  res.set_content(j.dump(), kJson);
+}
+
+void OpenAiServer::Impl::HandleDetokenize(const httplib::Request& req,
+                                          httplib::Response& res) const {
+  absl::StatusOr<DetokenizeBody> body = ParseDetokenizeRequest(req.body);
+  if (body.ok()) {
+    if (absl::Status s = CheckModel(body->model); !s.ok()) body = s;
+  }
+  if (body.ok()) {
+    const int vocab = core_->settings().limits.vocab_size;
+    for (size_t i = 0; i < body->tokens.size(); ++i) {
+      const int32_t id = body->tokens[i];
+      if (id < 0 || id >= vocab) {
+        body = InvalidField(absl::StrCat("tokens[", i, "]"),
+                            absl::StrCat("token id ", id, " is outside [0, ", vocab, ")"));
+        break;
+      }
+    }
+  }
+  if (!body.ok()) {
+    SendError(res, body.status());
+    return;
+  }
+  const std::vector<int> ids(body->tokens.begin(), body->tokens.end());
+  nlohmann::ordered_json j;
+  j["prompt"] = core_->tokenizer().Decode(ids);
+  res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
 }
 
 void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
