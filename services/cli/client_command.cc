@@ -149,7 +149,7 @@ absl::Status ParseIds(const std::string& text, google::protobuf::RepeatedField<i
 constexpr char kGenerateWords[] = "client generate";
 
 int Generate(const std::vector<std::string>& raw_args) {
-  const std::vector<FlagSpec> specs = {
+  std::vector<FlagSpec> specs = {
       {"gateway", "127.0.0.1:50050", "gateway address"},
       {"prompt", "", "prompt text (or give it as the argument)"},
       {"prompt-ids", "", "prompt as token ids, e.g. 1,2,3 (instead of text)"},
@@ -159,13 +159,6 @@ int Generate(const std::vector<std::string>& raw_args) {
       {"top-k", "0", "0 = off"},
       {"top-p", "0", "nucleus mass in (0, 1]; 0 = off"},
       {"seed", "0", "sampling seed: same seed, same tokens"},
-      {"presence-penalty", "0", "lowers the logit of every token already generated, in [-2, 2]"},
-      {"frequency-penalty", "0",
-       "lowers a generated token's logit once per time it was generated, in [-2, 2]"},
-      {"repetition-penalty", "0",
-       "divides (multiplies when negative) the logit of every prompt or generated token; 0 or 1 "
-       "= off"},
-      {"logit-bias", "", "ID:BIAS,...: added to these tokens' logits, each in [-100, 100]"},
       {"stop", "", "stop strings, comma-separated, C escapes (\\n, \\x2c); repeatable"},
       {"stop-token-ids", "", "stop token ids, comma-separated"},
       {"ignore-eos", "", "keep generating after EOS", true},
@@ -178,6 +171,7 @@ int Generate(const std::vector<std::string>& raw_args) {
       {"timeout-ms", "0", "deadline for the whole request (0 = none)"},
       {"json", "", "print every response message as JSON instead of text", true},
   };
+  for (FlagSpec& spec : SamplingFlagSpecs("1")) specs.push_back(std::move(spec));
   std::vector<std::string> args = raw_args;
   ced::v1::GenerateRequest request;
   std::vector<std::string> stops;
@@ -209,30 +203,20 @@ int Generate(const std::vector<std::string>& raw_args) {
   }
   for (const std::string& stop : stops) request.add_stop(stop);
   auto max_tokens = flags->GetInt("max-tokens");
-  auto top_k = flags->GetInt("top-k");
-  auto seed = flags->GetInt("seed");
-  auto temperature = flags->GetDouble("temperature");
-  auto top_p = flags->GetDouble("top-p");
-  auto presence_penalty = flags->GetDouble("presence-penalty");
-  auto frequency_penalty = flags->GetDouble("frequency-penalty");
-  auto repetition_penalty = flags->GetDouble("repetition-penalty");
-  auto logit_bias = ParseLogitBias(flags->Get("logit-bias"));
-  for (const absl::Status& s :
-       {max_tokens.status(), top_k.status(), seed.status(), temperature.status(), top_p.status(),
-        presence_penalty.status(), frequency_penalty.status(), repetition_penalty.status(),
-        logit_bias.status()}) {
+  auto sampling = ParseSamplingFlags(*flags);
+  for (const absl::Status& s : {max_tokens.status(), sampling.status()}) {
     if (!s.ok()) return Fail(kGenerateWords, std::string(s.message()), 2);
   }
   // Range checks are the gateway's job: it answers INVALID_ARGUMENT naming the field.
   request.set_max_tokens(static_cast<int32_t>(*max_tokens));
-  request.set_top_k(static_cast<int32_t>(*top_k));
-  request.set_seed(static_cast<uint64_t>(*seed));
-  request.set_temperature(static_cast<float>(*temperature));
-  request.set_top_p(static_cast<float>(*top_p));
-  request.set_presence_penalty(static_cast<float>(*presence_penalty));
-  request.set_frequency_penalty(static_cast<float>(*frequency_penalty));
-  request.set_repetition_penalty(static_cast<float>(*repetition_penalty));
-  for (const auto& [id, bias] : *logit_bias) (*request.mutable_logit_bias())[id] = bias;
+  request.set_top_k(static_cast<int32_t>(sampling->top_k));
+  request.set_seed(static_cast<uint64_t>(sampling->seed));
+  request.set_temperature(static_cast<float>(sampling->temperature));
+  request.set_top_p(static_cast<float>(sampling->top_p));
+  request.set_presence_penalty(static_cast<float>(sampling->presence_penalty));
+  request.set_frequency_penalty(static_cast<float>(sampling->frequency_penalty));
+  request.set_repetition_penalty(static_cast<float>(sampling->repetition_penalty));
+  for (const auto& [id, bias] : sampling->logit_bias) (*request.mutable_logit_bias())[id] = bias;
   request.set_ignore_eos(flags->GetBool("ignore-eos"));
   request.set_request_id(flags->Get("request-id"));
   request.set_session_id(flags->Get("session-id"));

@@ -128,6 +128,44 @@ absl::StatusOr<std::vector<std::pair<int32_t, float>>> ParseLogitBias(const std:
   return out;
 }
 
+std::vector<FlagSpec> SamplingFlagSpecs(const std::string& repetition_off) {
+  return {
+      {"presence-penalty", "0", "lowers the logit of every token already generated, in [-2, 2]"},
+      {"frequency-penalty", "0",
+       "lowers a generated token's logit once per time it was generated, in [-2, 2]"},
+      {"repetition-penalty", repetition_off,
+       absl::StrCat("divides (multiplies when negative) the logit of every prompt or generated "
+                    "token; ",
+                    repetition_off, " = off")},
+      {"logit-bias", "", "ID:BIAS,...: added to these tokens' logits, each in [-100, 100]"},
+  };
+}
+
+absl::StatusOr<SamplingFlags> ParseSamplingFlags(const Flags& flags) {
+  SamplingFlags out;
+  for (const auto& [name, value] :
+       {std::pair<const char*, double*>{"temperature", &out.temperature},
+        {"top-p", &out.top_p},
+        {"presence-penalty", &out.presence_penalty},
+        {"frequency-penalty", &out.frequency_penalty},
+        {"repetition-penalty", &out.repetition_penalty}}) {
+    absl::StatusOr<double> v = flags.GetDouble(name);
+    if (!v.ok()) return v.status();
+    *value = *v;
+  }
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t*>{"top-k", &out.top_k}, {"seed", &out.seed}}) {
+    absl::StatusOr<int64_t> v = flags.GetInt(name);
+    if (!v.ok()) return v.status();
+    *value = *v;
+  }
+  absl::StatusOr<std::vector<std::pair<int32_t, float>>> bias =
+      ParseLogitBias(flags.Get("logit-bias"));
+  if (!bias.ok()) return bias.status();
+  out.logit_bias = *std::move(bias);
+  return out;
+}
+
 absl::Status CheckWritable(const std::string& flag, const std::string& path) {
   if (path.empty()) return absl::OkStatus();
   auto refuse = [&](const std::string& why) {

@@ -53,6 +53,20 @@ absl::Status CheckWritable(const std::string& flag, const std::string& path);
 // the piece.
 absl::StatusOr<std::vector<std::pair<int32_t, float>>> ParseLogitBias(const std::string& text);
 
+// The sampling flags `ced generate` and `ced client generate` share:
+// --temperature, --top-k, --top-p, --seed and the logit adjustments
+// (SamplingFlagSpecs gives the adjustments' specs; `repetition_off` is the
+// --repetition-penalty default that means off). Values as given: the ranges
+// are the sampler's or the gateway's to check.
+struct SamplingFlags {
+  double temperature = 0, top_p = 1, presence_penalty = 0, frequency_penalty = 0,
+         repetition_penalty = 1;
+  int64_t top_k = 0, seed = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+};
+std::vector<FlagSpec> SamplingFlagSpecs(const std::string& repetition_off);
+absl::StatusOr<SamplingFlags> ParseSamplingFlags(const Flags& flags);
+
 // "Usage: <usage>\n\n<summary>\n\nFlags:\n  --name (default) help..."
 std::string FormatHelp(const std::string& usage, const std::string& summary,
                        const std::vector<FlagSpec>& specs);

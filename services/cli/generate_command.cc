@@ -72,7 +72,7 @@ absl::Status WriteLogitsDump(const std::string& path, const std::vector<int32_t>
 }
 
 int Generate(const std::vector<std::string>& args) {
-  const std::vector<FlagSpec> specs = {
+  std::vector<FlagSpec> specs = {
       {"gateway", "",
        "send the request to a running gateway (HOST:PORT) instead of running "
        "the model here"},
@@ -85,12 +85,6 @@ int Generate(const std::vector<std::string>& args) {
       {"top-k", "0", "0 = off"},
       {"top-p", "1", "nucleus mass in (0, 1]"},
       {"seed", "0", "sampling seed: same seed, same tokens"},
-      {"presence-penalty", "0", "lowers the logit of every token already generated, in [-2, 2]"},
-      {"frequency-penalty", "0",
-       "lowers a generated token's logit once per time it was generated, in [-2, 2]"},
-      {"repetition-penalty", "1",
-       "divides (multiplies when negative) the logit of every prompt or generated token; 1 = off"},
-      {"logit-bias", "", "ID:BIAS,...: added to these tokens' logits, each in [-100, 100]"},
       {"replay", "bounded", "replay length: bounded (R from config) or exact"},
       {"replay-on", "prefill", "where the replay runs: prefill or decode (deferred)"},
       {"kv-format", "", "override the cache format: f32, bf16, fp8_e4m3, fp4_e2m1"},
@@ -102,6 +96,7 @@ int Generate(const std::vector<std::string>& args) {
        "write JSON {prompt_ids, tokens, logits} to FILE: the logits each generated token was "
        "sampled from (one row per token)"},
   };
+  for (FlagSpec& spec : SamplingFlagSpecs("1")) specs.push_back(std::move(spec));
   auto flags = Flags::Parse(specs, args);
   if (!flags.ok()) return Fail(kWords, std::string(flags.status().message()), 2);
   if (flags->help()) {
@@ -139,32 +134,22 @@ int Generate(const std::vector<std::string>& args) {
   }
   if (flags->Get("model").empty()) return Fail(kWords, "--model is required", 2);
   auto max_tokens = flags->GetInt("max-tokens");
-  auto top_k = flags->GetInt("top-k");
-  auto seed = flags->GetInt("seed");
-  auto temperature = flags->GetDouble("temperature");
-  auto top_p = flags->GetDouble("top-p");
   auto chunk = flags->GetInt("chunk");
-  auto presence_penalty = flags->GetDouble("presence-penalty");
-  auto frequency_penalty = flags->GetDouble("frequency-penalty");
-  auto repetition_penalty = flags->GetDouble("repetition-penalty");
-  auto logit_bias = ParseLogitBias(flags->Get("logit-bias"));
-  for (const absl::Status& s :
-       {max_tokens.status(), top_k.status(), seed.status(), temperature.status(), top_p.status(),
-        chunk.status(), presence_penalty.status(), frequency_penalty.status(),
-        repetition_penalty.status(), logit_bias.status()}) {
+  auto sampling = ParseSamplingFlags(*flags);
+  for (const absl::Status& s : {max_tokens.status(), chunk.status(), sampling.status()}) {
     if (!s.ok()) return Fail(kWords, std::string(s.message()), 2);
   }
   if (*max_tokens < 1) return Fail(kWords, "--max-tokens must be at least 1", 2);
   if (*chunk < 1) return Fail(kWords, absl::StrCat("--chunk must be at least 1, got ", *chunk), 2);
   SamplingParams sp;
-  sp.temperature = static_cast<float>(*temperature);
-  sp.top_k = static_cast<int>(*top_k);
-  sp.top_p = static_cast<float>(*top_p);
-  sp.seed = static_cast<uint64_t>(*seed);
-  sp.presence_penalty = static_cast<float>(*presence_penalty);
-  sp.frequency_penalty = static_cast<float>(*frequency_penalty);
-  sp.repetition_penalty = static_cast<float>(*repetition_penalty);
-  sp.logit_bias = *std::move(logit_bias);
+  sp.temperature = static_cast<float>(sampling->temperature);
+  sp.top_k = static_cast<int>(sampling->top_k);
+  sp.top_p = static_cast<float>(sampling->top_p);
+  sp.seed = static_cast<uint64_t>(sampling->seed);
+  sp.presence_penalty = static_cast<float>(sampling->presence_penalty);
+  sp.frequency_penalty = static_cast<float>(sampling->frequency_penalty);
+  sp.repetition_penalty = static_cast<float>(sampling->repetition_penalty);
+  sp.logit_bias = std::move(sampling->logit_bias);
   if (absl::Status s = ValidateSamplingParams(sp); !s.ok()) {
     // Named by the flag that set the field ("top_p must be ..." -> "--top-p must be ...").
     std::string message(s.message());
