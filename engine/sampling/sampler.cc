@@ -143,9 +143,9 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   for (const auto& [name, value] :
        {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
         {"frequency_penalty", p.frequency_penalty}}) {
-    if (!(value >= -2.0f && value <= 2.0f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be in [-2, 2] (0 = off), got ", value));
+    if (!(value >= -kMaxPenalty && value <= kMaxPenalty)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-", kMaxPenalty, ", ",
+                                                     kMaxPenalty, "] (0 = off), got ", value));
     }
   }
   if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0) {
@@ -162,9 +162,9 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
       return absl::InvalidArgumentError(
           absl::StrCat("logit_bias[", token, "]: ", token < 0 ? "not a token id" : "given twice"));
     }
-    if (!(bias >= -100.0f && bias <= 100.0f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("logit_bias[", token, "] must be in [-100, 100], got ", bias));
+    if (!(bias >= -kMaxBias && bias <= kMaxBias)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias[", token, "] must be in [-",
+                                                     kMaxBias, ", ", kMaxBias, "], got ", bias));
     }
   }
   return absl::OkStatus();

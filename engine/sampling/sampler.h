@@ -47,6 +47,10 @@ struct SamplingParams {
 
 // At most this many logit_bias entries per request.
 inline constexpr int kMaxLogitBias = 1024;
+// The bounds of presence_penalty / frequency_penalty ([-kMaxPenalty,
+// kMaxPenalty]) and of a logit_bias value ([-kMaxBias, kMaxBias]).
+inline constexpr float kMaxPenalty = 2.0f;
+inline constexpr float kMaxBias = 100.0f;
 
 // InvalidArgument naming the field: temperature negative or not finite,
 // top_k negative, top_p outside (0, 1], a presence or frequency penalty

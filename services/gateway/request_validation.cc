@@ -17,11 +17,6 @@ absl::Status Invalid(const std::string& field, const std::string& what) {
   return InvalidField(field, what);
 }
 
-absl::Status CheckTokenId(const std::string& field, int32_t id, int vocab_size) {
-  if (id >= 0 && id < vocab_size) return absl::OkStatus();
-  return Invalid(field, absl::StrCat("token id ", id, " is outside [0, ", vocab_size, ")"));
-}
-
 // request_id, session_id: at most max_bytes printable ASCII bytes, no spaces.
 absl::Status CheckId(const std::string& field, const std::string& id, int max_bytes) {
   if (static_cast<int>(id.size()) > max_bytes) {
@@ -50,6 +45,11 @@ absl::Status InvalidField(const std::string& field, const std::string& what) {
 std::string FieldOf(const absl::Status& status) {
   const auto field = status.GetPayload(kFieldPayload);
   return field.has_value() ? std::string(*field) : "";
+}
+
+absl::Status CheckTokenId(const std::string& field, int32_t id, int vocab_size) {
+  if (id >= 0 && id < vocab_size) return absl::OkStatus();
+  return Invalid(field, absl::StrCat("token id ", id, " is outside [0, ", vocab_size, ")"));
 }
 
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::GenerateRequest& request,
@@ -123,8 +123,9 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
   for (const auto& [name, value] :
        {std::pair<const char*, float>{"presence_penalty", request.presence_penalty()},
         {"frequency_penalty", request.frequency_penalty()}}) {
-    if (!(value >= -2.0f && value <= 2.0f)) {
-      return Invalid(name, absl::StrCat("must be in [-2, 2] (0 = off), got ", value));
+    if (!(value >= -kMaxPenalty && value <= kMaxPenalty)) {
+      return Invalid(name, absl::StrCat("must be in [-", kMaxPenalty, ", ", kMaxPenalty,
+                                        "] (0 = off), got ", value));
     }
   }
   out.sampling.presence_penalty = request.presence_penalty();
@@ -142,8 +143,9 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
   for (const auto& [token, bias] : request.logit_bias()) {
     const std::string field = absl::StrCat("logit_bias[", token, "]");
     RETURN_IF_ERROR(CheckTokenId(field, token, limits.vocab_size));
-    if (!(bias >= -100.0f && bias <= 100.0f)) {
-      return Invalid(field, absl::StrCat("must be in [-100, 100], got ", bias));
+    if (!(bias >= -kMaxBias && bias <= kMaxBias)) {
+      return Invalid(field,
+                     absl::StrCat("must be in [-", kMaxBias, ", ", kMaxBias, "], got ", bias));
     }
     out.sampling.logit_bias.emplace_back(token, bias);
   }

@@ -50,6 +50,10 @@ absl::Status WithField(absl::Status status, const std::string& field);
 // The field an InvalidField / WithField status names, or "".
 std::string FieldOf(const absl::Status& status);
 
+// OK when `id` is a token of a vocabulary of `vocab_size`; else InvalidField
+// naming `field`.
+absl::Status CheckTokenId(const std::string& field, int32_t id, int vocab_size);
+
 // Checks every field of `request` against `limits` and tokenizes the prompt
 // with `tokenizer` (which must cover limits.vocab_size). Thread-safe.
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::GenerateRequest& request,

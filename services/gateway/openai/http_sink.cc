@@ -197,37 +197,11 @@ std::optional<grpc::Status> HttpSink::closed() const {
 
 HttpSink::Wake HttpSink::Take(int socket_fd, absl::Time deadline,
                               std::deque<ced::v1::GenerateResponse>* out) {
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!queue_.empty() || status_.has_value() || (started_ && !started_taken_)) {
-        for (auto& m : queue_) out->push_back(std::move(m));
-        queue_.clear();
-        started_taken_ = started_;
-        waiting_ = false;
-        return Wake::kReady;
-      }
-      waiting_ = true;
-    }
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      absl::MutexLock lock(&mu_);
-      waiting_ = false;
-      return Wake::kTimeout;
-    }
-    pollfd fds[2] = {{event_fd_, POLLIN, 0}, {socket_fd, POLLRDHUP, 0}};
-    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
-    const int n = poll(fds, socket_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(ms, 60000)));
-    if (n > 0 && (fds[0].revents & POLLIN)) {
-      uint64_t value;
-      (void)!read(event_fd_, &value, sizeof value);
-    }
-    if (socket_fd >= 0 && n > 0 && (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-      absl::MutexLock lock(&mu_);
-      waiting_ = false;
-      if (queue_.empty() && !status_.has_value()) return Wake::kPeerClosed;
-    }
-  }
+  std::vector<std::deque<ced::v1::GenerateResponse>> taken(1);
+  taken[0].swap(*out);  // appended to, as the caller's deque
+  const Wake wake = TakeAny({this}, socket_fd, deadline, &taken);
+  taken[0].swap(*out);
+  return wake;
 }
 
 HttpSink::Wake HttpSink::TakeAny(const std::vector<HttpSink*>& sinks, int socket_fd,
@@ -277,8 +251,17 @@ HttpSink::Wake HttpSink::TakeAny(const std::vector<HttpSink*>& sinks, int socket
       }
     }
     if (socket_fd >= 0 && (fds.back().revents & (POLLRDHUP | POLLHUP | POLLERR))) {
-      stop_waiting();
-      return Wake::kPeerClosed;
+      // Gone: unless a sink got messages or its close meanwhile (then the
+      // next round reports them ready).
+      bool pending = false;
+      for (HttpSink* s : sinks) {
+        absl::MutexLock lock(&s->mu_);
+        pending = pending || !s->queue_.empty() || s->status_.has_value();
+      }
+      if (!pending) {
+        stop_waiting();
+        return Wake::kPeerClosed;
+      }
     }
   }
 }

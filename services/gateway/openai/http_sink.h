@@ -44,10 +44,10 @@ class HttpSink final : public GenerateSink {
   // `socket_fd` hung up (kPeerClosed; never with socket_fd < 0), or
   // `deadline` passed. Moves every queued message into *out.
   Wake Take(int socket_fd, absl::Time deadline, std::deque<ced::v1::GenerateResponse>* out);
-  // Take over several sinks (the choices of one request): waits until one
-  // of them is ready as Take means it, then moves every sink's messages to
-  // (*out)[i] (resized to sinks.size()). Pass only sinks not yet seen
-  // closed: a closed one is always ready.
+  // Take over several sinks (the choices of one request; Take is it over
+  // one): waits until one of them is ready as Take means it, then moves
+  // every sink's messages to (*out)[i] (resized to sinks.size()). Pass only
+  // sinks not yet seen closed: a closed one is always ready.
   static Wake TakeAny(const std::vector<HttpSink*>& sinks, int socket_fd, absl::Time deadline,
                       std::vector<std::deque<ced::v1::GenerateResponse>>* out);
   // The status given to Close, once it came (and every message was taken).

@@ -130,6 +130,11 @@ class OpenAiServer::Impl {
                     bool include_usage, absl::Time received, const httplib::Request& req,
                     httplib::Response& res);
   absl::Status PreparePrompt(OpenAiRequest* request) const;
+  // `messages` through the chat template; InvalidArgument naming the
+  // message or tool the template's error is about.
+  absl::StatusOr<std::string> RenderChat(const std::vector<ChatMessage>& messages,
+                                         const std::vector<std::string>& tools_json,
+                                         bool add_generation_prompt) const;
   // vLLM's token-counting endpoints: a prompt or messages (through the chat
   // template, as a chat request has them) to token ids, and back.
   void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
@@ -337,25 +342,31 @@ void OpenAiServer::Impl::Shutdown(absl::Duration drain) {
   if (listen_thread_.joinable()) listen_thread_.join();  // joins the connection threads
 }
 
+absl::StatusOr<std::string> OpenAiServer::Impl::RenderChat(
+    const std::vector<ChatMessage>& messages, const std::vector<std::string>& tools_json,
+    bool add_generation_prompt) const {
+  ChatRenderOptions options = chat_options_;
+  options.tools_json = tools_json;
+  options.add_generation_prompt = add_generation_prompt;
+  auto rendered = chat_template_->Render(messages, options);
+  if (rendered.ok()) return rendered;
+  // The renderer names the field first ("messages[2].role: ..."); an
+  // error of the template itself (raise_exception) is about `messages`.
+  const std::string message(rendered.status().message());
+  std::string field = "messages";
+  if (absl::StartsWith(message, "messages[") || absl::StartsWith(message, "tools[")) {
+    field = message.substr(0, message.find(": "));
+  }
+  return WithField(absl::InvalidArgumentError(message), field);
+}
+
 absl::Status OpenAiServer::Impl::PreparePrompt(OpenAiRequest* request) const {
   ced::v1::GenerateRequest& g = request->generate;
   std::string text;
   bool add_bos = g.add_bos();
   if (request->endpoint == Endpoint::kChat) {
-    ChatRenderOptions options = chat_options_;
-    options.tools_json = request->tools_json;
-    auto rendered = chat_template_->Render(request->messages, options);
-    if (!rendered.ok()) {
-      // The renderer names the field first ("messages[2].role: ..."); an
-      // error of the template itself (raise_exception) is about `messages`.
-      const std::string message(rendered.status().message());
-      std::string field = "messages";
-      if (absl::StartsWith(message, "messages[") || absl::StartsWith(message, "tools[")) {
-        field = message.substr(0, message.find(": "));
-      }
-      return WithField(absl::InvalidArgumentError(message), field);
-    }
-    text = *std::move(rendered);
+    ASSIGN_OR_RETURN(text, RenderChat(request->messages, request->tools_json,
+                                      chat_options_.add_generation_prompt));
     add_bos = false;  // the template writes the BOS string when the model wants one
   } else if (g.prompt_token_ids_size() > 0) {
     text.clear();
@@ -395,29 +406,18 @@ void OpenAiServer::Impl::HandleTokenize(const httplib::Request& req, httplib::Re
     SendError(res, body.status());
     return;
   }
-  // The prompt a completion or chat request with these fields would get.
-  OpenAiRequest as_request;
-  as_request.endpoint = body->chat ? Endpoint::kChat : Endpoint::kCompletions;
-  as_request.messages = std::move(body->messages);
-  as_request.tools_json = std::move(body->tools_json);
-  as_request.generate.set_prompt(body->prompt);
-  as_request.generate.set_add_bos(body->add_special_tokens);
-  std::vector<int32_t> ids;
+  // The ids a completion or chat request with these fields would get.
+  std::vector<int> ids;
   if (body->chat) {
-    ChatRenderOptions options = chat_options_;
-    options.add_generation_prompt = body->add_generation_prompt;
-    options.tools_json = as_request.tools_json;
-    auto rendered = chat_template_->Render(as_request.messages, options);
+    absl::StatusOr<std::string> rendered =
+        RenderChat(body->messages, body->tools_json, body->add_generation_prompt);
     if (!rendered.ok()) {
-      SendError(res,
-                WithField(absl::InvalidArgumentError(rendered.status().message()), "messages"));
+      SendError(res, rendered.status());
       return;
     }
-    for (int id : core_->tokenizer().Encode(*rendered, /*add_bos=*/false)) ids.push_back(id);
+    ids = core_->tokenizer().Encode(*rendered, /*add_bos=*/false);
   } else {
-    for (int id : core_->tokenizer().Encode(body->prompt, body->add_special_tokens)) {
-      ids.push_back(id);
-    }
+    ids = core_->tokenizer().Encode(body->prompt, body->add_special_tokens);
   }
   nlohmann::ordered_json j;
   j["count"] = ids.size();
@@ -433,12 +433,11 @@ void OpenAiServer::Impl::HandleDetokenize(const httplib::Request& req,
     if (absl::Status s = CheckModel(body->model); !s.ok()) body = s;
   }
   if (body.ok()) {
-    const int vocab = core_->settings().limits.vocab_size;
     for (size_t i = 0; i < body->tokens.size(); ++i) {
-      const int32_t id = body->tokens[i];
-      if (id < 0 || id >= vocab) {
-        body = InvalidField(absl::StrCat("tokens[", i, "]"),
-                            absl::StrCat("token id ", id, " is outside [0, ", vocab, ")"));
+      if (absl::Status s = CheckTokenId(absl::StrCat("tokens[", i, "]"), body->tokens[i],
+                                        core_->settings().limits.vocab_size);
+          !s.ok()) {
+        body = s;
         break;
       }
     }
@@ -461,11 +460,9 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
   const std::string client =
       services::FormatHostPort(req.remote_addr, static_cast<uint16_t>(req.remote_port));
   absl::StatusOr<OpenAiRequest> parsed = ParseRequest(endpoint, req.body);
-  if (parsed.ok() && parsed->model != core_->settings().model_name) {
-    parsed = WithField(absl::NotFoundError(absl::StrCat("model: '", parsed->model,
-                                                        "' does not exist; this gateway serves '",
-                                                        core_->settings().model_name, "'")),
-                       "model");
+  if (parsed.ok()) {
+    // (The parser requires `model`: CheckModel's "not given" never applies.)
+    if (absl::Status s = CheckModel(parsed->model); !s.ok()) parsed = s;
   }
   // The field the client wrote its prompt in, when the gateway tokenizes it
   // ("prompt" text, "messages"): the validation of the token ids it became
