@@ -55,11 +55,17 @@ std::vector<uint8_t> EncodeTail(const SequenceTail& tail) {
   Put32(&out, static_cast<uint32_t>(tail.desc.num_tokens));
   Put32(&out, static_cast<uint32_t>(tail.desc.replay_start));
   Put32(&out, static_cast<uint32_t>(tail.desc.first_token));
-  Put32(&out, 0);
+  Put32(&out, static_cast<uint32_t>(tail.first_logprobs.size()));
   out.insert(out.end(), tail.enc_local.begin(), tail.enc_local.end());
   out.insert(out.end(), tail.dec_local.begin(), tail.dec_local.end());
   const auto* he = reinterpret_cast<const uint8_t*>(tail.h_e.data());
   out.insert(out.end(), he, he + tail.h_e.size() * sizeof(float));
+  for (const auto& [token, logprob] : tail.first_logprobs) {
+    uint32_t bits;
+    std::memcpy(&bits, &logprob, sizeof(bits));
+    Put32(&out, static_cast<uint32_t>(token));
+    Put32(&out, bits);
+  }
   return out;
 }
 
@@ -87,7 +93,11 @@ absl::StatusOr<SequenceTail> DecodeTail(absl::Span<const uint8_t> bytes,
                      " does not match the cache format ",
                      std::string(kernels::KvFormatName(config.kv_cache_dtype))));
   }
-  if (Get32(p + 28) != 0) return absl::InvalidArgumentError("sequence tail: reserved word not zero");
+  const uint32_t num_logprobs = Get32(p + 28);
+  if (num_logprobs > static_cast<uint32_t>(kMaxTailLogprobs)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence tail: ", num_logprobs, " logprobs, at most ", kMaxTailLogprobs));
+  }
   const uint32_t replay_done = Get32(p + 12);
   if (replay_done > 1) return absl::InvalidArgumentError("sequence tail: replay_done not 0/1");
   tail.desc.replay_done = replay_done == 1;
@@ -110,12 +120,14 @@ absl::StatusOr<SequenceTail> DecodeTail(absl::Span<const uint8_t> bytes,
     return absl::InvalidArgumentError(
         absl::StrCat("sequence tail: first_token ", d.first_token, " out of range"));
   }
+  if (!d.replay_done && num_logprobs != 0) {
+    return absl::InvalidArgumentError("sequence tail: logprobs although the replay is pending");
+  }
   const size_t enc = EncLocalBytes(config, d), dec = DecLocalBytes(config, d),
-               he = HeBytes(config, d);
-  if (bytes.size() != kHeaderBytes + enc + dec + he) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence tail: ", bytes.size(),
-                                                   " bytes, expected ",
-                                                   kHeaderBytes + enc + dec + he));
+               he = HeBytes(config, d), lp = static_cast<size_t>(num_logprobs) * 8;
+  if (bytes.size() != kHeaderBytes + enc + dec + he + lp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence tail: ", bytes.size(), " bytes, expected ", kHeaderBytes + enc + dec + he + lp));
   }
   p += kHeaderBytes;
   tail.enc_local.assign(p, p + enc);
@@ -124,6 +136,25 @@ absl::StatusOr<SequenceTail> DecodeTail(absl::Span<const uint8_t> bytes,
   p += dec;
   tail.h_e.resize(he / sizeof(float));
   if (he > 0) std::memcpy(tail.h_e.data(), p, he);
+  p += he;
+  for (uint32_t i = 0; i < num_logprobs; ++i, p += 8) {
+    const int32_t token = static_cast<int32_t>(Get32(p));
+    const uint32_t bits = Get32(p + 4);
+    float logprob;
+    std::memcpy(&logprob, &bits, sizeof(logprob));
+    if (token < 0 || token >= config.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence tail: logprobs[", i, "] token ", token, " out of range"));
+    }
+    if (!(logprob <= 0.0f && logprob >= -1e30f)) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence tail: logprobs[", i, "] = ", logprob,
+                                                     " is not a log-probability"));
+    }
+    if (i == 0 && token != d.first_token) {
+      return absl::InvalidArgumentError("sequence tail: logprobs[0] is not the first token's");
+    }
+    tail.first_logprobs.emplace_back(token, logprob);
+  }
   return tail;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,7 +33,13 @@ struct SequenceTail {
   std::vector<uint8_t> dec_local;
   // h_E rows for [s, N), f32 [N - s, d] (replay deferred only).
   std::vector<float> h_e;
+  // Replay done, when the request asked for log-probabilities: the first
+  // token's (token id, logprob), then those of its step's most probable
+  // tokens, at most kMaxTailLogprobs pairs in all.
+  std::vector<std::pair<int32_t, float>> first_logprobs;
 };
+
+inline constexpr int kMaxTailLogprobs = 64;
 
 int EncLocalBegin(const ModelConfig& c, const TailDescriptor& d);
 int DecLocalBegin(const ModelConfig& c, const TailDescriptor& d);
@@ -41,7 +48,9 @@ size_t EncLocalBytes(const ModelConfig& c, const TailDescriptor& d);
 size_t DecLocalBytes(const ModelConfig& c, const TailDescriptor& d);
 size_t HeBytes(const ModelConfig& c, const TailDescriptor& d);
 
-// Binary form: a fixed 32-byte little-endian header then the three sections.
+// Binary form: a fixed 32-byte little-endian header (its last word counts
+// the first_logprobs pairs) then the three sections, then the pairs (id,
+// float bits: 8 bytes each).
 std::vector<uint8_t> EncodeTail(const SequenceTail& tail);
 // Validates every field against `config` (format, ranges, exact section
 // sizes) before copying anything; errors are INVALID_ARGUMENT naming the field.

@@ -152,6 +152,13 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return absl::InvalidArgumentError(absl::StrCat(
         "repetition_penalty must be finite and > 0 (1 = off), got ", p.repetition_penalty));
   }
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "], got ", p.top_logprobs));
+  }
+  if (p.top_logprobs > 0 && !p.logprobs) {
+    return absl::InvalidArgumentError("top_logprobs: needs logprobs");
+  }
   if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
     return absl::InvalidArgumentError(
         absl::StrCat("logit_bias: at most ", kMaxLogitBias, " entries, got ", p.logit_bias.size()));
@@ -257,6 +264,71 @@ int SampleToken(const float* logits, int vocab_size, const SamplingParams& p, ui
     if (cum > target) return i;
   }
   return last;  // target rounded up to the total
+}
+
+StepLogprobs ComputeLogprobs(const float* logits, int vocab_size, int32_t token, int top_n) {
+  StepLogprobs out;
+  out.token.token = token;
+  out.token.logprob = kMinLogprob;
+  if (vocab_size <= 0) return out;
+  const int best = Argmax(logits, vocab_size);
+  const double max_logit = best < 0 ? -INFINITY : logits[best];
+  // log Z: over the +inf logits alone when there are any (each gets 1 / count).
+  double log_z = -INFINITY;
+  if (std::isinf(max_logit) && max_logit > 0) {
+    int count = 0;
+    for (int i = 0; i < vocab_size; ++i) count += logits[i] == logits[best];
+    log_z = std::log(static_cast<double>(count));
+  } else if (std::isfinite(max_logit)) {
+    double sum = 0;
+    for (int i = 0; i < vocab_size; ++i) {
+      if (!std::isnan(logits[i])) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+    }
+    log_z = max_logit + std::log(sum);
+  }
+  auto logprob = [&](int i) -> float {
+    const double l = logits[i];
+    if (std::isnan(l) || !std::isfinite(log_z)) return kMinLogprob;
+    double lp;
+    if (std::isinf(max_logit)) {
+      lp = l == max_logit ? -log_z : -INFINITY;
+    } else {
+      lp = l - log_z;
+    }
+    return lp < kMinLogprob ? kMinLogprob : static_cast<float>(lp);
+  };
+  if (token >= 0 && token < vocab_size) out.token.logprob = logprob(token);
+  // The top_n largest logits (NaN last), kept sorted: larger first, ties to the lower id.
+  const int n = std::min(top_n, vocab_size);
+  if (n <= 0) return out;
+  auto before = [logits](int a, int b) {
+    const float x = logits[a], y = logits[b];
+    if (std::isnan(x) != std::isnan(y)) return std::isnan(y);
+    return x > y || (!(x < y) && a < b);
+  };
+  std::vector<int> top;
+  top.reserve(n + 1);
+  for (int i = 0; i < vocab_size; ++i) {
+    if (static_cast<int>(top.size()) == n && !before(i, top.back())) continue;
+    top.insert(std::upper_bound(top.begin(), top.end(), i, before), i);
+    if (static_cast<int>(top.size()) > n) top.pop_back();
+  }
+  for (int i : top) out.top.push_back({i, logprob(i)});
+  return out;
+}
+
+int SampleStep(float* logits, int vocab_size, const SamplingParams& params,
+               const SamplingHistory& history, uint64_t step, StepLogprobs* logprobs) {
+  const bool report = params.logprobs && logprobs != nullptr;
+  std::vector<float> raw;
+  if (report && params.adjusts_logits()) raw.assign(logits, logits + vocab_size);
+  history.Apply(logits, vocab_size, params);
+  const int token = SampleToken(logits, vocab_size, params, step);
+  if (report) {
+    *logprobs =
+        ComputeLogprobs(raw.empty() ? logits : raw.data(), vocab_size, token, params.top_logprobs);
+  }
+  return token;
 }
 
 FinishReason CheckStop(const StopConditions& stop, int token, int num_generated) {

@@ -38,6 +38,10 @@ struct SamplingParams {
   // in [-2, 2], 0 = off.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // Report each sampled token's log-probability (SampleStep) and those of
+  // the top_logprobs (0 .. kMaxTopLogprobs) most probable tokens of its step.
+  bool logprobs = false;
+  int top_logprobs = 0;
 
   bool has_penalties() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f; }
   bool adjusts_logits() const {
@@ -51,12 +55,18 @@ inline constexpr int kMaxLogitBias = 1024;
 // kMaxPenalty]) and of a logit_bias value ([-kMaxBias, kMaxBias]).
 inline constexpr float kMaxPenalty = 2.0f;
 inline constexpr float kMaxBias = 100.0f;
+// At most this many alternatives per step (OpenAI's and vLLM's bound).
+inline constexpr int kMaxTopLogprobs = 20;
+// The log-probability reported for a token of probability 0 (-inf is not a
+// JSON number; vLLM reports the same floor).
+inline constexpr float kMinLogprob = -9999.0f;
 
 // InvalidArgument naming the field: temperature negative or not finite,
 // top_k negative, top_p outside (0, 1], a presence or frequency penalty
 // outside [-2, 2] or not finite, a repetition penalty not finite and > 0, a
 // logit bias on a negative or repeated id, outside [-100, 100], or more than
-// kMaxLogitBias of them. (Ids past the vocabulary are the caller's to refuse.)
+// kMaxLogitBias of them, top_logprobs outside [0, kMaxTopLogprobs] or set
+// without logprobs. (Ids past the vocabulary are the caller's to refuse.)
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 // Samples one token id from `logits[0 .. vocab_size)` for generation step
@@ -98,6 +108,31 @@ class SamplingHistory {
   absl::flat_hash_map<int32_t, int> counts_;
   absl::flat_hash_set<int32_t> tokens_;  // the prompt's and the output's
 };
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+// A sampled token's log-probability and the most probable tokens of its step.
+struct StepLogprobs {
+  TokenLogprob token;
+  std::vector<TokenLogprob> top;  // most probable first, ties to the lower id
+};
+
+// The log-softmax of logits[0 .. vocab_size) at `token` and at the `top_n`
+// most probable tokens (fewer when the vocabulary is smaller), computed in
+// double. NaN logits have probability 0; a logprob below kMinLogprob (or
+// -inf) is reported as kMinLogprob.
+StepLogprobs ComputeLogprobs(const float* logits, int vocab_size, int32_t token, int top_n);
+
+// One generation step: applies `history`'s logit adjustments to `logits` in
+// place, samples the token of `step` (SampleToken) and, when
+// params.logprobs, fills *logprobs (if not null) with the log-probabilities
+// of the logits as they were given: the model's distribution, before the
+// adjustments, temperature, top_k and top_p (as vLLM reports by default).
+int SampleStep(float* logits, int vocab_size, const SamplingParams& params,
+               const SamplingHistory& history, uint64_t step, StepLogprobs* logprobs);
 
 // The uniform draw in [0, 1) used for (seed, step); exposed for tests.
 double SamplingUniform(uint64_t seed, uint64_t step);

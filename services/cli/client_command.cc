@@ -4,6 +4,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -162,6 +163,9 @@ int Generate(const std::vector<std::string>& raw_args) {
       {"stop", "", "stop strings, comma-separated, C escapes (\\n, \\x2c); repeatable"},
       {"stop-token-ids", "", "stop token ids, comma-separated"},
       {"ignore-eos", "", "keep generating after EOS", true},
+      {"logprobs", "-1",
+       "also ask for each token's log-probability and those of the N (0..20) most probable "
+       "tokens of its step (in the --json messages); -1 = off"},
       {"replay-on", "", "prefill, decode or auto (empty: the server's default)"},
       {"replay-mode", "", "bounded or exact (empty: the server's default)"},
       {"request-id", "", "request id (empty: the gateway makes one)"},
@@ -218,6 +222,12 @@ int Generate(const std::vector<std::string>& raw_args) {
   request.set_repetition_penalty(static_cast<float>(sampling->repetition_penalty));
   for (const auto& [id, bias] : sampling->logit_bias) (*request.mutable_logit_bias())[id] = bias;
   request.set_ignore_eos(flags->GetBool("ignore-eos"));
+  auto logprobs = flags->GetInt("logprobs");
+  if (!logprobs.ok()) return Fail(kGenerateWords, std::string(logprobs.status().message()), 2);
+  if (*logprobs >= 0) {  // the range is the gateway's to check
+    request.set_logprobs(true);
+    request.set_top_logprobs(static_cast<int32_t>(std::min<int64_t>(*logprobs, 1 << 30)));
+  }
   request.set_request_id(flags->Get("request-id"));
   request.set_session_id(flags->Get("session-id"));
   const std::string replay_on = flags->Get("replay-on");

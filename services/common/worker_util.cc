@@ -64,6 +64,8 @@ SamplingParams FromProto(const ced::internal::SamplingParams& p) {
   s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
   s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
   std::sort(s.logit_bias.begin(), s.logit_bias.end());  // a map's order is unspecified
+  s.logprobs = p.logprobs();
+  s.top_logprobs = p.top_logprobs();
   return s;
 }
 
@@ -78,6 +80,37 @@ void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out) {
   out->set_repetition_penalty(p.repetition_penalty);
   out->mutable_logit_bias()->clear();
   for (const auto& [token, bias] : p.logit_bias) (*out->mutable_logit_bias())[token] = bias;
+  out->set_logprobs(p.logprobs);
+  out->set_top_logprobs(p.top_logprobs);
+}
+
+void ToProto(const StepLogprobs& l, ced::internal::StepLogprobs* out) {
+  out->mutable_token()->set_token_id(l.token.token);
+  out->mutable_token()->set_logprob(l.token.logprob);
+  for (const TokenLogprob& t : l.top) {
+    auto* top = out->add_top();
+    top->set_token_id(t.token);
+    top->set_logprob(t.logprob);
+  }
+}
+
+std::vector<std::pair<int32_t, float>> ToPairs(const StepLogprobs& l) {
+  std::vector<std::pair<int32_t, float>> pairs{{l.token.token, l.token.logprob}};
+  for (const TokenLogprob& t : l.top) pairs.emplace_back(t.token, t.logprob);
+  return pairs;
+}
+
+StepLogprobs FromPairs(const std::vector<std::pair<int32_t, float>>& pairs) {
+  StepLogprobs l;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const TokenLogprob t{pairs[i].first, pairs[i].second};
+    if (i == 0) {
+      l.token = t;
+    } else {
+      l.top.push_back(t);
+    }
+  }
+  return l;
 }
 
 ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string& worker_id,

@@ -1,10 +1,12 @@
 // Small helpers shared by the prefill and decode workers.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "ced/internal/common.pb.h"
@@ -31,6 +33,12 @@ absl::Status CheckAdvertisable(const std::string& bound, const std::string& adve
 int64_t MemoryLimitMiB();
 SamplingParams FromProto(const ced::internal::SamplingParams& p);
 void ToProto(const SamplingParams& p, ced::internal::SamplingParams* out);
+
+// A step's log-probabilities on the wire, and as a sequence tail carries
+// them (the token's pair first, then the top ones).
+void ToProto(const StepLogprobs& l, ced::internal::StepLogprobs* out);
+std::vector<std::pair<int32_t, float>> ToPairs(const StepLogprobs& l);
+StepLogprobs FromPairs(const std::vector<std::pair<int32_t, float>>& pairs);
 // The registration every worker sends the router: id, role, gRPC address,
 // KV pool shape, model fingerprint, cache format and transport name.
 ced::internal::WorkerInfo MakeWorkerInfo(const Engine& engine, const std::string& worker_id,

@@ -111,7 +111,8 @@ class DecodeWorker {
 
   // Scheduler helpers (engine_mu_ held).
   void StartRequest(Request* r);
-  void Emit(Request* r, int32_t token);
+  // `logprobs`: the token's, when the request asked for them.
+  void Emit(Request* r, int32_t token, const StepLogprobs* logprobs);
   void Finish(Request* r, ced::internal::FinishReason reason, const std::string& detail,
               const grpc::Status& status);
 

@@ -58,7 +58,7 @@ void DecodeWorker::Finish(Request* r, FinishReason reason, const std::string& de
     r->final_status = status;
 }
 
-void DecodeWorker::Emit(Request* r, int32_t token) {
+void DecodeWorker::Emit(Request* r, int32_t token, const StepLogprobs* logprobs) {
   // mu_ held by the caller.
   const auto now = Clock::now();
   if (r->generated == 0) {
@@ -71,6 +71,7 @@ void DecodeWorker::Emit(Request* r, int32_t token) {
   TokenChunk chunk;
   chunk.add_token_ids(token);
   chunk.set_start_step(r->generated);
+  if (logprobs != nullptr) ToProto(*logprobs, chunk.add_logprobs());
   if (r->stream)
     r->stream->Push(std::move(chunk));
   else
@@ -100,6 +101,8 @@ void DecodeWorker::StartRequest(Request* r) {
   std::vector<float> logits;
   absl::Status status;
   int32_t first = -1;
+  StepLogprobs first_logprobs;
+  bool tail_logprobs = false;
   const auto t0 = Clock::now();
   if (r->local_prefill) {
     PrefillOptions po;
@@ -137,6 +140,8 @@ void DecodeWorker::StartRequest(Request* r) {
       m_->replays->WithLabels({{"placement", "decode"}}).Increment();
     } else if (status.ok()) {
       first = tail->desc.first_token;
+      tail_logprobs = !tail->first_logprobs.empty();
+      first_logprobs = FromPairs(tail->first_logprobs);
       if (!c.IsDecoderOnly()) m_->replays->WithLabels({{"placement", "prefill"}}).Increment();
     }
   }
@@ -146,10 +151,16 @@ void DecodeWorker::StartRequest(Request* r) {
     return;
   }
   if (first < 0) {
-    r->history.Apply(logits.data(), c.vocab_size, r->sampling);
-    first = SampleToken(logits.data(), c.vocab_size, r->sampling, 0);
+    first = SampleStep(logits.data(), c.vocab_size, r->sampling, r->history, 0, &first_logprobs);
+  } else if (r->sampling.logprobs && !tail_logprobs) {
+    // Whoever sampled it sent none (the prefill worker's own stream has them).
+    Finish(r, ced::internal::FINISH_REASON_ERROR,
+           absl::StrCat("prefill worker ", r->prefill_worker_id,
+                        " sent no logprobs with the first token"),
+           grpc::Status(grpc::StatusCode::INTERNAL, "first token without logprobs"));
+    return;
   }
-  Emit(r, first);
+  Emit(r, first, r->sampling.logprobs ? &first_logprobs : nullptr);
 }
 
 void DecodeWorker::EndRequest(Request* r, const EndedRequest& e) {
@@ -271,8 +282,9 @@ void DecodeWorker::SchedulerLoop() {
       if (!r->finished) {
         if (logits.ok()) {
           float* row = logits->data() + i * V;
-          r->history.Apply(row, V, r->sampling);
-          Emit(r, SampleToken(row, V, r->sampling, r->generated));
+          StepLogprobs lp;
+          const int32_t token = SampleStep(row, V, r->sampling, r->history, r->generated, &lp);
+          Emit(r, token, r->sampling.logprobs ? &lp : nullptr);
         } else {
           Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(logits.status().message()),
                  ToGrpc(logits.status()));

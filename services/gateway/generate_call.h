@@ -218,6 +218,8 @@ class GenerateCall final : public StreamRelay::Handler, public TokenMux::Receive
   // After the attempt's final chunk: the final message, or the error it carried.
   grpc::Status Conclude(Attempt* a);
   grpc::Status CheckChunk(const ced::internal::TokenChunk& chunk) const;
+  // A step's logprobs as the request asked for them, for `token`.
+  grpc::Status CheckLogprobs(const ced::internal::StepLogprobs& l, int32_t token) const;
   void Emit(const TokenAssembler::Output& output);
   void SendFinal(const std::string& text, ced::internal::FinishReason reason,
                  const std::string& detail);

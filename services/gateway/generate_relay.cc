@@ -34,6 +34,38 @@ grpc::Status GenerateCall::CheckChunk(const ced::internal::TokenChunk& chunk) co
   if (!ced::internal::FinishReason_IsValid(chunk.finish_reason())) {
     return Internal(absl::StrCat("unknown finish_reason ", chunk.finish_reason()));
   }
+  if (request_.sampling.logprobs) {
+    if (chunk.logprobs_size() != chunk.token_ids_size()) {
+      return Internal(absl::StrCat(chunk.token_ids_size(), " tokens came with ",
+                                   chunk.logprobs_size(), " logprobs"));
+    }
+    for (int i = 0; i < chunk.logprobs_size(); ++i) {
+      grpc::Status s = CheckLogprobs(chunk.logprobs(i), chunk.token_ids(i));
+      if (!s.ok()) return s;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateCall::CheckLogprobs(const ced::internal::StepLogprobs& l,
+                                         int32_t token) const {
+  const int vocab = core_->settings().limits.vocab_size;
+  auto bad = [](float x) { return !(x <= 0.0f && x >= kMinLogprob); };
+  if (l.token().token_id() != token || bad(l.token().logprob())) {
+    return Internal(absl::StrCat("logprob of token ", token, ": token ", l.token().token_id(),
+                                 ", logprob ", l.token().logprob()));
+  }
+  if (l.top_size() != request_.sampling.top_logprobs &&
+      !(l.top_size() < request_.sampling.top_logprobs && l.top_size() == vocab)) {
+    return Internal(
+        absl::StrCat(l.top_size(), " top logprobs, asked for ", request_.sampling.top_logprobs));
+  }
+  for (const auto& t : l.top()) {
+    if (t.token_id() < 0 || t.token_id() >= vocab || bad(t.logprob())) {
+      return Internal(
+          absl::StrCat("top logprob of token ", t.token_id(), ": ", t.logprob(), " is invalid"));
+    }
+  }
   return grpc::Status::OK;
 }
 
@@ -148,9 +180,18 @@ std::optional<grpc::Status> GenerateCall::Step(const Op& op, bool ok, Attempt* a
       const ced::internal::PrefillResponse& response = stream->message;
       if (mine && response.has_first_token()) {
         const int32_t id = response.first_token().token_id();
+        grpc::Status valid = request_.sampling.logprobs
+                                 ? CheckLogprobs(response.first_token().logprobs(), id)
+                                 : grpc::Status::OK;
         if (id < 0 || id >= settings.limits.vocab_size) {
           end = Internal(absl::StrCat(st->prefill_prefix, "first token id ", id, " is outside [0, ",
                                       settings.limits.vocab_size, ")"));
+        } else if (!valid.ok()) {
+          end = Internal(st->prefill_prefix + valid.error_message());
+        } else if (request_.sampling.logprobs) {
+          google::protobuf::RepeatedPtrField<ced::internal::StepLogprobs> one;
+          *one.Add() = response.first_token().logprobs();
+          assembler_.Add(a->base_step, {id}, &one);
         } else {
           assembler_.Add(a->base_step, {id});
         }
@@ -182,7 +223,8 @@ std::optional<grpc::Status> GenerateCall::DecodeChunk(Attempt* a, RelayState* st
   a->decode_tokens += chunk->token_ids_size();
   // The worker counts steps from the attempt's start.
   assembler_.Add(a->base_step + chunk->start_step(),
-                 {chunk->token_ids().data(), static_cast<size_t>(chunk->token_ids_size())});
+                 {chunk->token_ids().data(), static_cast<size_t>(chunk->token_ids_size())},
+                 &chunk->logprobs());
   if (chunk->finish_reason() != ced::internal::FINISH_REASON_UNSPECIFIED) {
     st->have_final = true;
     a->final_chunk = std::move(*chunk);
@@ -295,6 +337,16 @@ void GenerateCall::Emit(const TokenAssembler::Output& output) {
   }
   ced::v1::GenerateResponse response;
   response.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
+  for (const ced::internal::StepLogprobs& l : output.logprobs) {
+    ced::v1::StepLogprobs* out = response.add_logprobs();
+    out->mutable_token()->set_token_id(l.token().token_id());
+    out->mutable_token()->set_logprob(l.token().logprob());
+    for (const auto& t : l.top()) {
+      ced::v1::TokenLogprob* top = out->add_top();
+      top->set_token_id(t.token_id());
+      top->set_logprob(t.logprob());
+    }
+  }
   response.set_text(output.text);
   response.set_request_id(request_.request_id);
   sink_->Push(std::move(response));

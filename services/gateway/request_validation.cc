@@ -150,6 +150,15 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const ced::v1::Generate
     out.sampling.logit_bias.emplace_back(token, bias);
   }
   std::sort(out.sampling.logit_bias.begin(), out.sampling.logit_bias.end());
+  if (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs) {
+    return Invalid("top_logprobs", absl::StrCat("must be in [0, ", kMaxTopLogprobs, "], got ",
+                                                request.top_logprobs()));
+  }
+  if (request.top_logprobs() > 0 && !request.logprobs()) {
+    return Invalid("top_logprobs", "needs logprobs set");
+  }
+  out.sampling.logprobs = request.logprobs();
+  out.sampling.top_logprobs = request.top_logprobs();
   RETURN_IF_ERROR(ValidateSamplingParams(out.sampling));
 
   // Stop conditions.

@@ -57,7 +57,11 @@ TokenAssembler::TokenAssembler(const Tokenizer* tokenizer, std::vector<std::stri
                                int max_tokens)
     : decoder_(tokenizer), stop_(std::move(stop_strings)), max_tokens_(max_tokens) {}
 
-void TokenAssembler::Add(int start_step, absl::Span<const int32_t> ids) {
+void TokenAssembler::Add(
+    int start_step, absl::Span<const int32_t> ids,
+    const google::protobuf::RepeatedPtrField<ced::internal::StepLogprobs>* logprobs) {
+  const bool with_logprobs =
+      logprobs != nullptr && static_cast<size_t>(logprobs->size()) == ids.size();
   for (size_t i = 0; i < ids.size(); ++i) {
     if (start_step < 0) return;
     const int step = start_step + static_cast<int>(i);
@@ -66,15 +70,27 @@ void TokenAssembler::Add(int start_step, absl::Span<const int32_t> ids) {
       if (emitted_ids_[step] != ids[i]) ++mismatches_;
       continue;
     }
-    auto [it, inserted] = pending_.emplace(step, ids[i]);
-    if (!inserted && it->second != ids[i]) ++mismatches_;
+    auto [it, inserted] = pending_.try_emplace(step);
+    Step& s = it->second;
+    if (inserted) {
+      s.token = ids[i];
+    } else if (s.token != ids[i]) {
+      ++mismatches_;
+      continue;
+    }
+    if (with_logprobs && !s.has_logprobs) {
+      s.has_logprobs = true;
+      s.logprobs = (*logprobs)[static_cast<int>(i)];
+    }
   }
 }
 
 TokenAssembler::Output TokenAssembler::TakeReady() {
   Output out;
   while (!stop_.matched() && !pending_.empty() && pending_.begin()->first == next_step_) {
-    const int32_t id = pending_.begin()->second;
+    Step& s = pending_.begin()->second;
+    const int32_t id = s.token;
+    if (s.has_logprobs) out.logprobs.push_back(std::move(s.logprobs));
     pending_.erase(pending_.begin());
     out.token_ids.push_back(id);
     emitted_ids_.push_back(id);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "ced/internal/common.pb.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace ced::gateway {
@@ -43,6 +44,8 @@ class TokenAssembler {
   struct Output {
     std::vector<int32_t> token_ids;
     std::string text;
+    // One per token when the steps came with them (empty otherwise).
+    std::vector<ced::internal::StepLogprobs> logprobs;
   };
 
   // `tokenizer` is not owned and must outlive this. At most `max_tokens`
@@ -51,8 +54,11 @@ class TokenAssembler {
 
   // Records the tokens of steps [start_step, start_step + ids.size()). Steps
   // already emitted or recorded are ignored (counted in mismatches() when the
-  // id differs); negative steps are ignored.
-  void Add(int start_step, absl::Span<const int32_t> ids);
+  // id differs); negative steps are ignored. `logprobs`: empty, or one per
+  // id (the first copy of a step that brings them keeps them).
+  void Add(int start_step, absl::Span<const int32_t> ids) { Add(start_step, ids, nullptr); }
+  void Add(int start_step, absl::Span<const int32_t> ids,
+           const google::protobuf::RepeatedPtrField<ced::internal::StepLogprobs>* logprobs);
 
   // Emits the tokens now contiguous with what was emitted before, and their
   // text with stop strings applied. Once a stop string matched, the tokens
@@ -77,7 +83,12 @@ class TokenAssembler {
   StopMatcher stop_;
   const int max_tokens_;
   int next_step_ = 0;
-  std::map<int, int32_t> pending_;  // step -> token, steps >= next_step_
+  struct Step {
+    int32_t token = 0;
+    bool has_logprobs = false;
+    ced::internal::StepLogprobs logprobs;
+  };
+  std::map<int, Step> pending_;  // steps >= next_step_
   int mismatches_ = 0;
   std::vector<int32_t> emitted_ids_;  // by step, to detect mismatching duplicates
 };

@@ -578,19 +578,19 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
   job.compute_s = std::chrono::duration<double>(job.t_computed - t0).count();
   absl::Status status = pre.status();
   int32_t first = -1;
+  StepLogprobs first_logprobs;
   if (status.ok()) {
     m_->prefill_seconds->Observe(job.compute_s);
     m_->prompt_tokens->Increment(n);
     job.replayed = pre->replay_done && !c.IsDecoderOnly();
     if (pre->replay_done) {
       const SamplingParams sampling = FromProto(job.req.sampling());
-      if (sampling.adjusts_logits()) {
-        SamplingHistory(job.tokens, sampling).Apply(pre->logits.data(), c.vocab_size, sampling);
-      }
-      first = SampleToken(pre->logits.data(), c.vocab_size, sampling, 0);
+      first = SampleStep(pre->logits.data(), c.vocab_size, sampling,
+                         SamplingHistory(job.tokens, sampling), 0, &first_logprobs);
       if (!c.IsDecoderOnly()) m_->replays->Increment();
       ced::internal::PrefillResponse r;
       r.mutable_first_token()->set_token_id(first);
+      if (sampling.logprobs) ToProto(first_logprobs, r.mutable_first_token()->mutable_logprobs());
       const double ttft =
           std::chrono::duration<double, std::milli>(Clock::now() - job.t_received).count();
       r.mutable_first_token()->set_ttft_ms(ttft);
@@ -599,7 +599,13 @@ void PrefillWorker::RunJob(const std::shared_ptr<Job>& jp) {
     }
     auto tail = engine_->ExportTail(seq, first);
     status = tail.status();
-    if (tail.ok()) job.tail_bytes = EncodeTail(*tail);
+    if (tail.ok()) {
+      // The decode worker streams the first token too: with its logprobs.
+      if (first >= 0 && job.req.sampling().logprobs()) {
+        tail->first_logprobs = ToPairs(first_logprobs);
+      }
+      job.tail_bytes = EncodeTail(*tail);
+    }
   }
   if (status.ok()) {
     KvMessageHeader h = base;

@@ -4,7 +4,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
+#include <vector>
 
 #include "ced/v1/gateway.grpc.pb.h"
 #include "engine/model/presets.h"
@@ -158,6 +160,72 @@ TEST_F(E2eClusterTest, RepetitionPenaltyAndLogitBiasAgreeAcrossPlacements) {
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(r.status.error_message().rfind("logit_bias[1048576]:", 0), 0u)
       << r.status.error_message();
+}
+
+// Log-softmax in long double, written here (not the sampler's).
+std::vector<double> LogSoftmax(const std::vector<float>& logits) {
+  long double mx = *std::max_element(logits.begin(), logits.end());
+  long double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<long double>(l) - mx);
+  std::vector<double> out;
+  for (float l : logits) out.push_back(static_cast<double>(l - mx - std::log(sum)));
+  return out;
+}
+
+// Each generated token's logprob and its step's most probable tokens are the
+// model's own distribution (before the adjustments), wherever the step was
+// sampled: the first token on the prefill or the decode worker, the others
+// on the decode worker.
+TEST_F(E2eClusterTest, LogprobsAreTheModelsDistributionOnEveryPlacement) {
+  ASSERT_TRUE(cluster_->ready());
+  const auto prompt = Prompt(90, 6);
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.seed = 5;
+  sp.frequency_penalty = 0.5f;
+  sp.logit_bias = {{prompt[2], 2.0f}};
+  std::vector<std::vector<float>> logits;
+  const auto expected = ColocatedEngine(*model_).Run(prompt, 12, ReplayMode::kBounded, sp, &logits);
+  ASSERT_EQ(logits.size(), 12u);
+  constexpr int kTop = 5;
+  for (auto on : {ced::v1::REPLAY_ON_PREFILL, ced::v1::REPLAY_ON_DECODE}) {
+    auto req = Request(prompt, 12, on);
+    req.set_temperature(0.8f);
+    req.set_seed(5);
+    req.set_frequency_penalty(0.5f);
+    (*req.mutable_logit_bias())[prompt[2]] = 2.0f;
+    req.set_logprobs(true);
+    req.set_top_logprobs(kTop);
+    GenResult r = Generate(cluster_->gateway(), req);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, expected) << "replay_on " << on;
+    ASSERT_EQ(r.logprobs.size(), r.tokens.size()) << "replay_on " << on;
+    for (size_t step = 0; step < r.tokens.size(); ++step) {
+      const std::vector<double> ref = LogSoftmax(logits[step]);
+      const ced::v1::StepLogprobs& got = r.logprobs[step];
+      EXPECT_EQ(got.token().token_id(), r.tokens[step]);
+      EXPECT_NEAR(got.token().logprob(), ref[r.tokens[step]], 1e-3)
+          << "step " << step << ", replay_on " << on;
+      std::vector<int> order(ref.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ref[a] > ref[b]; });
+      ASSERT_EQ(got.top_size(), kTop);
+      for (int i = 0; i < kTop; ++i) {
+        EXPECT_EQ(got.top(i).token_id(), order[i]) << "step " << step << ", rank " << i;
+        EXPECT_NEAR(got.top(i).logprob(), ref[order[i]], 1e-3);
+      }
+    }
+  }
+  // Not asked for: none.
+  GenResult plain = Generate(cluster_->gateway(), Request(prompt, 4, ced::v1::REPLAY_ON_AUTO));
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  EXPECT_TRUE(plain.logprobs.empty());
+  // Refused naming the field.
+  auto req = Request(prompt, 4, ced::v1::REPLAY_ON_AUTO);
+  req.set_top_logprobs(3);
+  GenResult r = Generate(cluster_->gateway(), req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(r.status.error_message().rfind("top_logprobs:", 0), 0u) << r.status.error_message();
 }
 
 TEST_F(E2eClusterTest, ConcurrentRequestsAreAllCorrect) {

@@ -27,6 +27,7 @@ GenResult Generate(const std::string& gateway, const ced::v1::GenerateRequest& r
   bool cancelled = false;
   while (reader->Read(&resp)) {
     r.tokens.insert(r.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    r.logprobs.insert(r.logprobs.end(), resp.logprobs().begin(), resp.logprobs().end());
     r.text += resp.text();
     r.last = resp;
     ++r.messages;
@@ -61,7 +62,8 @@ ColocatedEngine::ColocatedEngine(const std::string& model_dir, std::optional<KvF
 }
 
 std::vector<int32_t> ColocatedEngine::Run(const std::vector<int32_t>& prompt, int max_tokens,
-                                          ReplayMode mode, const SamplingParams& sampling) {
+                                          ReplayMode mode, const SamplingParams& sampling,
+                                          std::vector<std::vector<float>>* raw_logits) {
   std::vector<int32_t> out;
   if (engine_ == nullptr) return out;
   auto seq = engine_->CreateSequence(static_cast<int>(prompt.size()) + max_tokens);
@@ -75,6 +77,7 @@ std::vector<int32_t> ColocatedEngine::Run(const std::vector<int32_t>& prompt, in
     std::vector<float> logits = pre->logits;
     const int vocab = engine_->config().vocab_size;
     for (int step = 0; step < max_tokens; ++step) {
+      if (raw_logits != nullptr) raw_logits->push_back(logits);
       // The logit adjustments as their definitions say, computed here from
       // the prompt and the tokens generated so far (not with the sampler's
       // SamplingHistory): bias, repetition penalty, OpenAI's penalties.

@@ -26,6 +26,7 @@ struct GenResult {
   std::vector<int32_t> tokens;
   std::string text;
   ced::v1::GenerateResponse last;  // the final message (finish_reason, usage, placement)
+  std::vector<ced::v1::StepLogprobs> logprobs;  // when asked for: one per token
   int messages = 0;
 };
 
@@ -51,9 +52,12 @@ class ColocatedEngine {
   explicit ColocatedEngine(const std::string& model_dir,
                            std::optional<KvFormat> kv_format = std::nullopt);
   bool ok() const { return engine_ != nullptr; }
+  // `logits` (optional): each step's logits as the model gave them, before
+  // any adjustment.
   std::vector<int32_t> Run(const std::vector<int32_t>& prompt, int max_tokens,
                            ReplayMode mode = ReplayMode::kBounded,
-                           const SamplingParams& sampling = {});
+                           const SamplingParams& sampling = {},
+                           std::vector<std::vector<float>>* logits = nullptr);
   Engine& engine() { return *engine_; }
 
  private:

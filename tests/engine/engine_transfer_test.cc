@@ -1,6 +1,10 @@
 // Prefill in one engine, export, import into a second engine, decode
 // (issue test 3): token for token equal to prefill + decode in one engine.
+#include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/engine/test_util.h"
 
@@ -213,6 +217,54 @@ TEST(TransferTest, TailRejectsMismatchedBytes) {
   ModelConfig other = engine->config();
   other.kv_cache_dtype = KvFormat::kBF16;
   EXPECT_FALSE(DecodeTail(bytes, other).ok());
+  // Logprobs only come with a first token (replay done).
+  tail->first_logprobs = {{3, -0.5f}};
+  auto pending = DecodeTail(EncodeTail(*tail), engine->config());
+  EXPECT_EQ(pending.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(pending.status().message().find("logprobs"), absl::string_view::npos)
+      << pending.status();
+}
+
+// The first token's log-probabilities travel with the tail (the decode
+// worker streams that token too); every pair is checked on the way in.
+TEST(TransferTest, TailCarriesTheFirstTokensLogprobs) {
+  auto engine = MakeEngine(LoadTestModel("tiny"));
+  auto seq = engine->CreateSequence(64);
+  ASSERT_TRUE(seq.ok());
+  ASSERT_TRUE(engine->Prefill(*seq, RandomPrompt(40, 3), PrefillOptions{}).ok());
+  auto tail = engine->ExportTail(*seq, 7);
+  ASSERT_TRUE(tail.ok());
+  ASSERT_TRUE(tail->desc.replay_done);
+  const std::vector<uint8_t> plain = EncodeTail(*tail);
+  tail->first_logprobs = {{7, -1.25f}, {9, -0.5f}, {7, -1.25f}, {0, -9999.0f}};
+  const std::vector<uint8_t> bytes = EncodeTail(*tail);
+  EXPECT_EQ(bytes.size(), plain.size() + 4 * 8);
+  auto decoded = DecodeTail(bytes, engine->config());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->first_logprobs, tail->first_logprobs);
+  EXPECT_EQ(decoded->desc.first_token, 7);
+  auto decoded_plain = DecodeTail(plain, engine->config());
+  ASSERT_TRUE(decoded_plain.ok()) << decoded_plain.status();
+  EXPECT_TRUE(decoded_plain->first_logprobs.empty());
+
+  const int vocab = engine->config().vocab_size;
+  for (const auto& [pairs, what] :
+       std::vector<std::pair<std::vector<std::pair<int32_t, float>>, std::string>>{
+           {{{8, -1.0f}}, "first token"},
+           {{{7, -1.0f}, {vocab, -2.0f}}, "out of range"},
+           {{{7, 0.5f}}, "not a log-probability"},
+           {{{7, std::nanf("")}}, "not a log-probability"},
+           {std::vector<std::pair<int32_t, float>>(kMaxTailLogprobs + 1, {7, -1.0f}), "at most"}}) {
+    tail->first_logprobs = pairs;
+    auto bad = DecodeTail(EncodeTail(*tail), engine->config());
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(bad.status().message().find(what), absl::string_view::npos) << bad.status();
+  }
+  // A count past the bytes there are.
+  std::vector<uint8_t> short_bytes = bytes;
+  short_bytes.resize(bytes.size() - 8);
+  EXPECT_EQ(DecodeTail(short_bytes, engine->config()).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -14,13 +14,14 @@
 // (--step-delay-ms-for-testing), so the stream is still running when the test
 // kills its worker, whatever the machine; the test checks it is (tokens
 // received, not all, the worker running it).
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <signal.h>
-#include <sys/wait.h>
 
 #include "tests/fault/fault_cluster.h"
 
@@ -70,6 +71,7 @@ class TimedStream {
     return reader_->Finish();
   }
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<ced::v1::StepLogprobs>& logprobs() const { return logprobs_; }
   const ced::v1::GenerateResponse& last() const { return last_; }
   // The longest wait for a token after `t` (ms), and the median wait over the
   // whole stream.
@@ -96,8 +98,10 @@ class TimedStream {
   void Record(const ced::v1::GenerateResponse& r) {
     if (r.token_ids_size() > 0) times_.push_back(SteadyClock::now());
     tokens_.insert(tokens_.end(), r.token_ids().begin(), r.token_ids().end());
+    logprobs_.insert(logprobs_.end(), r.logprobs().begin(), r.logprobs().end());
     last_ = r;
   }
+  std::vector<ced::v1::StepLogprobs> logprobs_;
 
   std::unique_ptr<ced::v1::Gateway::Stub> stub_;
   grpc::ClientContext ctx_;
@@ -115,6 +119,8 @@ struct Case {
   // that continues finds them at the end of its prompt.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // Every token's log-probabilities arrive, from either worker.
+  bool logprobs = false;
 };
 
 class FaultMigrationTest : public ::testing::TestWithParam<Case> {};
@@ -141,7 +147,13 @@ TEST_P(FaultMigrationTest, DecodeWorkerKilledMidStreamMigrates) {
   req.set_frequency_penalty(param.frequency_penalty);
   sampling.presence_penalty = param.presence_penalty;
   sampling.frequency_penalty = param.frequency_penalty;
-  const std::vector<int32_t> want = ref.Run(prompt, kTokens, ReplayMode::kBounded, sampling);
+  if (param.logprobs) {
+    req.set_logprobs(true);
+    req.set_top_logprobs(3);
+  }
+  std::vector<std::vector<float>> logits;
+  const std::vector<int32_t> want =
+      ref.Run(prompt, kTokens, ReplayMode::kBounded, sampling, &logits);
   if (sampling.has_penalties()) {
     SamplingParams plain = sampling;
     plain.presence_penalty = plain.frequency_penalty = 0.0f;
@@ -163,6 +175,22 @@ TEST_P(FaultMigrationTest, DecodeWorkerKilledMidStreamMigrates) {
   const grpc::Status s = stream.Finish();
   ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
   EXPECT_EQ(stream.tokens(), want) << "the migrated stream differs from the colocated engine";
+  if (param.logprobs) {
+    ASSERT_EQ(stream.logprobs().size(), stream.tokens().size());
+    for (size_t i = 0; i < stream.tokens().size() && i < logits.size(); ++i) {
+      const ced::v1::StepLogprobs& l = stream.logprobs()[i];
+      EXPECT_EQ(l.token().token_id(), stream.tokens()[i]) << "step " << i;
+      EXPECT_EQ(l.top_size(), 3) << "step " << i;
+      // The model's log-softmax, computed here. After the move the new
+      // worker prefilled prompt + output (a bounded replay of its own): near.
+      const std::vector<float>& x = logits[i];
+      const long double mx = *std::max_element(x.begin(), x.end());
+      long double sum = 0;
+      for (float v : x) sum += std::exp(static_cast<long double>(v) - mx);
+      const double want_lp = static_cast<double>(x[stream.tokens()[i]] - mx - std::log(sum));
+      EXPECT_NEAR(l.token().logprob(), want_lp, i < before_kill ? 1e-3 : 0.05) << "step " << i;
+    }
+  }
   EXPECT_EQ(stream.last().finish_reason(), ced::v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(stream.last().usage().completion_tokens(), kTokens);
   const ced::v1::Placement& placement = stream.last().placement();
@@ -190,7 +218,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"sampled", 0.8f, ced::v1::REPLAY_ON_AUTO},
         Case{"sampled_replay_on_decode", 0.8f, ced::v1::REPLAY_ON_DECODE},
         Case{"greedy_penalties_replay_on_prefill", 0.0f, ced::v1::REPLAY_ON_PREFILL, 0.5f, 0.3f},
-        Case{"sampled_penalties_replay_on_decode", 0.8f, ced::v1::REPLAY_ON_DECODE, 0.4f, 0.6f}),
+        Case{"sampled_penalties_replay_on_decode", 0.8f, ced::v1::REPLAY_ON_DECODE, 0.4f, 0.6f},
+        Case{"greedy_logprobs", 0.0f, ced::v1::REPLAY_ON_PREFILL, 0.0f, 0.0f, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(FaultMigrationLimitTest, LimitZeroEndsTheStreamWithUnavailable) {

@@ -80,6 +80,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [id, bias] : v.sampling.logit_bias) {
     FUZZ_CHECK(id >= 0 && id < limits.vocab_size && bias >= -100 && bias <= 100);
   }
+  FUZZ_CHECK(v.sampling.top_logprobs >= 0 && v.sampling.top_logprobs <= ced::kMaxTopLogprobs);
+  FUZZ_CHECK(v.sampling.top_logprobs == 0 || v.sampling.logprobs);
   // What the workers check again passes there too.
   FUZZ_CHECK(ced::ValidateSamplingParams(v.sampling).ok());
   return 0;

@@ -128,6 +128,17 @@ TEST_F(RequestValidationTest, EveryBadFieldIsNamed) {
        [](GenerateRequest* r) {
          for (int i = 0; i <= 1024; ++i) (*r->mutable_logit_bias())[i] = 0.0f;
        }},
+      {"top_logprobs", [](GenerateRequest* r) { r->set_top_logprobs(2); }},  // no logprobs
+      {"top_logprobs",
+       [](GenerateRequest* r) {
+         r->set_logprobs(true);
+         r->set_top_logprobs(21);
+       }},
+      {"top_logprobs",
+       [](GenerateRequest* r) {
+         r->set_logprobs(true);
+         r->set_top_logprobs(-1);
+       }},
       {"stop",
        [](GenerateRequest* r) {
          for (int i = 0; i < 17; ++i) r->add_stop("s");
@@ -163,6 +174,21 @@ TEST_F(RequestValidationTest, EveryBadFieldIsNamed) {
     EXPECT_EQ(v.status().message().rfind(c.field + ":", 0), 0u)
         << "expected '" << c.field << ":' in: " << v.status().message();
   }
+}
+
+TEST_F(RequestValidationTest, LogprobsArePassedThrough) {
+  GenerateRequest r;
+  r.set_prompt("hello");
+  r.set_max_tokens(4);
+  auto v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->sampling.logprobs);
+  r.set_logprobs(true);
+  r.set_top_logprobs(20);
+  v = Validate(r);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->sampling.logprobs);
+  EXPECT_EQ(v->sampling.top_logprobs, 20);
 }
 
 TEST_F(RequestValidationTest, SessionIdIsAHintPassedThrough) {

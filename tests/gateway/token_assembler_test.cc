@@ -115,6 +115,50 @@ TEST_F(TokenAssemblerTest, NeverEmitsMoreThanMaxTokens) {
   EXPECT_FALSE(a.has_gap());
 }
 
+ced::internal::StepLogprobs Logprob(int32_t token, float logprob) {
+  ced::internal::StepLogprobs l;
+  l.mutable_token()->set_token_id(token);
+  l.mutable_token()->set_logprob(logprob);
+  auto* top = l.add_top();
+  top->set_token_id(token + 1);
+  top->set_logprob(logprob - 1);
+  return l;
+}
+
+// Each step's logprobs leave with its token, in step order, whichever copy
+// of the step brought them.
+TEST_F(TokenAssemblerTest, LogprobsFollowTheirTokens) {
+  TokenAssembler a(tokenizer_.get(), {}, 10);
+  google::protobuf::RepeatedPtrField<ced::internal::StepLogprobs> later;
+  *later.Add() = Logprob('c', -3);
+  *later.Add() = Logprob('d', -4);
+  a.Add(2, Bytes("cd"), &later);
+  EXPECT_TRUE(a.TakeReady().token_ids.empty());  // steps 0 and 1 are missing
+  a.Add(0, Bytes("a"));                          // a copy without them (not kept)...
+  google::protobuf::RepeatedPtrField<ced::internal::StepLogprobs> first;
+  *first.Add() = Logprob('a', -1);
+  a.Add(0, Bytes("a"), &first);  // ...then the one with them
+  *first.Mutable(0) = Logprob('b', -2);
+  a.Add(1, Bytes("b"), &first);
+  const TokenAssembler::Output out = a.TakeReady();
+  EXPECT_EQ(out.token_ids, Bytes("abcd"));
+  ASSERT_EQ(out.logprobs.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(out.logprobs[i].token().token_id(), 'a' + i);
+    EXPECT_EQ(out.logprobs[i].token().logprob(), -1.0f - i);
+    ASSERT_EQ(out.logprobs[i].top_size(), 1);
+    EXPECT_EQ(out.logprobs[i].top(0).token_id(), 'a' + i + 1);
+  }
+  // A mismatching duplicate neither replaces the step nor its logprobs.
+  *first.Mutable(0) = Logprob('z', -9);
+  a.Add(4, Bytes("e"));
+  a.Add(4, Bytes("z"), &first);
+  const TokenAssembler::Output next = a.TakeReady();
+  EXPECT_EQ(next.token_ids, Bytes("e"));
+  EXPECT_TRUE(next.logprobs.empty());
+  EXPECT_EQ(a.mismatches(), 1);
+}
+
 TEST_F(TokenAssemblerTest, FinishReleasesHeldText) {
   TokenAssembler a(tokenizer_.get(), {"abc"}, 10);
   a.Add(0, Bytes("xab"));

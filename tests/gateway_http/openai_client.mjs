@@ -1,6 +1,7 @@
 // Drives the gateway's OpenAI-compatible API with the official `openai` npm
 // client: completions (with and without penalties) and chat (system and
-// developer messages), streamed and not, two choices (n), and two errors. Prints one JSON object with what came back
+// developer messages), streamed and not, two choices (n), logprobs, and two
+// errors. Prints one JSON object with what came back
 // (tests/gateway_http/openai_cluster_test.cc compares it with the gRPC API's
 // answer for the same request).
 // Usage: node openai_client.mjs NODE_MODULES_DIR BASE_URL MODEL
@@ -90,5 +91,28 @@ out.two_choices = {
   usage: two.usage,
 };
 out.models = (await client.models.list()).data.map((m) => m.id);
+
+// Log-probabilities: chat (logprobs + top_logprobs), streamed and not, and
+// completions (logprobs: the number of most probable tokens).
+const entry = (e) => ({ token: e.token, logprob: e.logprob, bytes: e.bytes,
+  top: e.top_logprobs.map((t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes })) });
+const chatLogprobs = await client.chat.completions.create({
+  model, messages, ...sampling, logprobs: true, top_logprobs: 2 });
+out.chat_logprobs = {
+  text: chatLogprobs.choices[0].message.content,
+  content: chatLogprobs.choices[0].logprobs.content.map(entry),
+};
+const streamed = [];
+const chatLogprobsStream = await client.chat.completions.create({
+  model, messages, ...sampling, logprobs: true, top_logprobs: 2, stream: true });
+for await (const chunk of chatLogprobsStream) {
+  for (const c of chunk.choices) {
+    if (c.logprobs) streamed.push(...c.logprobs.content.map(entry));
+  }
+}
+out.chat_logprobs_stream = { content: streamed };
+const completionLogprobs = await client.completions.create({
+  model, prompt, ...sampling, logprobs: 2 });
+out.completion_logprobs = completionLogprobs.choices[0].logprobs;
 
 process.stdout.write(JSON.stringify(out) + "\n");

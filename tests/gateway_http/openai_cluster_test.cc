@@ -55,12 +55,14 @@ std::string Quote(const std::string& s) {
 // The text of a gRPC Generate with the sampling the clients use.
 std::string GrpcText(const std::string& gateway, const std::string& prompt,
                      float presence_penalty = 0.0f, float frequency_penalty = 0.0f,
-                     uint64_t seed = 42) {
+                     uint64_t seed = 42, bool add_bos = true) {
   ced::v1::GenerateRequest req;
   req.set_presence_penalty(presence_penalty);
   req.set_frequency_penalty(frequency_penalty);
   req.set_prompt(prompt);
-  req.set_add_bos(true);  // what /v1/completions does with a text prompt by default
+  // True: what /v1/completions does with a text prompt by default; a chat
+  // prompt has what its template renders.
+  req.set_add_bos(add_bos);
   req.set_max_tokens(12);
   req.set_temperature(0.8f);
   req.set_seed(seed);
@@ -140,7 +142,7 @@ TEST_F(OpenAiClusterTest, OfficialOpenAiClientGetsTheGrpcText) {
   ASSERT_TRUE(chat_template.ok()) << chat_template.status();
   auto rendered = (*chat_template)->Render(messages, options);
   ASSERT_TRUE(rendered.ok()) << rendered.status();
-  const std::string chat_expected = GrpcText(Grpc(), *rendered);
+  const std::string chat_expected = GrpcText(Grpc(), *rendered, 0, 0, 42, /*add_bos=*/false);
   EXPECT_EQ(j["chat"]["text"], chat_expected) << out;
   EXPECT_EQ(j["chat"]["role"], "assistant");
   EXPECT_EQ(j["chat"]["finish_reason"], "length");
@@ -159,6 +161,53 @@ TEST_F(OpenAiClusterTest, OfficialOpenAiClientGetsTheGrpcText) {
   EXPECT_EQ(j["two_choices"]["texts"][1], GrpcText(Grpc(), "The quick brown fox", 0, 0, 43)) << out;
   EXPECT_EQ(j["two_choices"]["usage"]["completion_tokens"], 24) << out;
   EXPECT_EQ(j["models"], Json::array({model})) << out;
+
+  // Logprobs: the gRPC API's for the same prompt and sampling.
+  auto grpc_logprobs = [this](const std::string& prompt, bool add_bos) {
+    ced::v1::GenerateRequest req;
+    req.set_prompt(prompt);
+    req.set_add_bos(add_bos);
+    req.set_max_tokens(12);
+    req.set_temperature(0.8f);
+    req.set_seed(42);
+    req.set_ignore_eos(true);
+    req.set_logprobs(true);
+    req.set_top_logprobs(2);
+    GenResult r = Generate(Grpc(), req);
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.logprobs.size(), 12u);
+    return r;
+  };
+  const GenResult chat_grpc = grpc_logprobs(*rendered, false);  // the template has the BOS
+  EXPECT_EQ(j["chat_logprobs"]["text"], chat_expected) << out;
+  const Json& content = j["chat_logprobs"]["content"];
+  ASSERT_EQ(content.size(), chat_grpc.logprobs.size()) << out;
+  EXPECT_EQ(j["chat_logprobs_stream"]["content"], content) << out;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const ced::v1::StepLogprobs& want = chat_grpc.logprobs[i];
+    EXPECT_NEAR(content[i]["logprob"].get<double>(), want.token().logprob(), 1e-6) << i;
+    if (want.token().token_id() < 256) {
+      EXPECT_EQ(content[i]["bytes"], Json::array({want.token().token_id()})) << i;
+    }
+    ASSERT_EQ(content[i]["top"].size(), 2u) << out;
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_NEAR(content[i]["top"][k]["logprob"].get<double>(), want.top(k).logprob(), 1e-6);
+    }
+  }
+  const GenResult completion_grpc = grpc_logprobs("The quick brown fox", true);
+  const Json& lp = j["completion_logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), 12u) << out;
+  ASSERT_EQ(lp["tokens"].size(), 12u) << out;
+  ASSERT_EQ(lp["top_logprobs"].size(), 12u) << out;
+  EXPECT_EQ(lp["text_offset"][0], 0) << out;
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(),
+                completion_grpc.logprobs[i].token().logprob(), 1e-6)
+        << i;
+    // The two most probable and the token itself.
+    EXPECT_GE(lp["top_logprobs"][i].size(), 1u) << out;
+    EXPECT_LE(lp["top_logprobs"][i].size(), 3u) << out;
+  }
 }
 
 // n > 1: choice 0 runs first, the others once it has its first token, so

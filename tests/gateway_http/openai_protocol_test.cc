@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -183,6 +184,126 @@ TEST(OpenAiProtocolTest, NeutralFieldsAreAcceptedOnlyAtTheirNeutralValues) {
     EXPECT_EQ(FieldOf(r.status()), name) << body << ": " << r.status();
     EXPECT_EQ(HttpStatusOf(r.status().code()), 400) << body;
   }
+}
+
+// Chat: logprobs (a boolean) and top_logprobs; completions: logprobs is the
+// number of most probable tokens (0 = the token's own only), false = off.
+TEST(OpenAiProtocolTest, LogprobsFields) {
+  auto chat = ParseRequest(Endpoint::kChat, R"({"model": "m",
+      "messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_TRUE(chat->generate.logprobs());
+  EXPECT_EQ(chat->generate.top_logprobs(), 3);
+  for (const auto& [body, on, top] :
+       std::vector<std::tuple<std::string, bool, int>>{{R"("logprobs": 2)", true, 2},
+                                                       {R"("logprobs": 0)", true, 0},
+                                                       {R"("logprobs": false)", false, 0},
+                                                       {R"("logprobs": null)", false, 0}}) {
+    auto r = ParseRequest(Endpoint::kCompletions, R"({"model": "m", "prompt": "p", )" + body + "}");
+    ASSERT_TRUE(r.ok()) << body << ": " << r.status();
+    EXPECT_EQ(r->generate.logprobs(), on) << body;
+    EXPECT_EQ(r->generate.top_logprobs(), top) << body;
+  }
+  const std::tuple<Endpoint, const char*, const char*> bad[] = {
+      {Endpoint::kCompletions, R"("logprobs": 21)", "logprobs"},
+      {Endpoint::kCompletions, R"("logprobs": -1)", "logprobs"},
+      {Endpoint::kCompletions, R"("logprobs": true)", "logprobs"},
+      {Endpoint::kCompletions, R"("top_logprobs": 2)", "top_logprobs"},  // chat's field
+      {Endpoint::kCompletions, R"("echo": true)", "echo"},
+      {Endpoint::kChat, R"("logprobs": 1)", "logprobs"},
+      {Endpoint::kChat, R"("top_logprobs": "3")", "top_logprobs"},
+  };
+  for (const auto& [endpoint, field, name] : bad) {
+    const std::string body =
+        endpoint == Endpoint::kChat
+            ? std::string(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], )") +
+                  field + "}"
+            : std::string(R"({"model": "m", "prompt": "p", )") + field + "}";
+    auto r = ParseRequest(endpoint, body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(FieldOf(r.status()), name) << body << ": " << r.status();
+  }
+}
+
+ced::v1::GenerateResponse Delta(const std::string& text, const std::vector<int32_t>& ids) {
+  ced::v1::GenerateResponse m;
+  m.set_text(text);
+  for (int32_t id : ids) {
+    m.add_token_ids(id);
+    ced::v1::StepLogprobs* l = m.add_logprobs();
+    l->mutable_token()->set_token_id(id);
+    l->mutable_token()->set_logprob(-0.5f);
+    ced::v1::TokenLogprob* top = l->add_top();
+    top->set_token_id('z');
+    top->set_logprob(-0.25f);
+  }
+  return m;
+}
+
+// A streamed event carries the logprobs of the tokens since the last event
+// (a token whose text is held back waits with it); the shapes are OpenAI's.
+TEST(OpenAiProtocolTest, LogprobsInStreamsAndBodies) {
+  auto tokenizer = ByteTokenizer::Create({});
+  ASSERT_TRUE(tokenizer.ok());
+  ResponseHeader h;
+  h.endpoint = Endpoint::kChat;
+  h.id = "chatcmpl-1";
+  h.model = "m";
+  ResponseBuilder chat(h, /*include_usage=*/false);
+  chat.EnableLogprobs(tokenizer->get());
+  std::string events;
+  chat.AppendEvents(Delta("", {0xC3}), &events);          // half of U+00E9: no event yet
+  chat.AppendEvents(Delta("\xC3\xA9", {0xA9}), &events);  // both tokens' logprobs
+  ced::v1::GenerateResponse final = Delta("!", {'!'});
+  final.set_finish_reason(ced::v1::FINISH_REASON_STOP);
+  chat.AppendEvents(final, &events);
+  std::vector<Json> chunks;
+  for (size_t at = 0; (at = events.find("data: ", at)) != std::string::npos;) {
+    const size_t end = events.find("\n\n", at);
+    chunks.push_back(Json::parse(events.substr(at + 6, end - at - 6)));
+    at = end;
+  }
+  ASSERT_EQ(chunks.size(), 3u);  // role, "é", "!"
+  EXPECT_TRUE(chunks[0]["choices"][0]["logprobs"].is_null());
+  const Json& content = chunks[1]["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["token"], "\xEF\xBF\xBD");       // part of a character: U+FFFD...
+  EXPECT_EQ(content[0]["bytes"], Json::array({0xC3}));  // ...and its exact bytes
+  EXPECT_FLOAT_EQ(content[0]["logprob"].get<float>(), -0.5f);
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 1u);
+  EXPECT_EQ(content[0]["top_logprobs"][0]["token"], "z");
+  EXPECT_EQ(content[0]["top_logprobs"][0]["bytes"], Json::array({'z'}));
+  EXPECT_EQ(content[1]["bytes"], Json::array({0xA9}));
+  EXPECT_TRUE(chunks[1]["choices"][0]["logprobs"]["refusal"].is_null());
+  EXPECT_EQ(chunks[2]["choices"][0]["logprobs"]["content"][0]["token"], "!");
+
+  // Completions, one body: tokens, token_logprobs, top_logprobs (the top
+  // ones and the token itself), text_offset in code points.
+  h.endpoint = Endpoint::kCompletions;
+  ResponseBuilder body(h, false);
+  body.EnableLogprobs(tokenizer->get());
+  body.Add(Delta("a", {'a'}));
+  body.Add(Delta("z", {'z'}));
+  final = Delta("b", {'b'});
+  final.set_finish_reason(ced::v1::FINISH_REASON_LENGTH);
+  body.Add(final);
+  ASSERT_TRUE(body.finished());
+  const Json j = Json::parse(body.Body());
+  const Json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], Json::array({"a", "z", "b"}));
+  EXPECT_EQ(lp["token_logprobs"].size(), 3u);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);  // "z" and "a"
+  EXPECT_FLOAT_EQ(lp["top_logprobs"][0]["a"].get<float>(), -0.5f);
+  EXPECT_FLOAT_EQ(lp["top_logprobs"][0]["z"].get<float>(), -0.25f);
+  EXPECT_EQ(lp["top_logprobs"][1].size(), 1u);  // "z" is the token itself
+  EXPECT_EQ(lp["text_offset"], Json::array({0, 1, 2}));
+  ASSERT_TRUE(body.result().logprobs.has_value());
+  EXPECT_EQ(body.result().logprobs->entries.size(), 3u);
+  // Not asked for: null, as before.
+  ResponseBuilder plain(h, false);
+  plain.Add(final);
+  EXPECT_TRUE(Json::parse(plain.Body())["choices"][0]["logprobs"].is_null());
+  EXPECT_FALSE(plain.result().logprobs.has_value());
 }
 
 // An image part is refused for its type, not for its image_url field.

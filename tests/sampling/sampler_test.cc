@@ -424,6 +424,143 @@ TEST(SamplerTest, RepetitionPenaltyAndLogitBiasAreValidated) {
   EXPECT_NE(error(p).find("at most"), std::string::npos) << error(p);
 }
 
+// The reference: log-softmax in long double, the top ones by a full sort
+// (larger logit first, ties to the lower id), NaN as probability 0.
+struct RefLogprobs {
+  std::vector<long double> logprob;  // per id; -inf for probability 0
+  std::vector<int> order;            // ids, most probable first
+};
+RefLogprobs Reference(const std::vector<float>& logits) {
+  RefLogprobs r;
+  long double mx = -INFINITY;
+  for (float l : logits) {
+    if (!std::isnan(l)) mx = std::max<long double>(mx, l);
+  }
+  long double sum = 0;
+  for (float l : logits) {
+    if (!std::isnan(l)) sum += std::exp(static_cast<long double>(l) - mx);
+  }
+  for (float l : logits) {
+    r.logprob.push_back(std::isnan(l) ? -INFINITY
+                                      : static_cast<long double>(l) - mx - std::log(sum));
+  }
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isnan(logits[i])) r.order.push_back(static_cast<int>(i));
+  }
+  std::stable_sort(r.order.begin(), r.order.end(),
+                   [&](int a, int b) { return logits[a] > logits[b]; });
+  return r;
+}
+
+float Floored(long double lp) { return lp < kMinLogprob ? kMinLogprob : static_cast<float>(lp); }
+
+TEST(LogprobsTest, EqualTheReferenceLogSoftmaxAndItsTopTokens) {
+  for (int vocab : {1, 7, 512, 5000}) {
+    for (uint32_t seed : {1u, 2u, 3u}) {
+      std::vector<float> logits = RandomLogits(vocab, seed);
+      if (vocab >= 7) {
+        logits[3] = logits[5];              // a tie: the lower id first
+        logits[vocab - 1] = -1000.0f;       // underflows to the floor
+        logits[vocab - 2] = std::nanf("");  // probability 0
+      }
+      const RefLogprobs ref = Reference(logits);
+      for (int top_n : {0, 1, 5, 20}) {
+        for (int token : {0, vocab / 2, vocab - 1}) {
+          const StepLogprobs got = ComputeLogprobs(logits.data(), vocab, token, top_n);
+          EXPECT_EQ(got.token.token, token);
+          EXPECT_NEAR(got.token.logprob, Floored(ref.logprob[token]), 1e-5)
+              << "vocab " << vocab << " token " << token;
+          ASSERT_EQ(got.top.size(), std::min<size_t>(top_n, ref.order.size() + (vocab >= 7)));
+          for (size_t i = 0; i < got.top.size() && i < ref.order.size(); ++i) {
+            EXPECT_EQ(got.top[i].token, ref.order[i]) << "rank " << i;
+            EXPECT_NEAR(got.top[i].logprob, Floored(ref.logprob[ref.order[i]]), 1e-5);
+          }
+        }
+      }
+      // The probabilities sum to 1.
+      long double mass = 0;
+      for (int t = 0; t < vocab; ++t) {
+        mass += std::exp(
+            static_cast<long double>(ComputeLogprobs(logits.data(), vocab, t, 0).token.logprob));
+      }
+      EXPECT_NEAR(static_cast<double>(mass), 1.0, 1e-4) << "vocab " << vocab;
+    }
+  }
+}
+
+TEST(LogprobsTest, InfiniteAndNanLogits) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits = {1.0f, inf, 2.0f, inf, std::nanf("")};
+  StepLogprobs got = ComputeLogprobs(logits.data(), 5, 3, 3);
+  EXPECT_NEAR(got.token.logprob, std::log(0.5f), 1e-6);  // two +inf share the mass
+  ASSERT_EQ(got.top.size(), 3u);
+  EXPECT_EQ(got.top[0].token, 1);
+  EXPECT_EQ(got.top[1].token, 3);
+  EXPECT_EQ(got.top[2].token, 2);
+  EXPECT_EQ(got.top[2].logprob, kMinLogprob);
+  std::vector<float> none = {-inf, std::nanf(""), -inf};
+  got = ComputeLogprobs(none.data(), 3, 1, 3);
+  EXPECT_EQ(got.token.logprob, kMinLogprob);
+  ASSERT_EQ(got.top.size(), 3u);
+  EXPECT_EQ(got.top[0].token, 0);  // -inf before NaN, ties to the lower id
+  EXPECT_EQ(got.top[1].token, 2);
+  EXPECT_EQ(got.top[2].token, 1);
+  for (const TokenLogprob& t : got.top) EXPECT_EQ(t.logprob, kMinLogprob);
+}
+
+// SampleStep samples as SampleToken after the adjustments and reports the
+// model's own distribution, before them.
+TEST(LogprobsTest, SampleStepReportsTheLogitsBeforeTheAdjustments) {
+  const std::vector<float> raw = RandomLogits(300, 9);
+  const std::vector<int32_t> prompt = {4, 5, 6, 4};
+  for (float temperature : {0.0f, 0.8f}) {
+    SamplingParams p = Params(temperature, 0, 1.0f, 5);
+    p.logprobs = true;
+    p.top_logprobs = 4;
+    p.logit_bias = {{7, 6.0f}};
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.5f;
+    SamplingHistory history(prompt, p);
+    history.Add(9);
+    std::vector<float> adjusted = raw;
+    history.Apply(adjusted.data(), 300, p);
+    const int expected = SampleToken(adjusted.data(), 300, p, 3);
+    std::vector<float> logits = raw;
+    StepLogprobs lp;
+    const int token = SampleStep(logits.data(), 300, p, history, 3, &lp);
+    EXPECT_EQ(token, expected);
+    const RefLogprobs ref = Reference(raw);
+    EXPECT_EQ(lp.token.token, token);
+    EXPECT_NEAR(lp.token.logprob, static_cast<float>(ref.logprob[token]), 1e-5);
+    ASSERT_EQ(lp.top.size(), 4u);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(lp.top[i].token, ref.order[i]);
+    // Not asked for: left alone.
+    p.logprobs = false;
+    p.top_logprobs = 0;
+    StepLogprobs untouched;
+    logits = raw;
+    EXPECT_EQ(SampleStep(logits.data(), 300, p, history, 3, &untouched), expected);
+    EXPECT_TRUE(untouched.top.empty());
+    EXPECT_EQ(untouched.token.logprob, 0.0f);
+  }
+}
+
+TEST(LogprobsTest, TopLogprobsAreValidated) {
+  SamplingParams p;
+  p.top_logprobs = 3;
+  absl::Status s = ValidateSamplingParams(p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("top_logprobs"), absl::string_view::npos) << s;
+  p.logprobs = true;
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+  for (int bad : {-1, kMaxTopLogprobs + 1}) {
+    p.top_logprobs = bad;
+    s = ValidateSamplingParams(p);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message().rfind("top_logprobs", 0), 0u) << s;
+  }
+}
+
 TEST(StopTest, CheckStop) {
   StopConditions stop;
   stop.max_tokens = 3;

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
+#include "engine/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace ced::gateway::openai {
@@ -254,13 +255,10 @@ absl::Status ParseReplayMode(const Json& v, ced::v1::GenerateRequest* out) {
 
 // Fields accepted only at the value that changes nothing.
 absl::Status CheckNeutral(const std::string& key, const Json& v) {
-  if (key == "logprobs" || key == "echo") {
-    if (!(v.is_boolean() && !v.get<bool>()) && !(v.is_number_integer() && v.get<int64_t>() == 0)) {
+  if (key == "echo") {
+    if (!(v.is_boolean() && !v.get<bool>())) {
       return InvalidField(key, "is not supported (only false/null)");
     }
-  } else if (key == "top_logprobs") {
-    ASSIGN_OR_RETURN(int64_t x, GetInt(key, v, 0, 0));
-    (void)x;
   } else if (key == "best_of") {
     ASSIGN_OR_RETURN(int64_t x, GetInt(key, v, 1, 1));
     (void)x;
@@ -386,6 +384,18 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
         ASSIGN_OR_RETURN(double b, GetNumber(absl::StrCat(key, "[", id, "]"), bias));
         (*g.mutable_logit_bias())[id] = static_cast<float>(b);
       }
+    } else if (key == "logprobs" && chat) {  // chat: a boolean, with top_logprobs
+      ASSIGN_OR_RETURN(bool b, GetBool(key, v));
+      g.set_logprobs(b);
+    } else if (key == "top_logprobs" && chat) {  // the range is checked with gRPC's
+      ASSIGN_OR_RETURN(int64_t k, GetInt(key, v, std::numeric_limits<int32_t>::min(),
+                                         std::numeric_limits<int32_t>::max()));
+      g.set_top_logprobs(static_cast<int32_t>(k));
+    } else if (key == "logprobs") {  // completions: how many of the most probable tokens
+      if (v.is_boolean() && !v.get<bool>()) continue;  // false: off, as null
+      ASSIGN_OR_RETURN(int64_t k, GetInt(key, v, 0, kMaxTopLogprobs));
+      g.set_logprobs(true);
+      g.set_top_logprobs(static_cast<int32_t>(k));
     } else if (key == "stop") {
       RETURN_IF_ERROR(ParseStop(v, &g));
     } else if (key == "stop_token_ids") {
@@ -619,9 +629,74 @@ std::string FinishReasonName(ced::v1::FinishReason reason) {
   return reason == ced::v1::FINISH_REASON_LENGTH ? "length" : "stop";
 }
 
+int TextLength(const std::string& bytes) {
+  int n = 0;
+  for (unsigned char c : ToValidUtf8(bytes)) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+namespace {
+
+OrderedJson TokenTextJson(const TokenText& t) {
+  OrderedJson j;
+  j["token"] = ToValidUtf8(t.bytes);
+  j["logprob"] = t.logprob;
+  OrderedJson bytes = OrderedJson::array();
+  for (unsigned char c : t.bytes) bytes.push_back(static_cast<int>(c));
+  j["bytes"] = std::move(bytes);
+  return j;
+}
+
+OrderedJson LogprobsJson(Endpoint endpoint, const Logprobs* logprobs) {
+  if (logprobs == nullptr) return nullptr;
+  if (endpoint == Endpoint::kChat) {
+    OrderedJson content = OrderedJson::array();
+    for (const LogprobEntry& e : logprobs->entries) {
+      OrderedJson item = TokenTextJson(e.token);
+      OrderedJson top = OrderedJson::array();
+      for (const TokenText& t : e.top) top.push_back(TokenTextJson(t));
+      item["top_logprobs"] = std::move(top);
+      content.push_back(std::move(item));
+    }
+    OrderedJson j;
+    j["content"] = std::move(content);
+    j["refusal"] = nullptr;
+    return j;
+  }
+  OrderedJson tokens = OrderedJson::array(), token_logprobs = OrderedJson::array(),
+              top_logprobs = OrderedJson::array(), text_offset = OrderedJson::array();
+  int offset = logprobs->text_offset;
+  for (const LogprobEntry& e : logprobs->entries) {
+    const std::string text = ToValidUtf8(e.token.bytes);
+    tokens.push_back(text);
+    token_logprobs.push_back(e.token.logprob);
+    // OpenAI's: the most probable ones and the token itself (up to n + 1).
+    OrderedJson top = OrderedJson::object();
+    for (const TokenText& t : e.top) {
+      const std::string key = ToValidUtf8(t.bytes);
+      if (!top.contains(key)) top[key] = t.logprob;
+    }
+    if (!top.contains(text)) top[text] = e.token.logprob;
+    top_logprobs.push_back(std::move(top));
+    text_offset.push_back(offset);
+    offset += TextLength(e.token.bytes);
+  }
+  OrderedJson j;
+  j["tokens"] = std::move(tokens);
+  j["token_logprobs"] = std::move(token_logprobs);
+  j["top_logprobs"] = std::move(top_logprobs);
+  j["text_offset"] = std::move(text_offset);
+  return j;
+}
+
+}  // namespace
+
 std::string CompletionJson(const ResponseHeader& header, const std::string& text,
-                           const std::string& finish_reason, const UsageCounts& usage) {
-  return CompletionJson(header, std::vector<ChoiceResult>{{text, finish_reason}}, usage);
+                           const std::string& finish_reason, const UsageCounts& usage,
+                           const Logprobs* logprobs) {
+  ChoiceResult choice{text, finish_reason, std::nullopt};
+  if (logprobs != nullptr) choice.logprobs = *logprobs;
+  return CompletionJson(header, std::vector<ChoiceResult>{std::move(choice)}, usage);
 }
 
 std::string CompletionJson(const ResponseHeader& header, const std::vector<ChoiceResult>& choices,
@@ -636,7 +711,8 @@ std::string CompletionJson(const ResponseHeader& header, const std::vector<Choic
     } else {
       choice["text"] = choices[i].text;
     }
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] =
+        LogprobsJson(header.endpoint, choices[i].logprobs ? &*choices[i].logprobs : nullptr);
     choice["finish_reason"] = choices[i].finish_reason;
     list.push_back(std::move(choice));
   }
@@ -647,7 +723,7 @@ std::string CompletionJson(const ResponseHeader& header, const std::vector<Choic
 
 std::string ChunkJson(const ResponseHeader& header, const std::string& text,
                       const std::string& finish_reason, bool role_only, bool with_usage_null,
-                      int index) {
+                      int index, const Logprobs* logprobs) {
   OrderedJson j = Base(header, /*chunk=*/true);
   OrderedJson choice;
   choice["index"] = index;
@@ -663,7 +739,7 @@ std::string ChunkJson(const ResponseHeader& header, const std::string& text,
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = LogprobsJson(header.endpoint, logprobs);
   choice["finish_reason"] = NullOr(finish_reason);
   j["choices"] = OrderedJson::array({std::move(choice)});
   if (with_usage_null) j["usage"] = nullptr;

@@ -7,10 +7,12 @@
 // Request fields (JSON null = absent):
 //   model (required), prompt (string, token ids, or a list of one of either),
 //   messages (chat), max_tokens, max_completion_tokens (chat), temperature,
-//   top_p, seed, stop (string or list of strings), n (1 only), stream,
-//   stream_options.include_usage, user (ignored).
-//   Accepted at their neutral value only: presence_penalty, frequency_penalty
-//   (0), logprobs (null/false), echo (false), best_of (1), logit_bias ({}),
+//   top_p, seed, stop (string or list of strings), n (1..16), stream,
+//   stream_options.include_usage, user (ignored), presence_penalty,
+//   frequency_penalty, logit_bias, logprobs (chat: a boolean, with
+//   top_logprobs 0..20; completions: 0..20 of the most probable tokens, or
+//   false).
+//   Accepted at their neutral value only: echo (false), best_of (1),
 //   tool_choice ("none"/"auto"), parallel_tool_calls.
 //   Extensions: top_k, stop_token_ids, ignore_eos, replay_on ("prefill",
 //   "decode", "auto"), replay_mode ("bounded", "exact"), add_bos
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -106,13 +109,36 @@ struct UsageCounts {
 // "stop" / "length" from the final message's finish_reason.
 std::string FinishReasonName(ced::v1::FinishReason reason);
 
+// Log-probabilities of some generated tokens, as a response shows them: a
+// token by its bytes (a token may hold part of a character: its text then
+// shows U+FFFD, its "bytes" the exact ones).
+struct TokenText {
+  std::string bytes;
+  float logprob = 0.0f;
+};
+struct LogprobEntry {
+  TokenText token;
+  std::vector<TokenText> top;  // most probable first
+};
+struct Logprobs {
+  std::vector<LogprobEntry> entries;
+  // Completions: where the first entry's text starts in the choice's text,
+  // in code points (text_offset counts on from it).
+  int text_offset = 0;
+};
+// The number of code points `bytes` shows as (ill-formed bytes as U+FFFD):
+// how far a token moves the completions text_offset.
+int TextLength(const std::string& bytes);
+
 // A whole (non-streamed) response.
 std::string CompletionJson(const ResponseHeader& header, const std::string& text,
-                           const std::string& finish_reason, const UsageCounts& usage);
+                           const std::string& finish_reason, const UsageCounts& usage,
+                           const Logprobs* logprobs = nullptr);
 // One choice of a whole response.
 struct ChoiceResult {
   std::string text;
   std::string finish_reason;
+  std::optional<Logprobs> logprobs;  // null when not asked for
 };
 // A whole response with several choices (index = position).
 std::string CompletionJson(const ResponseHeader& header, const std::vector<ChoiceResult>& choices,
@@ -122,10 +148,14 @@ std::string CompletionJson(const ResponseHeader& header, const std::vector<Choic
 // of the choice numbered `index`;
 // finish_reason "" = null. `role_only` (chat's first chunk): the delta is
 // {"role": "assistant", "content": ""}. `with_usage_null` adds "usage": null
-// (OpenAI's shape when include_usage is on).
+// (OpenAI's shape when include_usage is on). `logprobs`: the chunk's tokens'
+// (null when not given). The shapes of "logprobs": chat {"content": [{token,
+// logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal":
+// null}; completions {tokens, token_logprobs, top_logprobs: [{text:
+// logprob}] (the top ones and the token itself), text_offset}.
 std::string ChunkJson(const ResponseHeader& header, const std::string& text,
                       const std::string& finish_reason, bool role_only, bool with_usage_null,
-                      int index = 0);
+                      int index = 0, const Logprobs* logprobs = nullptr);
 // `text` as a JSON string value, quotes included, escaped as every JSON
 // body here is (invalid UTF-8 becomes U+FFFD).
 std::string JsonString(const std::string& text);

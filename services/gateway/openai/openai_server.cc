@@ -520,6 +520,7 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
   }
   auto builder = std::make_shared<ResponseBuilder>(
       std::move(header), stream && (parsed->include_usage || options_.force_usage));
+  if (valid->sampling.logprobs) builder->EnableLogprobs(&core_->tokenizer());
 
   auto sink = std::make_shared<HttpSink>();
   const auto deadline = absl::ToChronoTime(received + options_.request_timeout);
@@ -766,6 +767,7 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
     st->sinks.push_back(std::move(sink));
     st->builders.push_back(std::make_unique<ResponseBuilder>(header, stream && include_usage, i,
                                                              /*usage_chunk=*/false));
+    if (valid.sampling.logprobs) st->builders.back()->EnableLogprobs(&core_->tokenizer());
   }
   std::vector<std::deque<ced::v1::GenerateResponse>> got;
 

@@ -72,23 +72,64 @@ void ResponseBuilder::AppendTextEvent(const std::string& text, std::string* out)
   out->append("\n\n");
 }
 
+TokenText ResponseBuilder::Token(const ced::v1::TokenLogprob& t) const {
+  return {tokenizer_->TokenBytes(t.token_id()), t.logprob()};
+}
+
+void ResponseBuilder::TakeLogprobs(const ced::v1::GenerateResponse& message, Logprobs* to) const {
+  if (tokenizer_ == nullptr) return;
+  for (const ced::v1::StepLogprobs& l : message.logprobs()) {
+    LogprobEntry e;
+    e.token = Token(l.token());
+    for (const ced::v1::TokenLogprob& t : l.top()) e.top.push_back(Token(t));
+    to->entries.push_back(std::move(e));
+  }
+}
+
+ChoiceResult ResponseBuilder::result() const {
+  ChoiceResult r{text_, finish_reason_, std::nullopt};
+  if (tokenizer_ != nullptr) r.logprobs = logprobs_;
+  return r;
+}
+
 void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std::string* out) {
   if (finished_) return;
   if (!opened_ && header_.endpoint == Endpoint::kChat) {
     AppendEvent(ChunkJson(header_, "", "", /*role_only=*/true, include_usage_, index_), out);
   }
   opened_ = true;
+  TakeLogprobs(message, &logprobs_);
+  // An event with logprobs carries those of the tokens since the last one
+  // (held while their text is: an unfinished character, a possible stop).
+  auto send_logprobs = [this]() -> const Logprobs* {
+    return tokenizer_ != nullptr ? &logprobs_ : nullptr;
+  };
+  auto sent_logprobs = [this] {
+    for (const LogprobEntry& e : logprobs_.entries) {
+      logprobs_.text_offset += TextLength(e.token.bytes);
+    }
+    logprobs_.entries.clear();
+  };
   if (!IsFinal(message)) {
     if (!message.text().empty()) {
-      AppendTextEvent(message.text(), out);
+      if (tokenizer_ == nullptr) {
+        AppendTextEvent(message.text(), out);
+      } else {
+        AppendEvent(
+            ChunkJson(header_, message.text(), "", false, include_usage_, index_, send_logprobs()),
+            out);
+        sent_logprobs();
+      }
     }
     return;
   }
   finished_ = true;
   finish_reason_ = FinishReasonName(message.finish_reason());
   usage_ = UsageOf(message);
-  AppendEvent(ChunkJson(header_, message.text(), finish_reason_, false, include_usage_, index_),
+  AppendEvent(ChunkJson(header_, message.text(), finish_reason_, false, include_usage_, index_,
+                        send_logprobs()),
               out);
+  sent_logprobs();
   if (include_usage_ && usage_chunk_) AppendEvent(UsageChunkJson(header_, usage_), out);
 }
 
@@ -100,6 +141,7 @@ std::string ResponseBuilder::End(const grpc::Status& status) const {
 void ResponseBuilder::Add(const ced::v1::GenerateResponse& message) {
   if (finished_) return;
   text_ += message.text();
+  TakeLogprobs(message, &logprobs_);
   if (IsFinal(message)) {
     finished_ = true;
     finish_reason_ = FinishReasonName(message.finish_reason());
@@ -108,7 +150,8 @@ void ResponseBuilder::Add(const ced::v1::GenerateResponse& message) {
 }
 
 std::string ResponseBuilder::Body() const {
-  return CompletionJson(header_, text_, finish_reason_, usage_);
+  return CompletionJson(header_, text_, finish_reason_, usage_,
+                        tokenizer_ != nullptr ? &logprobs_ : nullptr);
 }
 
 }  // namespace ced::gateway::openai

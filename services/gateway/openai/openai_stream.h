@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ced/v1/gateway.pb.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "services/gateway/openai/openai_protocol.h"
 
 namespace ced::gateway::openai {
@@ -26,6 +27,11 @@ class ResponseBuilder {
         index_(index),
         usage_chunk_(usage_chunk) {}
 
+  // The response shows the log-probabilities the messages bring (the request
+  // asked for them), tokens as `tokenizer` (not owned; outlives this) spells
+  // them. A text event carries those of the tokens since the last event.
+  void EnableLogprobs(const Tokenizer* tokenizer) { tokenizer_ = tokenizer; }
+
   // Streaming: appends to *out the events for `message` ("data: {...}\n\n").
   // Chat streams open with a role chunk. Deltas without text (a character
   // still incomplete) give nothing; the final message gives the last text
@@ -40,7 +46,7 @@ class ResponseBuilder {
   bool finished() const { return finished_; }
   std::string Body() const;
   // The choice once finished (either mode); its usage.
-  ChoiceResult result() const { return {text_, finish_reason_}; }
+  ChoiceResult result() const;
   const UsageCounts& usage() const { return usage_; }
 
  private:
@@ -49,6 +55,9 @@ class ResponseBuilder {
   // bytes as ChunkJson gives, from a template made once per stream, since
   // only the text differs from one token to the next.
   void AppendTextEvent(const std::string& text, std::string* out);
+  // Appends the message's logprobs to *to.
+  void TakeLogprobs(const ced::v1::GenerateResponse& message, Logprobs* to) const;
+  TokenText Token(const ced::v1::TokenLogprob& t) const;
 
   const ResponseHeader header_;
   const bool include_usage_;
@@ -62,6 +71,8 @@ class ResponseBuilder {
   std::string text_;  // non-streaming
   std::string finish_reason_;
   UsageCounts usage_;
+  const Tokenizer* tokenizer_ = nullptr;  // logprobs asked for
+  Logprobs logprobs_;                     // streaming: not sent yet; else all of them
 };
 
 // The status of a grpc::Status as absl's (for HttpStatusOf / ErrorJson).
