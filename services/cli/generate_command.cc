@@ -237,8 +237,7 @@ int Generate(const std::vector<std::string>& args) {
   SamplingHistory history(prompt, sp);  // for the penalties
   FinishReason finish = FinishReason::kNone;
   while (true) {
-    history.Apply(logits.data(), config.vocab_size, sp);
-    const int token = SampleToken(logits.data(), config.vocab_size, sp, generated);
+    const int token = SampleStep(logits.data(), config.vocab_size, sp, history, generated, nullptr);
     history.Add(token);
     if (!dump_path.empty()) {
       dump_tokens.push_back(token);
