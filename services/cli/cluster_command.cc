@@ -356,6 +356,9 @@ int RunCluster(const std::vector<std::string>& args) {
        "gateway: also serve the OpenAI-compatible HTTP API, on --public-bind at base-port + 2 "
        "(true/false)"},
       {"chat-template", "", "gateway: Jinja chat template file (default: the model's)"},
+      {"tool-call-parser", "auto",
+       "gateway: tool calls in chat output: hermes, deepseek_v3, none, or auto (the chat "
+       "template's format)"},
       {"decode-mux", "true",
        "gateway: tokens on one multiplexed stream per decode worker (false: one per request)",
        true},
@@ -605,6 +608,7 @@ int RunCluster(const std::vector<std::string>& args) {
     if (!f->Get("chat-template").empty()) {
       a.insert(a.end(), {"--chat-template", f->Get("chat-template")});
     }
+    a.insert(a.end(), {"--tool-call-parser", f->Get("tool-call-parser")});
     a.insert(a.end(), gateway_security.begin(), gateway_security.end());
     return start("gateway", a, embed_router);
   };

@@ -65,6 +65,10 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
       {"chat-template", "",
        "Jinja chat template file for /v1/chat/completions "
        "(default: the model's tokenizer_config.json, else a built-in one)"},
+      {"tool-call-parser", "auto",
+       "how a chat model's tool calls become the response's tool_calls when a request offers "
+       "tools: hermes (Qwen, <tool_call> JSON), deepseek_v3, none, or auto (the format the chat "
+       "template writes tool calls in)"},
       {"http-direct-stream", "true",
        "on plain TCP, write streamed tokens to the client's socket from the thread that "
        "receives them (false: the connection's own thread writes every event)",
@@ -165,6 +169,7 @@ int RunGatewayCommand(const std::vector<std::string>& args) {
   options.decode_mux = flags->GetBool("decode-mux");
   options.http_address = flags->Get("http-listen");
   options.chat_template_file = flags->Get("chat-template");
+  options.tool_call_parser = flags->Get("tool-call-parser");
   options.access_log = flags->Get("access-log");
   options.http_force_usage = flags->GetBool("http-include-usage");
   options.http_direct_stream = flags->GetBool("http-direct-stream");

@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     http.listen_address = options.http_address;
     http.model_dir = options.model_dir;
     http.chat_template_file = options.chat_template_file;
+    http.tool_call_parser = options.tool_call_parser;
     http.force_usage = options.http_force_usage;
     http.direct_stream = options.http_direct_stream;
     http.request_timeout = options.http_request_timeout;

@@ -67,6 +67,7 @@ struct GatewayServerOptions {
   // for none. TLS and bearer tokens as the process's SecurityConfig says.
   std::string http_address;
   std::string chat_template_file;  // overrides the model's chat template
+  std::string tool_call_parser = "auto";  // OpenAiServerOptions::tool_call_parser
   // Access log (AccessLog::Open: "-" is stderr, else a file appended to); empty: none.
   std::string access_log;
   bool http_force_usage = false;   // usage chunk on every stream

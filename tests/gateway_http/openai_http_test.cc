@@ -394,6 +394,77 @@ TEST_F(OpenAiHttpTest, ForcedUsage) {
   EXPECT_EQ(e.chunks.back()["usage"]["total_tokens"], 8) << r.body;
 }
 
+// A chat request that offers tools: the calls the model writes (here in the
+// hermes format, as --tool-call-parser names it) come back as tool_calls,
+// whole and streamed; without tools, or with tool_choice "none", the text
+// stays as the model wrote it.
+TEST_F(OpenAiHttpTest, ToolCallsInTheOutputBecomeToolCalls) {
+  TearDown();
+  Start([](GatewayServerOptions* o) { o->tool_call_parser = "hermes"; });
+  const std::string output =
+      "Checking.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
+  const int n = static_cast<int>(output.size());
+  auto script = [&] {
+    // In pieces that split the marker: "Checking.<to" | "ol_call>..." | the rest.
+    decode_.SetScript({grpc::Status::OK,
+                       {Chunk(0, output.substr(0, 12)), Chunk(12, output.substr(12, 20)),
+                        Chunk(32, output.substr(32), FINISH_REASON_STOP)},
+                       /*hold_open=*/false});
+    prefill_.SetScript({output[0], true, true, false, grpc::Status::OK});
+  };
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "get_weather",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  const std::string head = absl::StrCat(R"({"model": "test-model", "max_tokens": )", n,
+                                        R"(, "messages": [{"role": "user", "content": "hi"}], )");
+  script();
+  Reply r = Post("/v1/chat/completions", head + tools + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json choice = r.json["choices"][0];  // a copy: r is reused below
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << r.body;
+  EXPECT_EQ(choice["message"]["content"], "Checking.") << r.body;
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r.body;
+  const Json call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_TRUE(absl::StartsWith(call["id"].get<std::string>(), "call_")) << r.body;
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(Json::parse(call["function"]["arguments"].get<std::string>()),
+            Json({{"city", "Paris"}}));
+
+  script();
+  r = Post("/v1/chat/completions", head + tools + R"(, "stream": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Events e = ParseEvents(r.body);
+  ASSERT_TRUE(e.well_formed && e.done) << r.body;
+  EXPECT_EQ(e.text, "Checking.") << r.body;  // no byte of the call as content
+  int calls_chunks = 0;
+  for (const Json& chunk : e.chunks) {
+    const Json& delta = chunk["choices"][0]["delta"];
+    if (!delta.contains("tool_calls")) continue;
+    ++calls_chunks;
+    ASSERT_EQ(delta["tool_calls"].size(), 1u) << r.body;
+    EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
+    EXPECT_TRUE(absl::StartsWith(delta["tool_calls"][0]["id"].get<std::string>(), "call_"));
+    EXPECT_EQ(delta["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(delta["tool_calls"][0]["function"]["arguments"], call["function"]["arguments"]);
+  }
+  EXPECT_EQ(calls_chunks, 1) << r.body;
+  EXPECT_EQ(e.chunks.back()["choices"][0]["finish_reason"], "tool_calls") << r.body;
+
+  // No tools offered, or tool_choice "none": the text as written.
+  for (const std::string& extra : {std::string(), tools + R"(, "tool_choice": "none")"}) {
+    script();
+    r = Post("/v1/chat/completions",
+             extra.empty() ? head.substr(0, head.size() - 2) + "}" : head + extra + "}");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json["choices"][0]["message"]["content"], output) << r.body;
+    EXPECT_FALSE(r.json["choices"][0]["message"].contains("tool_calls")) << r.body;
+    EXPECT_EQ(r.json["choices"][0]["finish_reason"], "stop") << r.body;
+  }
+}
+
 TEST_F(OpenAiHttpTest, StreamedChat) {
   ScriptHello();
   const Reply r = Post("/v1/chat/completions",

@@ -341,6 +341,9 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
     } else if (key == "tools" && chat) {
       if (!v.is_array()) return WrongType(key, "an array", v);
       for (const Json& tool : v) out.tools_json.push_back(tool.dump());
+    } else if (key == "tool_choice" && chat) {
+      RETURN_IF_ERROR(CheckNeutral(key, v));
+      out.tool_choice_none = v == "none";
     } else if (key == "max_tokens") {
       ASSIGN_OR_RETURN(max_tokens, GetInt(key, v, 1, std::numeric_limits<int32_t>::max()));
     } else if (key == "max_completion_tokens" && chat) {
@@ -689,6 +692,21 @@ OrderedJson LogprobsJson(Endpoint endpoint, const Logprobs* logprobs) {
   return j;
 }
 
+// OpenAI's tool_calls: [{"index"?, "id", "type": "function", "function":
+// {"name", "arguments"}}].
+OrderedJson ToolCallsJson(const std::vector<ToolCall>& calls, bool with_index) {
+  OrderedJson list = OrderedJson::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    OrderedJson call;
+    if (with_index) call["index"] = i;
+    call["id"] = calls[i].id;
+    call["type"] = "function";
+    call["function"] = OrderedJson{{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    list.push_back(std::move(call));
+  }
+  return list;
+}
+
 }  // namespace
 
 std::string CompletionJson(const ResponseHeader& header, const std::string& text,
@@ -707,7 +725,12 @@ std::string CompletionJson(const ResponseHeader& header, const std::vector<Choic
     OrderedJson choice;
     choice["index"] = i;
     if (header.endpoint == Endpoint::kChat) {
-      choice["message"] = OrderedJson{{"role", "assistant"}, {"content", choices[i].text}};
+      OrderedJson message{{"role", "assistant"}, {"content", choices[i].text}};
+      if (!choices[i].tool_calls.empty()) {
+        if (choices[i].text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = ToolCallsJson(choices[i].tool_calls, /*with_index=*/false);
+      }
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = choices[i].text;
     }
@@ -741,6 +764,19 @@ std::string ChunkJson(const ResponseHeader& header, const std::string& text,
   }
   choice["logprobs"] = LogprobsJson(header.endpoint, logprobs);
   choice["finish_reason"] = NullOr(finish_reason);
+  j["choices"] = OrderedJson::array({std::move(choice)});
+  if (with_usage_null) j["usage"] = nullptr;
+  return Dump(j);
+}
+
+std::string ToolCallsChunkJson(const ResponseHeader& header, const std::vector<ToolCall>& calls,
+                               bool with_usage_null, int index, const Logprobs* logprobs) {
+  OrderedJson j = Base(header, /*chunk=*/true);
+  OrderedJson choice;
+  choice["index"] = index;
+  choice["delta"] = OrderedJson{{"tool_calls", ToolCallsJson(calls, /*with_index=*/true)}};
+  choice["logprobs"] = LogprobsJson(header.endpoint, logprobs);
+  choice["finish_reason"] = nullptr;
   j["choices"] = OrderedJson::array({std::move(choice)});
   if (with_usage_null) j["usage"] = nullptr;
   return Dump(j);

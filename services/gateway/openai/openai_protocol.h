@@ -18,7 +18,8 @@
 //   "decode", "auto"), replay_mode ("bounded", "exact"), add_bos
 //   (completions; default true: the tokenizer's BOS, like add_special_tokens),
 //   session_id (a routing hint), request_id.
-//   Chat: tools (passed to the template).
+//   Chat: tools (passed to the template; with tool_choice not "none", tool
+//   calls in the output become tool_calls: tool_calls.h).
 // Any other field: 400 naming it. Errors are InvalidArgument whose message
 // starts with the field; FieldOf() gives the field for OpenAI's `param`.
 #pragma once
@@ -33,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "ced/v1/gateway.pb.h"
 #include "engine/chat/chat_template.h"
+#include "services/gateway/openai/tool_calls.h"
 #include "services/gateway/request_validation.h"
 
 namespace ced::gateway::openai {
@@ -51,6 +53,7 @@ struct OpenAiRequest {
   ced::v1::GenerateRequest generate;
   std::vector<ChatMessage> messages;    // chat
   std::vector<std::string> tools_json;  // chat: `tools`, each as JSON text
+  bool tool_choice_none = false;        // chat: "tool_choice": "none"
 };
 
 // The most choices (`n`) one request may ask for.
@@ -139,6 +142,9 @@ struct ChoiceResult {
   std::string text;
   std::string finish_reason;
   std::optional<Logprobs> logprobs;  // null when not asked for
+  // Chat: the calls the model wrote (`text` is then the content before them,
+  // null when empty, and finish_reason "tool_calls").
+  std::vector<ToolCall> tool_calls;
 };
 // A whole response with several choices (index = position).
 std::string CompletionJson(const ResponseHeader& header, const std::vector<ChoiceResult>& choices,
@@ -156,6 +162,11 @@ std::string CompletionJson(const ResponseHeader& header, const std::vector<Choic
 std::string ChunkJson(const ResponseHeader& header, const std::string& text,
                       const std::string& finish_reason, bool role_only, bool with_usage_null,
                       int index = 0, const Logprobs* logprobs = nullptr);
+// A chat stream chunk whose delta holds these tool calls (each with its
+// index, id, type and the whole arguments).
+std::string ToolCallsChunkJson(const ResponseHeader& header, const std::vector<ToolCall>& calls,
+                               bool with_usage_null, int index = 0,
+                               const Logprobs* logprobs = nullptr);
 // `text` as a JSON string value, quotes included, escaped as every JSON
 // body here is (invalid UTF-8 becomes U+FFFD).
 std::string JsonString(const std::string& text);

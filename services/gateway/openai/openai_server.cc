@@ -126,9 +126,10 @@ class OpenAiServer::Impl {
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   // A request for n > 1 choices: n calls of the validated request, choice i
   // sampling with seed + i, answered together.
+  // `tools`: the format of the tool calls to parse out of each choice.
   void ServeChoices(int n, const ValidatedRequest& valid, const ResponseHeader& header, bool stream,
-                    bool include_usage, absl::Time received, const httplib::Request& req,
-                    httplib::Response& res);
+                    bool include_usage, ToolCallFormat tools, absl::Time received,
+                    const httplib::Request& req, httplib::Response& res);
   absl::Status PreparePrompt(OpenAiRequest* request) const;
   // `messages` through the chat template; InvalidArgument naming the
   // message or tool the template's error is about.
@@ -149,6 +150,7 @@ class OpenAiServer::Impl {
   const std::function<bool()> serving_;
   std::unique_ptr<ChatTemplate> chat_template_;
   ChatRenderOptions chat_options_;
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   std::string fingerprint_;
   // /v1/models' "created": when this server started serving the model.
   const int64_t created_ = absl::ToUnixSeconds(absl::Now());
@@ -169,6 +171,16 @@ absl::Status OpenAiServer::Impl::Start() {
     return absl::InvalidArgumentError(absl::StrCat("chat template: ", chat.status().message()));
   }
   chat_template_ = *std::move(chat);
+  if (options_.tool_call_parser == "auto") {
+    tool_format_ = DetectToolCallFormat(*chat_template_, chat_options_);
+  } else {
+    absl::StatusOr<ToolCallFormat> format = ParseToolCallFormat(options_.tool_call_parser);
+    if (!format.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tool-call-parser: ", format.status().message()));
+    }
+    tool_format_ = *format;
+  }
   fingerprint_ = services::ModelFingerprint(core_->settings().model);
   if (options_.security.tls_server()) {
     const services::SecurityConfig security = options_.security;
@@ -513,14 +525,20 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
   header.model = core_->settings().model_name;
   header.system_fingerprint = fingerprint_;
   const bool stream = parsed->stream;
+  // Tool calls are parsed out of the output when the request offers tools.
+  const ToolCallFormat tools =
+      endpoint == Endpoint::kChat && !parsed->tools_json.empty() && !parsed->tool_choice_none
+          ? tool_format_
+          : ToolCallFormat::kNone;
   if (parsed->n > 1) {
     ServeChoices(parsed->n, *valid, header, stream, parsed->include_usage || options_.force_usage,
-                 received, req, res);
+                 tools, received, req, res);
     return;
   }
   auto builder = std::make_shared<ResponseBuilder>(
       std::move(header), stream && (parsed->include_usage || options_.force_usage));
   if (valid->sampling.logprobs) builder->EnableLogprobs(&core_->tokenizer());
+  if (tools != ToolCallFormat::kNone) builder->EnableToolCalls(tools, valid->request_id);
 
   auto sink = std::make_shared<HttpSink>();
   const auto deadline = absl::ToChronoTime(received + options_.request_timeout);
@@ -711,8 +729,8 @@ struct Choices {
 
 void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
                                       const ResponseHeader& header, bool stream, bool include_usage,
-                                      absl::Time received, const httplib::Request& req,
-                                      httplib::Response& res) {
+                                      ToolCallFormat tools, absl::Time received,
+                                      const httplib::Request& req, httplib::Response& res) {
   auto st = std::make_shared<Choices>();
   st->header = header;
   auto unregister = [this, st] {
@@ -751,6 +769,7 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
     }
     ValidatedRequest choice = valid;
     choice.request_id = absl::StrCat(valid.request_id, "-", i);
+    const std::string choice_id = choice.request_id;
     choice.sampling.seed = valid.sampling.seed + static_cast<uint64_t>(i);
     auto sink = std::make_shared<HttpSink>();
     std::shared_ptr<GenerateCall> call;
@@ -768,6 +787,7 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
     st->builders.push_back(std::make_unique<ResponseBuilder>(header, stream && include_usage, i,
                                                              /*usage_chunk=*/false));
     if (valid.sampling.logprobs) st->builders.back()->EnableLogprobs(&core_->tokenizer());
+    if (tools != ToolCallFormat::kNone) st->builders.back()->EnableToolCalls(tools, choice_id);
   }
   std::vector<std::deque<ced::v1::GenerateResponse>> got;
 

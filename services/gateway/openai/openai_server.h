@@ -29,6 +29,10 @@ struct OpenAiServerOptions {
   // tokenizer_config.json (model_dir may be empty), else the built-in one.
   std::string model_dir;
   std::string chat_template_file;
+  // How tool calls in a chat model's output become `tool_calls` (requests
+  // with `tools`, tool_choice not "none"): "auto" (the format the chat
+  // template writes tool calls in), "none", "hermes", "deepseek_v3".
+  std::string tool_call_parser = "auto";
   // Usage in a final chunk of every stream, as if each request set
   // stream_options.include_usage.
   bool force_usage = false;

@@ -87,8 +87,16 @@ void ResponseBuilder::TakeLogprobs(const ced::v1::GenerateResponse& message, Log
 }
 
 ChoiceResult ResponseBuilder::result() const {
-  ChoiceResult r{text_, finish_reason_, std::nullopt};
+  ChoiceResult r{text_, finish_reason_, std::nullopt, {}};
   if (tokenizer_ != nullptr) r.logprobs = logprobs_;
+  if (tools_.has_value()) {
+    ParsedOutput parsed = ParseToolCalls(tool_format_, text_, tool_id_prefix_);
+    if (!parsed.calls.empty()) {
+      r.text = std::move(parsed.content);
+      r.tool_calls = std::move(parsed.calls);
+      r.finish_reason = "tool_calls";
+    }
+  }
   return r;
 }
 
@@ -110,25 +118,37 @@ void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std
     }
     logprobs_.entries.clear();
   };
-  if (!IsFinal(message)) {
-    if (!message.text().empty()) {
-      if (tokenizer_ == nullptr) {
-        AppendTextEvent(message.text(), out);
-      } else {
-        AppendEvent(
-            ChunkJson(header_, message.text(), "", false, include_usage_, index_, send_logprobs()),
-            out);
-        sent_logprobs();
-      }
+  auto text_event = [&](const std::string& text) {
+    if (text.empty()) return;
+    if (tokenizer_ == nullptr) {
+      AppendTextEvent(text, out);
+    } else {
+      AppendEvent(ChunkJson(header_, text, "", false, include_usage_, index_, send_logprobs()),
+                  out);
+      sent_logprobs();
     }
+  };
+  std::string text = tools_.has_value() ? tools_->Feed(message.text()) : message.text();
+  if (!IsFinal(message)) {
+    text_event(text);
     return;
   }
   finished_ = true;
   finish_reason_ = FinishReasonName(message.finish_reason());
   usage_ = UsageOf(message);
-  AppendEvent(ChunkJson(header_, message.text(), finish_reason_, false, include_usage_, index_,
-                        send_logprobs()),
-              out);
+  if (tools_.has_value()) {
+    ParsedOutput parsed = tools_->Finish();
+    text += parsed.content;
+    if (!parsed.calls.empty()) {
+      finish_reason_ = "tool_calls";
+      text_event(text);
+      text.clear();
+      AppendEvent(ToolCallsChunkJson(header_, parsed.calls, include_usage_, index_), out);
+    }
+  }
+  AppendEvent(
+      ChunkJson(header_, text, finish_reason_, false, include_usage_, index_, send_logprobs()),
+      out);
   sent_logprobs();
   if (include_usage_ && usage_chunk_) AppendEvent(UsageChunkJson(header_, usage_), out);
 }
@@ -150,8 +170,7 @@ void ResponseBuilder::Add(const ced::v1::GenerateResponse& message) {
 }
 
 std::string ResponseBuilder::Body() const {
-  return CompletionJson(header_, text_, finish_reason_, usage_,
-                        tokenizer_ != nullptr ? &logprobs_ : nullptr);
+  return CompletionJson(header_, std::vector<ChoiceResult>{result()}, usage_);
 }
 
 }  // namespace ced::gateway::openai

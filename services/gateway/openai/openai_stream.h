@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <optional>
 #include <string>
 
 #include "ced/v1/gateway.pb.h"
@@ -31,6 +32,14 @@ class ResponseBuilder {
   // asked for them), tokens as `tokenizer` (not owned; outlives this) spells
   // them. A text event carries those of the tokens since the last event.
   void EnableLogprobs(const Tokenizer* tokenizer) { tokenizer_ = tokenizer; }
+  // Chat with tools: tool calls the model writes in `format` become the
+  // message's tool_calls (ids "call_<id_prefix>_<i>"); while one may be
+  // starting its text is held, and the calls go out in one chunk at the end.
+  void EnableToolCalls(ToolCallFormat format, std::string id_prefix) {
+    tools_.emplace(format, id_prefix);
+    tool_format_ = format;
+    tool_id_prefix_ = std::move(id_prefix);
+  }
 
   // Streaming: appends to *out the events for `message` ("data: {...}\n\n").
   // Chat streams open with a role chunk. Deltas without text (a character
@@ -73,6 +82,9 @@ class ResponseBuilder {
   UsageCounts usage_;
   const Tokenizer* tokenizer_ = nullptr;  // logprobs asked for
   Logprobs logprobs_;                     // streaming: not sent yet; else all of them
+  std::optional<ToolCallStream> tools_;   // tool calls asked for
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
+  std::string tool_id_prefix_;
 };
 
 // The status of a grpc::Status as absl's (for HttpStatusOf / ErrorJson).
