@@ -465,6 +465,32 @@ TEST_F(OpenAiHttpTest, ToolCallsInTheOutputBecomeToolCalls) {
   }
 }
 
+// echo: the completion's text starts with the prompt's, as given (token ids
+// decoded), whole and streamed; not with logprobs.
+TEST_F(OpenAiHttpTest, EchoPutsThePromptBeforeTheCompletion) {
+  ScriptHello();
+  Reply r = Post("/v1/completions",
+                 R"({"model": "test-model", "prompt": "hi", "max_tokens": 5, "echo": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["choices"][0]["text"], "hiHello") << r.body;
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 5);
+  ScriptHello();
+  r = Post("/v1/completions", R"({"model": "test-model", "prompt": [104, 105], "max_tokens": 5,
+                                  "echo": true, "stream": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Events e = ParseEvents(r.body);
+  EXPECT_TRUE(e.well_formed && e.done) << r.body;
+  EXPECT_EQ(e.text, "hiHello") << r.body;
+  ScriptHello();
+  r = Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                                  "echo": true, "n": 2})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(r.json["choices"][i]["text"], "hiHello") << r.body;
+  r = Post("/v1/completions", R"({"model": "test-model", "prompt": "hi", "max_tokens": 5,
+                                  "echo": true, "logprobs": 1})");
+  EXPECT_EQ(ExpectError(r, 400), "echo");
+}
+
 TEST_F(OpenAiHttpTest, StreamedChat) {
   ScriptHello();
   const Reply r = Post("/v1/chat/completions",

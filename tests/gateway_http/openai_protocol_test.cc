@@ -209,7 +209,8 @@ TEST(OpenAiProtocolTest, LogprobsFields) {
       {Endpoint::kCompletions, R"("logprobs": -1)", "logprobs"},
       {Endpoint::kCompletions, R"("logprobs": true)", "logprobs"},
       {Endpoint::kCompletions, R"("top_logprobs": 2)", "top_logprobs"},  // chat's field
-      {Endpoint::kCompletions, R"("echo": true)", "echo"},
+      {Endpoint::kCompletions, R"("echo": true, "logprobs": 1)", "echo"},
+      {Endpoint::kChat, R"("echo": true)", "echo"},
       {Endpoint::kChat, R"("logprobs": 1)", "logprobs"},
       {Endpoint::kChat, R"("top_logprobs": "3")", "top_logprobs"},
   };

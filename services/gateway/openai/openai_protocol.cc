@@ -387,6 +387,8 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
         ASSIGN_OR_RETURN(double b, GetNumber(absl::StrCat(key, "[", id, "]"), bias));
         (*g.mutable_logit_bias())[id] = static_cast<float>(b);
       }
+    } else if (key == "echo" && !chat) {
+      ASSIGN_OR_RETURN(out.echo, GetBool(key, v));
     } else if (key == "logprobs" && chat) {  // chat: a boolean, with top_logprobs
       ASSIGN_OR_RETURN(bool b, GetBool(key, v));
       g.set_logprobs(b);
@@ -448,6 +450,9 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
     }
   }
   if (!has_model) return InvalidField("model", "required");
+  if (out.echo && g.logprobs()) {
+    return InvalidField("echo", "is not supported with logprobs (it would need the prompt's)");
+  }
   if (chat && !has_messages) return InvalidField("messages", "required");
   if (!chat && !has_prompt) return InvalidField("prompt", "required");
   if (out.include_usage && !out.stream) {

@@ -12,7 +12,9 @@
 //   frequency_penalty, logit_bias, logprobs (chat: a boolean, with
 //   top_logprobs 0..20; completions: 0..20 of the most probable tokens, or
 //   false).
-//   Accepted at their neutral value only: echo (false), best_of (1),
+//   echo (completions: the prompt's text before the completion; not with
+//   logprobs, which would need the prompt's).
+//   Accepted at their neutral value only: echo (chat: false), best_of (1),
 //   tool_choice ("none"/"auto"), parallel_tool_calls.
 //   Extensions: top_k, stop_token_ids, ignore_eos, replay_on ("prefill",
 //   "decode", "auto"), replay_mode ("bounded", "exact"), add_bos
@@ -54,6 +56,10 @@ struct OpenAiRequest {
   std::vector<ChatMessage> messages;    // chat
   std::vector<std::string> tools_json;  // chat: `tools`, each as JSON text
   bool tool_choice_none = false;        // chat: "tool_choice": "none"
+  // Completions: the prompt's text comes before the completion's (the
+  // server fills echo_text: the prompt as given, token ids decoded).
+  bool echo = false;
+  std::string echo_text;
 };
 
 // The most choices (`n`) one request may ask for.

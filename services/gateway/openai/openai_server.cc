@@ -126,10 +126,11 @@ class OpenAiServer::Impl {
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   // A request for n > 1 choices: n calls of the validated request, choice i
   // sampling with seed + i, answered together.
-  // `tools`: the format of the tool calls to parse out of each choice.
+  // `tools`: the format of the tool calls to parse out of each choice;
+  // `echo`: the prompt text each choice's text starts with (none when empty).
   void ServeChoices(int n, const ValidatedRequest& valid, const ResponseHeader& header, bool stream,
-                    bool include_usage, ToolCallFormat tools, absl::Time received,
-                    const httplib::Request& req, httplib::Response& res);
+                    bool include_usage, ToolCallFormat tools, const std::string& echo,
+                    absl::Time received, const httplib::Request& req, httplib::Response& res);
   absl::Status PreparePrompt(OpenAiRequest* request) const;
   // `messages` through the chat template; InvalidArgument naming the
   // message or tool the template's error is about.
@@ -385,6 +386,12 @@ absl::Status OpenAiServer::Impl::PreparePrompt(OpenAiRequest* request) const {
   } else {
     text = g.prompt();
   }
+  if (request->echo) {
+    request->echo_text = g.prompt_token_ids_size() > 0
+                             ? core_->tokenizer().Decode(std::vector<int>(
+                                   g.prompt_token_ids().begin(), g.prompt_token_ids().end()))
+                             : text;
+  }
   if (g.prompt_token_ids_size() == 0) {
     if (text.empty() && !add_bos) {
       return InvalidField(request->endpoint == Endpoint::kChat ? "messages" : "prompt",
@@ -532,13 +539,14 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
           : ToolCallFormat::kNone;
   if (parsed->n > 1) {
     ServeChoices(parsed->n, *valid, header, stream, parsed->include_usage || options_.force_usage,
-                 tools, received, req, res);
+                 tools, parsed->echo ? parsed->echo_text : std::string(), received, req, res);
     return;
   }
   auto builder = std::make_shared<ResponseBuilder>(
       std::move(header), stream && (parsed->include_usage || options_.force_usage));
   if (valid->sampling.logprobs) builder->EnableLogprobs(&core_->tokenizer());
   if (tools != ToolCallFormat::kNone) builder->EnableToolCalls(tools, valid->request_id);
+  if (parsed->echo) builder->SetEcho(parsed->echo_text);
 
   auto sink = std::make_shared<HttpSink>();
   const auto deadline = absl::ToChronoTime(received + options_.request_timeout);
@@ -729,8 +737,9 @@ struct Choices {
 
 void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
                                       const ResponseHeader& header, bool stream, bool include_usage,
-                                      ToolCallFormat tools, absl::Time received,
-                                      const httplib::Request& req, httplib::Response& res) {
+                                      ToolCallFormat tools, const std::string& echo,
+                                      absl::Time received, const httplib::Request& req,
+                                      httplib::Response& res) {
   auto st = std::make_shared<Choices>();
   st->header = header;
   auto unregister = [this, st] {
@@ -788,6 +797,7 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
                                                              /*usage_chunk=*/false));
     if (valid.sampling.logprobs) st->builders.back()->EnableLogprobs(&core_->tokenizer());
     if (tools != ToolCallFormat::kNone) st->builders.back()->EnableToolCalls(tools, choice_id);
+    if (!echo.empty()) st->builders.back()->SetEcho(echo);
   }
   std::vector<std::deque<ced::v1::GenerateResponse>> got;
 

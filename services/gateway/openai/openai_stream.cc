@@ -129,6 +129,7 @@ void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std
     }
   };
   std::string text = tools_.has_value() ? tools_->Feed(message.text()) : message.text();
+  text = std::exchange(echo_, "") + text;
   if (!IsFinal(message)) {
     text_event(text);
     return;
@@ -160,7 +161,7 @@ std::string ResponseBuilder::End(const grpc::Status& status) const {
 
 void ResponseBuilder::Add(const ced::v1::GenerateResponse& message) {
   if (finished_) return;
-  text_ += message.text();
+  text_ += std::exchange(echo_, "") + message.text();
   TakeLogprobs(message, &logprobs_);
   if (IsFinal(message)) {
     finished_ = true;

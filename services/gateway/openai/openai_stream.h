@@ -41,6 +41,10 @@ class ResponseBuilder {
     tool_id_prefix_ = std::move(id_prefix);
   }
 
+  // Completions with echo: the choice's text starts with `prompt` (a
+  // stream's first text event carries it).
+  void SetEcho(std::string prompt) { echo_ = std::move(prompt); }
+
   // Streaming: appends to *out the events for `message` ("data: {...}\n\n").
   // Chat streams open with a role chunk. Deltas without text (a character
   // still incomplete) give nothing; the final message gives the last text
@@ -83,6 +87,7 @@ class ResponseBuilder {
   const Tokenizer* tokenizer_ = nullptr;  // logprobs asked for
   Logprobs logprobs_;                     // streaming: not sent yet; else all of them
   std::optional<ToolCallStream> tools_;   // tool calls asked for
+  std::string echo_;                      // not yet sent / added
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   std::string tool_id_prefix_;
 };
