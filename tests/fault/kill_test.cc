@@ -152,7 +152,16 @@ TEST(FaultKillTest, PrefillWorkerKilledMidTransfer) {
   ASSERT_TRUE(bystander.ReadTokens(5));
 
   const auto prompt = Prompt(300, 4);
-  const std::vector<double> before = {SentBytes(c.prefill(0)), SentBytes(c.prefill(1))};
+  // The bystander's K/V may not all be counted yet (a busy host): wait until
+  // neither worker's count moves, or the victim's worker would be told from
+  // the bystander's late bytes and the wrong one killed.
+  std::vector<double> before = {SentBytes(c.prefill(0)), SentBytes(c.prefill(1))};
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(Ms(200));
+    const std::vector<double> now = {SentBytes(c.prefill(0)), SentBytes(c.prefill(1))};
+    if (now == before) break;
+    before = now;
+  }
   Stream victim(c.gateway().grpc(), FaultRequest(prompt, 16, "slow-1"), Ms(120000));
   // Mid-transfer: the first chunk has landed, the others are still to come.
   ASSERT_TRUE(WaitUntil([&] { return SendingPrefill(c, before) >= 0; }, Ms(30000), Ms(20)));
