@@ -19,38 +19,16 @@
 #include "tests/common/missing_tool.h"
 #include "tests/e2e/cluster_fixture.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/gateway_http/node_client.h"
 
 namespace ced::testing {
 namespace {
 
+using ced::gateway::testing::HaveCommand;
+using ced::gateway::testing::Quote;
+using ced::gateway::testing::Shell;
+using ced::gateway::testing::SourceDir;
 using Json = nlohmann::json;
-
-std::string SourceDir() {
-  const char* dir = std::getenv("CED_SOURCE_DIR");
-  return dir != nullptr ? dir : CED_SOURCE_DIR_DEFAULT;
-}
-
-// Runs `command` through the shell; its stdout (exit status in *status).
-std::string Shell(const std::string& command, int* status) {
-  services::SubprocessOptions sh;
-  sh.argv = {"sh", "-c", command};
-  absl::StatusOr<services::CompletedRun> run = services::RunToCompletion(std::move(sh), 300);
-  EXPECT_TRUE(run.ok()) << command << ": " << run.status();
-  *status = run.ok() ? run->wait_status : -1;
-  return run.ok() ? run->output : std::string();
-}
-
-bool HaveCommand(const std::string& name) {
-  int status = 0;
-  Shell("command -v " + name + " >/dev/null 2>&1", &status);
-  return status == 0;
-}
-
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 // The text of a gRPC Generate with the sampling the clients use.
 std::string GrpcText(const std::string& gateway, const std::string& prompt,

@@ -23,8 +23,10 @@
 #include "services/common/grpc_util.h"
 #include "services/gateway/gateway_server.h"
 #include "services/router/router_server.h"
+#include "tests/common/missing_tool.h"
 #include "tests/gateway/fake_workers.h"
 #include "tests/gateway/gateway_test_util.h"
+#include "tests/gateway_http/node_client.h"
 
 namespace ced::gateway {
 namespace {
@@ -465,6 +467,46 @@ TEST_F(OpenAiHttpTest, ToolCallsInTheOutputBecomeToolCalls) {
   }
 }
 
+// The official `openai` npm client reads the tool call the model wrote, from
+// the whole response and from the stream's deltas alike.
+TEST_F(OpenAiHttpTest, OfficialOpenAiClientReadsTheToolCalls) {
+  if (!testing::HaveCommand("node")) CED_SKIP_OR_FAIL_WHEN_MISSING("node");
+  if (!std::ifstream(testing::NodeModules() + "/openai/index.mjs")) {
+    CED_SKIP_OR_FAIL_WHEN_MISSING("the openai npm package (tests/node/node_modules)");
+  }
+  TearDown();
+  Start([](GatewayServerOptions* o) { o->tool_call_parser = "hermes"; });
+  const std::string output =
+      "On it.<tool_call>{\"name\": \"w\", \"arguments\": {\"c\": \"P\"}}</tool_call>";
+  decode_.SetScript({grpc::Status::OK,
+                     {Chunk(0, output.substr(0, 9)), Chunk(9, output.substr(9, 20)),
+                      Chunk(29, output.substr(29), FINISH_REASON_STOP)},
+                     /*hold_open=*/false});
+  prefill_.SetScript({output[0], true, true, false, grpc::Status::OK});
+  int status = -1;
+  const std::string out = testing::Shell(
+      absl::StrCat("node ",
+                   testing::Quote(testing::SourceDir() + "/tests/gateway_http/openai_tools.mjs"),
+                   " ", testing::Quote(testing::NodeModules()), " ",
+                   testing::Quote("http://" + gateway_->http_address() + "/v1"), " test-model ",
+                   output.size(), " 2>&1"),
+      &status);
+  ASSERT_EQ(status, 0) << out;
+  const Json j = Json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  for (const char* form : {"whole", "streamed"}) {
+    const Json& r = j[form];
+    EXPECT_EQ(r["content"], "On it.") << form << ": " << out;
+    EXPECT_EQ(r["finish_reason"], "tool_calls") << form << ": " << out;
+    ASSERT_EQ(r["tool_calls"].size(), 1u) << form << ": " << out;
+    const Json& call = r["tool_calls"][0];
+    EXPECT_EQ(call["type"], "function") << form;
+    EXPECT_EQ(call["name"], "w") << form;
+    EXPECT_EQ(call["arguments"], Json({{"c", "P"}})) << form;
+    EXPECT_TRUE(absl::StartsWith(call["id"].get<std::string>(), "call_")) << form << ": " << out;
+  }
+}
+
 // echo: the completion's text starts with the prompt's, as given (token ids
 // decoded), whole and streamed; not with logprobs.
 TEST_F(OpenAiHttpTest, EchoPutsThePromptBeforeTheCompletion) {
@@ -743,7 +785,8 @@ TEST_F(OpenAiHttpTest, StreamErrorsBeforePlacementAreHttpAfterItAnEvent) {
   const std::string body =
       R"({"model": "test-model", "prompt": "hi", "max_tokens": 5, "stream": true})";
   // No room on the only decode worker: nothing was placed.
-  decode_.SetScript({grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no K/V room"), {},
+  decode_.SetScript({grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no K/V room"),
+                     {},
                      /*hold_open=*/false});
   prefill_.SetScript({'H', true, true, false, grpc::Status::OK});
   ExpectError(Post("/v1/completions", body), 429);
@@ -760,8 +803,7 @@ TEST_F(OpenAiHttpTest, StreamErrorsBeforePlacementAreHttpAfterItAnEvent) {
   EXPECT_FALSE(e.done) << r.body;
   ASSERT_EQ(e.chunks.size(), 1u) << r.body;
   ASSERT_TRUE(e.chunks[0].contains("error")) << r.body;
-  EXPECT_NE(e.chunks[0]["error"]["message"].get<std::string>().find("exploded"),
-            std::string::npos)
+  EXPECT_NE(e.chunks[0]["error"]["message"].get<std::string>().find("exploded"), std::string::npos)
       << r.body;
   EXPECT_EQ(e.chunks[0]["error"]["type"], "server_error") << r.body;
 
@@ -955,8 +997,8 @@ TEST_F(OpenAiHttpTest, LongStreamArrivesWhole) {
   std::string want;
   for (int i = 0; i < 60; ++i) {
     const std::string text(100, static_cast<char>('a' + i % 26));
-    chunks.push_back(Chunk(i * 100, text, i == 59 ? FINISH_REASON_LENGTH
-                                                  : ced::internal::FINISH_REASON_UNSPECIFIED));
+    chunks.push_back(Chunk(
+        i * 100, text, i == 59 ? FINISH_REASON_LENGTH : ced::internal::FINISH_REASON_UNSPECIFIED));
     want += text;
   }
   decode_.SetScript({grpc::Status::OK, chunks, /*hold_open=*/false});
