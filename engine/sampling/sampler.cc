@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cephes_exp.h"
 
 namespace ced {
 namespace {
@@ -72,26 +73,12 @@ int Argmax(const float* logits, int n) {
   return -1;
 }
 
-// exp(x) for x <= 0 (Cephes expf: range reduction by ln 2 and a degree-5
-// polynomial, about 1 ulp of std::exp); 0 for x < -87 (where expf reaches
-// the denormals) and for NaN.
+// exp(x) for x <= 0 (the kernels' Cephes expf, about 1 ulp of std::exp); 0
+// for x < -87 (where expf reaches the denormals) and for NaN.
 F4 ExpNonPositive4(F4 x) {
   const F4 lo = {-87.0f, -87.0f, -87.0f, -87.0f};
   const auto in_range = x >= lo;  // false for NaN
-  x = in_range ? x : lo;
-  const F4 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const F4 r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  F4 p = F4{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const F4 y = p * r * r + r + 1.0f;
-  const I4 bits = (__builtin_convertvector(n, I4) + 127) << 23;
-  F4 scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return in_range ? y * scale : F4{};
+  return in_range ? kernels::CephesExp<F4, I4>(x) : F4{};
 }
 
 // out[i] = exp((x[i] - shift) * scale) (0 for NaN), for x[i] <= shift;

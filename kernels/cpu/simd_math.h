@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/cephes_exp.h"
 #include "kernels/cpu/variant.h"
 
 namespace ced::kernels::CED_VARIANT_NS {
@@ -36,36 +37,11 @@ inline float SumVF(VF v) {
   return s;
 }
 
-
-// exp(x), Cephes expf: range reduction by ln 2 and a degree-5 polynomial,
-// about 1 ulp. Arguments are clamped to [-87, 88]: the result is never a
-// denormal, infinity or NaN (exp(-87) ~ 1.6e-38 stands for anything smaller).
-// Written on vectors (GCC's vectorizer leaves the scalar form scalar on some
-// targets); T is float or VF, and every lane computes the same float ops.
+// exp(x), Cephes expf (cephes_exp.h): about 1 ulp, arguments clamped to
+// [-87, 88].
 template <typename T, typename I>
 inline T ExpOf(T x) {
-  const T lo = T{} - 87.0f, hi = T{} + 88.0f;
-  x = x < lo ? lo : x;
-  x = x > hi ? hi : x;
-  // Round x / ln2 to nearest with the 1.5 * 2^23 trick (no libm call).
-  const T n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const T r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  T p = T{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const T y = p * r * r + r + 1.0f;
-  I bits;
-  if constexpr (sizeof(T) == sizeof(float)) {
-    bits = (static_cast<I>(n) + 127) << 23;
-  } else {
-    bits = (__builtin_convertvector(n, I) + 127) << 23;
-  }
-  T scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
+  return CephesExp<T, I>(x);
 }
 inline float ExpSimd(float x) { return ExpOf<float, int32_t>(x); }
 inline VF ExpVF(VF x) { return ExpOf<VF, VI>(x); }
