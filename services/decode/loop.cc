@@ -272,6 +272,19 @@ void DecodeWorker::SchedulerLoop() {
       m_->batch_size->Observe(static_cast<double>(inputs.size()));
       m_->steps->Increment();
     }
+    // Sampling reads only what this thread owns (history, step count): done
+    // before taking mu_, so Reserve and Stream calls do not wait behind a
+    // batch's sampling (milliseconds at a large vocabulary). A request
+    // cancelled meanwhile is sampled for nothing.
+    std::vector<int32_t> sampled(decodes.size(), -1);
+    std::vector<StepLogprobs> step_logprobs(decodes.size());
+    if (logits.ok()) {
+      for (size_t i = 0; i < decodes.size(); ++i) {
+        Request* r = decodes[i];
+        sampled[i] = SampleStep(logits->data() + i * V, V, r->sampling, r->history, r->generated,
+                                &step_logprobs[i]);
+      }
+    }
     std::lock_guard<std::mutex> lock(mu_);
     StepResult result;
     for (Request* r : starts) {
@@ -281,10 +294,7 @@ void DecodeWorker::SchedulerLoop() {
       Request* r = decodes[i];
       if (!r->finished) {
         if (logits.ok()) {
-          float* row = logits->data() + i * V;
-          StepLogprobs lp;
-          const int32_t token = SampleStep(row, V, r->sampling, r->history, r->generated, &lp);
-          Emit(r, token, r->sampling.logprobs ? &lp : nullptr);
+          Emit(r, sampled[i], r->sampling.logprobs ? &step_logprobs[i] : nullptr);
         } else {
           Finish(r, ced::internal::FINISH_REASON_ERROR, std::string(logits.status().message()),
                  ToGrpc(logits.status()));
