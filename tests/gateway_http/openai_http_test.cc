@@ -467,6 +467,41 @@ TEST_F(OpenAiHttpTest, ToolCallsInTheOutputBecomeToolCalls) {
   }
 }
 
+// Two calls in one output: both, or with parallel_tool_calls false the first
+// only, whole and streamed.
+TEST_F(OpenAiHttpTest, ParallelToolCallsFalseKeepsTheFirstCall) {
+  TearDown();
+  Start([](GatewayServerOptions* o) { o->tool_call_parser = "hermes"; });
+  const std::string output =
+      "<tool_call>{\"name\":\"a\"}</tool_call><tool_call>{\"name\":\"b\"}</tool_call>";
+  decode_.SetScript(
+      {grpc::Status::OK,
+       {Chunk(0, output.substr(0, 30)), Chunk(30, output.substr(30), FINISH_REASON_STOP)},
+       /*hold_open=*/false});
+  prefill_.SetScript({output[0], true, true, false, grpc::Status::OK});
+  const std::string head = absl::StrCat(
+      R"({"model": "test-model", "max_tokens": )", output.size(),
+      R"(, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+          "function": {"name": "a"}}])");
+  for (const bool parallel : {true, false}) {
+    const std::string flag = parallel ? "" : R"(, "parallel_tool_calls": false)";
+    Reply r = Post("/v1/chat/completions", head + flag + "}");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const Json& calls = r.json["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), parallel ? 2u : 1u) << r.body;
+    EXPECT_EQ(calls[0]["function"]["name"], "a");
+    r = Post("/v1/chat/completions", head + flag + R"(, "stream": true})");
+    const Events e = ParseEvents(r.body);
+    ASSERT_TRUE(e.well_formed && e.done) << r.body;
+    size_t streamed = 0;
+    for (const Json& chunk : e.chunks) {
+      const Json& delta = chunk["choices"][0]["delta"];
+      if (delta.contains("tool_calls")) streamed += delta["tool_calls"].size();
+    }
+    EXPECT_EQ(streamed, parallel ? 2u : 1u) << r.body;
+  }
+}
+
 // The official `openai` npm client reads the tool call the model wrote, from
 // the whole response and from the stream's deltas alike.
 TEST_F(OpenAiHttpTest, OfficialOpenAiClientReadsTheToolCalls) {

@@ -341,6 +341,8 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, std::string_view b
     } else if (key == "tools" && chat) {
       if (!v.is_array()) return WrongType(key, "an array", v);
       for (const Json& tool : v) out.tools_json.push_back(tool.dump());
+    } else if (key == "parallel_tool_calls" && chat) {
+      ASSIGN_OR_RETURN(out.parallel_tool_calls, GetBool(key, v));
     } else if (key == "tool_choice" && chat) {
       RETURN_IF_ERROR(CheckNeutral(key, v));
       out.tool_choice_none = v == "none";

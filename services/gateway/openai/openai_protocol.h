@@ -56,6 +56,7 @@ struct OpenAiRequest {
   std::vector<ChatMessage> messages;    // chat
   std::vector<std::string> tools_json;  // chat: `tools`, each as JSON text
   bool tool_choice_none = false;        // chat: "tool_choice": "none"
+  bool parallel_tool_calls = true;      // chat: false keeps the first call only
   // Completions: the prompt's text comes before the completion's (the
   // server fills echo_text: the prompt as given, token ids decoded).
   bool echo = false;

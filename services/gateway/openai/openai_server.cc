@@ -126,11 +126,13 @@ class OpenAiServer::Impl {
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   // A request for n > 1 choices: n calls of the validated request, choice i
   // sampling with seed + i, answered together.
-  // `tools`: the format of the tool calls to parse out of each choice;
-  // `echo`: the prompt text each choice's text starts with (none when empty).
+  // `tools`: the format of the tool calls to parse out of each choice (all
+  // of them, or the first one when not `parallel_tools`); `echo`: the prompt
+  // text each choice's text starts with (none when empty).
   void ServeChoices(int n, const ValidatedRequest& valid, const ResponseHeader& header, bool stream,
-                    bool include_usage, ToolCallFormat tools, const std::string& echo,
-                    absl::Time received, const httplib::Request& req, httplib::Response& res);
+                    bool include_usage, ToolCallFormat tools, bool parallel_tools,
+                    const std::string& echo, absl::Time received, const httplib::Request& req,
+                    httplib::Response& res);
   absl::Status PreparePrompt(OpenAiRequest* request) const;
   // `messages` through the chat template; InvalidArgument naming the
   // message or tool the template's error is about.
@@ -539,13 +541,16 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
           : ToolCallFormat::kNone;
   if (parsed->n > 1) {
     ServeChoices(parsed->n, *valid, header, stream, parsed->include_usage || options_.force_usage,
-                 tools, parsed->echo ? parsed->echo_text : std::string(), received, req, res);
+                 tools, parsed->parallel_tool_calls,
+                 parsed->echo ? parsed->echo_text : std::string(), received, req, res);
     return;
   }
   auto builder = std::make_shared<ResponseBuilder>(
       std::move(header), stream && (parsed->include_usage || options_.force_usage));
   if (valid->sampling.logprobs) builder->EnableLogprobs(&core_->tokenizer());
-  if (tools != ToolCallFormat::kNone) builder->EnableToolCalls(tools, valid->request_id);
+  if (tools != ToolCallFormat::kNone) {
+    builder->EnableToolCalls(tools, valid->request_id, parsed->parallel_tool_calls);
+  }
   if (parsed->echo) builder->SetEcho(parsed->echo_text);
 
   auto sink = std::make_shared<HttpSink>();
@@ -737,9 +742,9 @@ struct Choices {
 
 void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
                                       const ResponseHeader& header, bool stream, bool include_usage,
-                                      ToolCallFormat tools, const std::string& echo,
-                                      absl::Time received, const httplib::Request& req,
-                                      httplib::Response& res) {
+                                      ToolCallFormat tools, bool parallel_tools,
+                                      const std::string& echo, absl::Time received,
+                                      const httplib::Request& req, httplib::Response& res) {
   auto st = std::make_shared<Choices>();
   st->header = header;
   auto unregister = [this, st] {
@@ -796,7 +801,9 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
     st->builders.push_back(std::make_unique<ResponseBuilder>(header, stream && include_usage, i,
                                                              /*usage_chunk=*/false));
     if (valid.sampling.logprobs) st->builders.back()->EnableLogprobs(&core_->tokenizer());
-    if (tools != ToolCallFormat::kNone) st->builders.back()->EnableToolCalls(tools, choice_id);
+    if (tools != ToolCallFormat::kNone) {
+      st->builders.back()->EnableToolCalls(tools, choice_id, parallel_tools);
+    }
     if (!echo.empty()) st->builders.back()->SetEcho(echo);
   }
   std::vector<std::deque<ced::v1::GenerateResponse>> got;

@@ -35,10 +35,12 @@ class ResponseBuilder {
   // Chat with tools: tool calls the model writes in `format` become the
   // message's tool_calls (ids "call_<id_prefix>_<i>"); while one may be
   // starting its text is held, and the calls go out in one chunk at the end.
-  void EnableToolCalls(ToolCallFormat format, std::string id_prefix) {
+  // `parallel` false: the first call only (OpenAI's parallel_tool_calls).
+  void EnableToolCalls(ToolCallFormat format, std::string id_prefix, bool parallel = true) {
     tools_.emplace(format, id_prefix);
     tool_format_ = format;
     tool_id_prefix_ = std::move(id_prefix);
+    parallel_tools_ = parallel;
   }
 
   // Completions with echo: the choice's text starts with `prompt` (a
@@ -90,6 +92,7 @@ class ResponseBuilder {
   std::string echo_;                      // not yet sent / added
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   std::string tool_id_prefix_;
+  bool parallel_tools_ = true;
 };
 
 // The status of a grpc::Status as absl's (for HttpStatusOf / ErrorJson).
