@@ -467,6 +467,18 @@ TEST_F(OpenAiHttpTest, ToolCallsInTheOutputBecomeToolCalls) {
   }
 }
 
+TEST_F(OpenAiHttpTest, AnUnknownToolCallParserIsAStartUpErrorNamingTheFlag) {
+  GatewayServerOptions go = TestGatewayOptions(router_->grpc_address());
+  go.http_address = "127.0.0.1:0";
+  go.tool_call_parser = "mistral";
+  auto gateway = GatewayServer::Start(go);
+  ASSERT_FALSE(gateway.ok());
+  EXPECT_EQ(gateway.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gateway.status().message().find("--tool-call-parser"), absl::string_view::npos)
+      << gateway.status();
+  EXPECT_NE(gateway.status().message().find("mistral"), absl::string_view::npos);
+}
+
 // Two calls in one output: both, or with parallel_tool_calls false the first
 // only, whole and streamed.
 TEST_F(OpenAiHttpTest, ParallelToolCallsFalseKeepsTheFirstCall) {

@@ -180,7 +180,8 @@ absl::Status OpenAiServer::Impl::Start() {
     absl::StatusOr<ToolCallFormat> format = ParseToolCallFormat(options_.tool_call_parser);
     if (!format.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--tool-call-parser: ", format.status().message()));
+          absl::StrCat("--tool-call-parser: must be auto, none, hermes or deepseek_v3, got \"",
+                       options_.tool_call_parser, "\""));
     }
     tool_format_ = *format;
   }
