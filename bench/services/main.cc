@@ -15,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -110,7 +111,7 @@ void Log(const std::string& line) {
                line.c_str());
 }
 
-absl::Status Run(const Flags& f, const std::string& command) {
+absl::Status Run(Flags f, const std::string& command) {
   const double t_start = NowSeconds();
   const std::pair<const char*, int> counts[] = {{"threads", f.threads},
                                                 {"mib_per_sample", f.mib_per_sample},
@@ -131,8 +132,6 @@ absl::Status Run(const Flags& f, const std::string& command) {
           absl::StrCat("--", name, "=", value, ": must be at least 1"));
     }
   }
-  RETURN_IF_ERROR(CheckWritable("markdown", f.markdown));
-  RETURN_IF_ERROR(CheckWritable("json", f.json));
   const std::vector<std::string> list = SplitList(f.sections, ',');
   const std::set<std::string> sections(list.begin(), list.end());
   for (const std::string& s : sections) {
@@ -141,6 +140,17 @@ absl::Status Run(const Flags& f, const std::string& command) {
                                                      "' (transport, ttft, gateway, kvbytes)"));
     }
   }
+  // A run of some sections does not overwrite the whole report: by default
+  // it writes services_<sections>.md / .json beside it.
+  if (sections.size() < 4) {
+    const std::string suffix = absl::StrJoin(sections, "_");
+    if (f.markdown == Flags().markdown) {
+      f.markdown = absl::StrCat("bench/results/services_", suffix, ".md");
+    }
+    if (f.json == Flags().json) f.json = absl::StrCat("bench/results/services_", suffix, ".json");
+  }
+  RETURN_IF_ERROR(CheckWritable("markdown", f.markdown));
+  RETURN_IF_ERROR(CheckWritable("json", f.json));
   ASSIGN_OR_RETURN(const std::vector<uint64_t> sizes, ParseSizes(f.sizes));
   ASSIGN_OR_RETURN(const std::vector<int> concurrency,
                    ParsePositiveInts("concurrency", f.concurrency));
