@@ -367,13 +367,12 @@ StepLogprobs ComputeLogprobs(const float* logits, int vocab_size, int32_t token,
   out.token.token = token;
   out.token.logprob = kMinLogprob;
   if (vocab_size <= 0) return out;
-  const int best = Argmax(logits, vocab_size);
-  const double max_logit = best < 0 ? -INFINITY : logits[best];
+  const double max_logit = MaxLogit(logits, vocab_size);  // -inf when all are NaN
   // log Z: over the +inf logits alone when there are any (each gets 1 / count).
   double log_z = -INFINITY;
   if (std::isinf(max_logit) && max_logit > 0) {
     int count = 0;
-    for (int i = 0; i < vocab_size; ++i) count += logits[i] == logits[best];
+    for (int i = 0; i < vocab_size; ++i) count += logits[i] == max_logit;
     log_z = std::log(static_cast<double>(count));
   } else if (std::isfinite(max_logit)) {
     log_z = max_logit +
@@ -419,13 +418,16 @@ StepLogprobs ComputeLogprobs(const float* logits, int vocab_size, int32_t token,
 int SampleStep(float* logits, int vocab_size, const SamplingParams& params,
                const SamplingHistory& history, uint64_t step, StepLogprobs* logprobs) {
   const bool report = params.logprobs && logprobs != nullptr;
-  std::vector<float> raw;
-  if (report && params.adjusts_logits()) raw.assign(logits, logits + vocab_size);
+  const bool keep_raw = report && params.adjusts_logits();
+  // The logits as given, in a buffer kept per thread (as SampleToken's
+  // weights: a large vocabulary's copy would be faulted in on every call).
+  thread_local std::vector<float> raw;
+  if (keep_raw) raw.assign(logits, logits + vocab_size);
   history.Apply(logits, vocab_size, params);
   const int token = SampleToken(logits, vocab_size, params, step);
   if (report) {
     *logprobs =
-        ComputeLogprobs(raw.empty() ? logits : raw.data(), vocab_size, token, params.top_logprobs);
+        ComputeLogprobs(keep_raw ? raw.data() : logits, vocab_size, token, params.top_logprobs);
   }
   return token;
 }

@@ -126,13 +126,14 @@ class OpenAiServer::Impl {
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   // A request for n > 1 choices: n calls of the validated request, choice i
   // sampling with seed + i, answered together.
-  // `tools`: the format of the tool calls to parse out of each choice (all
-  // of them, or the first one when not `parallel_tools`); `echo`: the prompt
-  // text each choice's text starts with (none when empty).
-  void ServeChoices(int n, const ValidatedRequest& valid, const ResponseHeader& header, bool stream,
-                    bool include_usage, ToolCallFormat tools, bool parallel_tools,
-                    const std::string& echo, absl::Time received, const httplib::Request& req,
-                    httplib::Response& res);
+  void ServeChoices(const OpenAiRequest& parsed, const ValidatedRequest& valid,
+                    const ResponseHeader& header, bool include_usage, absl::Time received,
+                    const httplib::Request& req, httplib::Response& res);
+  // What `parsed` asks of its response beyond the text, on `builder`:
+  // logprobs, tool calls (the request offers tools; ids from `request_id`,
+  // the call's or its choice's), echo.
+  void Configure(const OpenAiRequest& parsed, const ValidatedRequest& valid,
+                 const std::string& request_id, ResponseBuilder* builder) const;
   absl::Status PreparePrompt(OpenAiRequest* request) const;
   // `messages` through the chat template; InvalidArgument naming the
   // message or tool the template's error is about.
@@ -535,24 +536,14 @@ void OpenAiServer::Impl::HandleGenerate(Endpoint endpoint, const httplib::Reques
   header.model = core_->settings().model_name;
   header.system_fingerprint = fingerprint_;
   const bool stream = parsed->stream;
-  // Tool calls are parsed out of the output when the request offers tools.
-  const ToolCallFormat tools =
-      endpoint == Endpoint::kChat && !parsed->tools_json.empty() && !parsed->tool_choice_none
-          ? tool_format_
-          : ToolCallFormat::kNone;
   if (parsed->n > 1) {
-    ServeChoices(parsed->n, *valid, header, stream, parsed->include_usage || options_.force_usage,
-                 tools, parsed->parallel_tool_calls,
-                 parsed->echo ? parsed->echo_text : std::string(), received, req, res);
+    ServeChoices(*parsed, *valid, header, parsed->include_usage || options_.force_usage, received,
+                 req, res);
     return;
   }
   auto builder = std::make_shared<ResponseBuilder>(
       std::move(header), stream && (parsed->include_usage || options_.force_usage));
-  if (valid->sampling.logprobs) builder->EnableLogprobs(&core_->tokenizer());
-  if (tools != ToolCallFormat::kNone) {
-    builder->EnableToolCalls(tools, valid->request_id, parsed->parallel_tool_calls);
-  }
-  if (parsed->echo) builder->SetEcho(parsed->echo_text);
+  Configure(*parsed, *valid, valid->request_id, builder.get());
 
   auto sink = std::make_shared<HttpSink>();
   const auto deadline = absl::ToChronoTime(received + options_.request_timeout);
@@ -741,11 +732,22 @@ struct Choices {
 
 }  // namespace
 
-void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
-                                      const ResponseHeader& header, bool stream, bool include_usage,
-                                      ToolCallFormat tools, bool parallel_tools,
-                                      const std::string& echo, absl::Time received,
-                                      const httplib::Request& req, httplib::Response& res) {
+void OpenAiServer::Impl::Configure(const OpenAiRequest& parsed, const ValidatedRequest& valid,
+                                   const std::string& request_id, ResponseBuilder* builder) const {
+  if (valid.sampling.logprobs) builder->EnableLogprobs(&core_->tokenizer());
+  if (parsed.endpoint == Endpoint::kChat && !parsed.tools_json.empty() &&
+      !parsed.tool_choice_none && tool_format_ != ToolCallFormat::kNone) {
+    builder->EnableToolCalls(tool_format_, request_id, parsed.parallel_tool_calls);
+  }
+  if (parsed.echo) builder->SetEcho(parsed.echo_text);
+}
+
+void OpenAiServer::Impl::ServeChoices(const OpenAiRequest& parsed, const ValidatedRequest& valid,
+                                      const ResponseHeader& header, bool include_usage,
+                                      absl::Time received, const httplib::Request& req,
+                                      httplib::Response& res) {
+  const int n = parsed.n;
+  const bool stream = parsed.stream;
   auto st = std::make_shared<Choices>();
   st->header = header;
   auto unregister = [this, st] {
@@ -784,7 +786,7 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
     }
     ValidatedRequest choice = valid;
     choice.request_id = absl::StrCat(valid.request_id, "-", i);
-    const std::string choice_id = choice.request_id;
+    const std::string choice_id = choice.request_id;  // choice is moved below
     choice.sampling.seed = valid.sampling.seed + static_cast<uint64_t>(i);
     auto sink = std::make_shared<HttpSink>();
     std::shared_ptr<GenerateCall> call;
@@ -801,11 +803,7 @@ void OpenAiServer::Impl::ServeChoices(int n, const ValidatedRequest& valid,
     st->sinks.push_back(std::move(sink));
     st->builders.push_back(std::make_unique<ResponseBuilder>(header, stream && include_usage, i,
                                                              /*usage_chunk=*/false));
-    if (valid.sampling.logprobs) st->builders.back()->EnableLogprobs(&core_->tokenizer());
-    if (tools != ToolCallFormat::kNone) {
-      st->builders.back()->EnableToolCalls(tools, choice_id, parallel_tools);
-    }
-    if (!echo.empty()) st->builders.back()->SetEcho(echo);
+    Configure(parsed, valid, choice_id, st->builders.back().get());
   }
   std::vector<std::deque<ced::v1::GenerateResponse>> got;
 

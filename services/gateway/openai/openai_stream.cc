@@ -90,8 +90,7 @@ ChoiceResult ResponseBuilder::result() const {
   ChoiceResult r{text_, finish_reason_, std::nullopt, {}};
   if (tokenizer_ != nullptr) r.logprobs = logprobs_;
   if (tools_.has_value()) {
-    ParsedOutput parsed = ParseToolCalls(tool_format_, text_, tool_id_prefix_);
-    if (!parallel_tools_ && parsed.calls.size() > 1) parsed.calls.resize(1);
+    ParsedOutput parsed = tools_->Parse(text_);  // nothing was fed: not streamed
     if (!parsed.calls.empty()) {
       r.text = std::move(parsed.content);
       r.tool_calls = std::move(parsed.calls);
@@ -140,7 +139,6 @@ void ResponseBuilder::AppendEvents(const ced::v1::GenerateResponse& message, std
   usage_ = UsageOf(message);
   if (tools_.has_value()) {
     ParsedOutput parsed = tools_->Finish();
-    if (!parallel_tools_ && parsed.calls.size() > 1) parsed.calls.resize(1);
     text += parsed.content;
     if (!parsed.calls.empty()) {
       finish_reason_ = "tool_calls";

@@ -37,10 +37,7 @@ class ResponseBuilder {
   // starting its text is held, and the calls go out in one chunk at the end.
   // `parallel` false: the first call only (OpenAI's parallel_tool_calls).
   void EnableToolCalls(ToolCallFormat format, std::string id_prefix, bool parallel = true) {
-    tools_.emplace(format, id_prefix);
-    tool_format_ = format;
-    tool_id_prefix_ = std::move(id_prefix);
-    parallel_tools_ = parallel;
+    tools_.emplace(format, std::move(id_prefix), parallel);
   }
 
   // Completions with echo: the choice's text starts with `prompt` (a
@@ -90,9 +87,6 @@ class ResponseBuilder {
   Logprobs logprobs_;                     // streaming: not sent yet; else all of them
   std::optional<ToolCallStream> tools_;   // tool calls asked for
   std::string echo_;                      // not yet sent / added
-  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
-  std::string tool_id_prefix_;
-  bool parallel_tools_ = true;
 };
 
 // The status of a grpc::Status as absl's (for HttpStatusOf / ErrorJson).

@@ -216,13 +216,19 @@ std::string ToolCallStream::Feed(const std::string& text) {
   return out;
 }
 
+ParsedOutput ToolCallStream::Parse(const std::string& text) const {
+  ParsedOutput out = ParseToolCalls(format_, text, id_prefix_);
+  if (!parallel_ && out.calls.size() > 1) out.calls.resize(1);
+  return out;
+}
+
 ParsedOutput ToolCallStream::Finish() {
   ParsedOutput out;
   if (!in_call_) {
     out.content = std::exchange(held_, "");
     return out;
   }
-  out = ParseToolCalls(format_, held_, id_prefix_);
+  out = Parse(held_);
   held_.clear();
   return out;
 }

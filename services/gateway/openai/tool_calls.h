@@ -49,23 +49,29 @@ struct ParsedOutput {
 ParsedOutput ParseToolCalls(ToolCallFormat format, const std::string& text,
                             const std::string& id_prefix);
 
-// Streaming: text deltas in, content deltas out. From the first call marker
-// on (and while the text ends with what may be the start of one) the text is
-// held; Finish() parses what was held.
+// One response's tool calls. Streaming: text deltas in, content deltas out;
+// from the first call marker on (and while the text ends with what may be
+// the start of one) the text is held, and Finish() parses what was held.
+// Whole: Parse(). `parallel` false keeps the first call only (OpenAI's
+// parallel_tool_calls).
 class ToolCallStream {
  public:
-  ToolCallStream(ToolCallFormat format, std::string id_prefix)
-      : format_(format), id_prefix_(std::move(id_prefix)) {}
+  ToolCallStream(ToolCallFormat format, std::string id_prefix, bool parallel = true)
+      : format_(format), id_prefix_(std::move(id_prefix)), parallel_(parallel) {}
   // The content that may be sent now.
   std::string Feed(const std::string& text);
   // At the end: the content still held (text after a marker that did not
   // parse as calls, or a marker's prefix) and the calls.
   ParsedOutput Finish();
+  // A whole output (nothing fed): ParseToolCalls with this stream's format,
+  // ids and `parallel`.
+  ParsedOutput Parse(const std::string& text) const;
   bool in_call() const { return in_call_; }
 
  private:
   const ToolCallFormat format_;
   const std::string id_prefix_;
+  const bool parallel_;
   bool in_call_ = false;
   std::string held_;
 };
