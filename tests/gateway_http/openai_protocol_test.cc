@@ -213,6 +213,7 @@ TEST(OpenAiProtocolTest, LogprobsFields) {
       {Endpoint::kChat, R"("echo": true)", "echo"},
       {Endpoint::kChat, R"("logprobs": 1)", "logprobs"},
       {Endpoint::kChat, R"("top_logprobs": "3")", "top_logprobs"},
+      {Endpoint::kChat, R"("parallel_tool_calls": "no")", "parallel_tool_calls"},
   };
   for (const auto& [endpoint, field, name] : bad) {
     const std::string body =
